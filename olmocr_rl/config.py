@@ -1,0 +1,492 @@
+"""Flags of ``python -m olmocr_rl.grpo_train``: parsing, YAML merge, validation, and the GRPOConfig.
+
+Every flag of olmOCR's trainer keeps its name, type, default and meaning (reference §1.2), with the
+fixes DESIGN.md lists: booleans can be switched off (``--no-X`` or ``--X false``), ``exo`` is not a
+loss, ``--lr_schedule constant`` changes only the scheduler, evaluation runs when ``--eval_steps`` asks.
+``--config FILE.yaml`` supplies flag values (keys = flag names); the command line overrides the file.
+
+Validation happens here, before any model loads: a bad combination raises :class:`ConfigError`
+with one line that says what to write instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+logger = logging.getLogger(__name__)
+
+# TRL 1.16's loss formulations (GRPOConfig.loss_type).
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+VLLM_MODES = ("auto", "colocate", "server", "none")
+
+
+class ConfigError(ValueError):
+    """A flag or flag combination the user must change; the message says how."""
+
+
+def parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "y", "on"):
+        return True
+    if text in ("0", "false", "no", "n", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+def parse_reward_weight(value: Any) -> float | str:
+    """A reward flag's value: a weight (float), or a JSONL path (weight 1.0, tests of that file only)."""
+    if isinstance(value, bool):
+        return 1.0 if value else None
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value)
+    try:
+        return float(text)
+    except ValueError:
+        if text.endswith(".jsonl"):
+            return text
+        raise argparse.ArgumentTypeError(
+            f"expected a weight (e.g. 1.0) or a .jsonl path, got {value!r}"
+        ) from None
+
+
+class _BoolFlag(argparse.Action):
+    """``--flag`` (true), ``--flag false`` / ``--flag true``, and ``--no-flag`` (false)."""
+
+    def __init__(self, option_strings, dest, default=None, help=None, **kwargs):
+        names = list(option_strings)
+        for opt in option_strings:
+            if opt.startswith("--"):
+                names.append("--no-" + opt[2:])
+        super().__init__(names, dest, nargs="?", const=True, default=default, type=parse_bool, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string.startswith("--no-"):
+            values = False
+        setattr(namespace, self.dest, True if values is None else values)
+
+
+REWARD_FLAGS = {
+    # flag suffix -> help; order = olmOCR's registry order.
+    "bench": "olmOCR-bench unit-test pass rate of the page (micro average over its tests)",
+    "bench_macroavg": "bench pass rate, macro-averaged over test types",
+    "medoid": "similarity to the medoid completion of the batch (experimental)",
+    "bench_edit_distance": "fuzz.ratio similarity to the claude_original reference markdown",
+    "front_matter": "0 without valid YAML front matter, 0.5 valid, +0.1 per field equal to the reference",
+    "element_count": "0.5 per element count (HTML tables, math) equal to the reference's",
+    "rect_tables": "fraction of HTML tables that are rectangular (1.0 when there are none)",
+    "eos": "1.0 when the completion ends with the tokenizer's EOS token (not truncated)",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m olmocr_rl.grpo_train",
+        description=(
+            "GRPO fine-tuning of a vision-language OCR model (Qwen2.5-VL family) on an olmOCR-bench folder, "
+            "rewarded by the unit tests of each page. Flags follow olmOCR's trainer; --config FILE.yaml "
+            "supplies any of them (the command line wins)."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add = p.add_argument
+    g = p.add_argument_group("config")
+    g.add_argument("--config", default=None, help="YAML file of flag values (keys are flag names without --)")
+
+    g = p.add_argument_group("data")
+    g.add_argument("--train_bench_data_folder", default=None,
+                   help="bench folder: *.jsonl unit tests + pdfs/ (+ optional claude_original/). Required.")
+    g.add_argument("--eval_bench_data_folder", default=None, help="eval bench folder (default: the train folder)")
+    g.add_argument("--jsonl_filter", default=None,
+                   help="case-insensitive regex searched in each JSONL basename; only matching files are used")
+    g.add_argument("--bench_type_filter", action="append", default=None, metavar="TYPE",
+                   help="keep only tests of this type (repeatable: --bench_type_filter table --bench_type_filter math)")
+    g.add_argument("--max_train_samples", type=int, default=None, help="use only the first N pages (sorted)")
+    g.add_argument("--max_eval_samples", type=int, default=10, help="use only the first N eval pages")
+    g.add_argument("--target_longest_image_dim", type=int, default=1288, help="rendered page size (longest side, px)")
+
+    g = p.add_argument_group("model")
+    g.add_argument("--model_name", default="Qwen/Qwen2.5-VL-7B-Instruct",
+                   help="HF hub id, local folder, or s3://bucket/prefix (downloaded to --cache_dir)")
+    g.add_argument("--cache_dir", default=None, help="local cache for s3:// models (default ~/.cache/olmocr_rl/s3)")
+    g.add_argument("--output_dir", default="outputs/grpo_test", help="checkpoints, final model and metrics.jsonl")
+
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--learning_rate", type=float, default=2e-6, help="peak learning rate")
+    g.add_argument("--lr_schedule", choices=("linear", "constant"), default="linear",
+                   help="learning-rate schedule after warmup (constant changes only the scheduler)")
+    g.add_argument("--warmup_steps", type=int, default=100, help="linear warmup steps")
+    g.add_argument("--num_train_epochs", type=float, default=1, help="epochs over the train pages")
+    g.add_argument("--max_steps", type=int, default=-1, help="stop after N optimizer steps (overrides epochs)")
+    g.add_argument("--per_device_train_batch_size", type=int, default=1, help="completions per device per micro-step")
+    g.add_argument("--per_device_eval_batch_size", type=int, default=1, help="eval completions per device")
+    g.add_argument("--gradient_accumulation_steps", type=int, default=8,
+                   help="micro-steps per optimizer step (TRL also uses it as steps_per_generation)")
+    g.add_argument("--gradient_checkpointing", action=_BoolFlag, default=True,
+                   help="recompute activations in backward (TRL's default)")
+    g.add_argument("--seed", type=int, default=42, help="seed for data order, sampling and init")
+    g.add_argument("--dataloader_num_workers", type=int, default=8, help="page-rendering worker processes")
+
+    g = p.add_argument_group("GRPO")
+    g.add_argument("--num_generations", "--num_completions", dest="num_generations", type=int, default=28,
+                   help="completions sampled per page (group size G); --num_completions is an alias")
+    g.add_argument("--num_iterations", type=int, default=1,
+                   help="GRPO's mu: policy updates per generation batch (NOT the number of training steps)")
+    g.add_argument("--max_completion_length", type=int, default=8000, help="max new tokens per completion")
+    g.add_argument("--temperature", type=float, default=0.8, help="sampling temperature")
+    g.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling")
+    g.add_argument("--beta", type=float, default=0.0, help="KL coefficient; > 0 builds a frozen reference model")
+    g.add_argument("--loss_type", default="bnpo", help=f"TRL loss formulation: {', '.join(LOSS_TYPES)}")
+    g.add_argument("--scale_rewards", default="group",
+                   help="advantage scaling: group (divide by group std), batch, or none (true=group, false=none)")
+    g.add_argument("--importance_sampling_level", choices=("token", "sequence"), default="token",
+                   help="importance ratio per token, or per sequence (GSPO)")
+    g.add_argument("--cast_lm_head_to_fp32", action=_BoolFlag, default=False, help="compute the LM head in fp32")
+    g.add_argument("--vllm_importance_sampling_correction", action=_BoolFlag, default=True,
+                   help="correct for vLLM-vs-trainer log-prob mismatch (vLLM only)")
+    g.add_argument("--vllm_importance_sampling_mode", choices=IS_MODES, default="sequence_mask",
+                   help="how the vLLM IS ratio is constrained")
+    g.add_argument("--vllm_importance_sampling_cap", type=float, default=3.0, help="IS ratio cap")
+    g.add_argument("--olmorl", action=_BoolFlag, default=False,
+                   help="OLMo 3's OlmoRL objective: no std normalisation, zero-signal groups dropped, "
+                        "clip-higher (0.2/0.272), token-level loss, beta 0")
+    g.add_argument("--macro_average", action=_BoolFlag, default=False,
+                   help="use the macro-averaged bench reward (alias: turns --reward_bench into --reward_bench_macroavg)")
+
+    g = p.add_argument_group("rewards (bare flag = weight 1.0; a .jsonl path = weight 1.0 on that file's tests)")
+    for name, help_text in REWARD_FLAGS.items():
+        g.add_argument(f"--reward_{name}", nargs="?", const=1.0, default=None, type=parse_reward_weight,
+                       metavar="W", help=help_text)
+    g.add_argument("--bench_raw_completion", action=_BoolFlag, default=False,
+                   help="run bench tests on the raw completion incl. front matter (olmOCR's behaviour); "
+                        "default: front matter removed, as the benchmark scores it")
+
+    g = p.add_argument_group("generation backend")
+    g.add_argument("--vllm_mode", choices=VLLM_MODES, default="auto",
+                   help="colocate (vLLM in the trainer), server (trl vllm-serve), none (HF generate); "
+                        "auto = colocate when vLLM and a GPU are present, else none")
+    g.add_argument("--vllm_server_host", default="0.0.0.0", help="vLLM server host (server mode)")
+    g.add_argument("--vllm_server_port", type=int, default=8000, help="vLLM server port (server mode)")
+    g.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.15, help="GPU share for colocated vLLM")
+
+    g = p.add_argument_group("logging, checkpoints, resume")
+    g.add_argument("--logging_steps", type=int, default=5, help="log every N optimizer steps")
+    g.add_argument("--save_steps", type=int, default=25, help="checkpoint every N optimizer steps")
+    g.add_argument("--save_total_limit", type=int, default=30, help="keep at most N checkpoints")
+    g.add_argument("--eval_steps", type=int, default=None, help="evaluate every N steps (default: no evaluation)")
+    g.add_argument("--report_to", default="wandb", help="comma list: wandb, tensorboard, none")
+    g.add_argument("--wandb_project", default="olmocr-grpo-v5", help="W&B project")
+    g.add_argument("--wandb_run_name", default=None, help="W&B run name")
+    g.add_argument("--num_completions_to_print", type=int, default=2, help="sample completions printed per log")
+    g.add_argument("--s3_save_path", default=None, help="s3://bucket/prefix mirrored after every save")
+    g.add_argument("--resume_from_checkpoint", nargs="?", const=True, default=None,
+                   help="resume: bare flag = newest checkpoint in --output_dir (pulled from --s3_save_path "
+                        "when the local dir has none; starts fresh when neither has one), or a checkpoint path")
+    return p
+
+
+@dataclass
+class Resolved:
+    """Derived settings that are not flags: what validation decided."""
+
+    vllm_mode: str  # colocate | server | none
+    num_processes: int
+    reward_spec: dict[str, float | str | None]
+    notices: list[str]
+
+
+def _yaml_defaults(parser: argparse.ArgumentParser, path: str) -> dict[str, Any]:
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"--config {path}: file not found")
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--config {path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path}: expected a mapping of flag names to values")
+    known = {a.dest: a for a in parser._actions}
+    out = {}
+    for key, value in data.items():
+        dest = str(key).lstrip("-").replace("-", "_")
+        if dest == "num_completions":
+            dest = "num_generations"
+        if dest not in known or dest in ("help", "config"):
+            close = [k for k in known if k.startswith(dest[:6])][:3]
+            raise ConfigError(f"--config {path}: unknown key {key!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+        action = known[dest]
+        try:
+            if isinstance(action, _BoolFlag):
+                value = parse_bool(value)
+            elif dest.startswith("reward_") and value is not None:
+                value = parse_reward_weight(value)
+            elif action.type is not None and value is not None and not isinstance(value, list):
+                value = action.type(value)
+            if action.choices and value is not None and value not in action.choices:
+                raise argparse.ArgumentTypeError(f"choose one of {', '.join(map(str, action.choices))}")
+        except (argparse.ArgumentTypeError, ValueError) as exc:
+            raise ConfigError(f"--config {path}: key {key!r}: {exc}") from None
+        if dest == "bench_type_filter" and isinstance(value, str):
+            value = [value]
+        out[dest] = value
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse flags (YAML first, command line on top). Raises SystemExit(2) with argparse's message."""
+    parser = build_parser()
+    pre, _ = parser.parse_known_args(argv)
+    if pre.config:
+        try:
+            parser.set_defaults(**_yaml_defaults(parser, pre.config))
+        except ConfigError as exc:
+            parser.error(str(exc))
+    return parser.parse_args(argv)
+
+
+def _vllm_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def validate(args: argparse.Namespace) -> Resolved:
+    """Check every flag and combination; normalise aliases in ``args``. Raises ConfigError."""
+    notices: list[str] = []
+    if not args.train_bench_data_folder:
+        raise ConfigError("--train_bench_data_folder is required: a folder with *.jsonl tests and pdfs/")
+    for flag in ("train_bench_data_folder", "eval_bench_data_folder"):
+        folder = getattr(args, flag)
+        if folder and not Path(folder).is_dir():
+            raise ConfigError(f"--{flag} {folder}: folder not found")
+
+    # Loss type: olmOCR offered 'exo' (never a TRL loss) and guides write 'policy'.
+    args.loss_type = str(args.loss_type).strip().lower()
+    if args.loss_type not in LOSS_TYPES:
+        raise ConfigError(
+            f"--loss_type {args.loss_type!r} is not a loss type; choose one of {', '.join(LOSS_TYPES)} "
+            "(olmOCR's default is bnpo; the clipped policy-gradient loss is what every one of them optimises)"
+        )
+    scale = str(args.scale_rewards).strip().lower()
+    scale = {"true": "group", "false": "none", "1": "group", "0": "none"}.get(scale, scale)
+    if scale not in ("group", "batch", "none"):
+        raise ConfigError(f"--scale_rewards {args.scale_rewards!r}: choose group, batch or none (true = group)")
+    args.scale_rewards = scale
+
+    positive = ["learning_rate", "per_device_train_batch_size", "per_device_eval_batch_size",
+                "gradient_accumulation_steps", "num_generations", "num_iterations", "max_completion_length",
+                "logging_steps", "save_steps", "save_total_limit", "target_longest_image_dim"]
+    for name in positive:
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
+            raise ConfigError(f"--{name} must be > 0 (got {getattr(args, name)})")
+    for name in ("warmup_steps", "dataloader_num_workers", "beta"):
+        if getattr(args, name) < 0:
+            raise ConfigError(f"--{name} must be >= 0 (got {getattr(args, name)})")
+    if args.max_steps == 0 or args.max_steps < -1:
+        raise ConfigError(f"--max_steps must be a positive number of steps, or -1 for --num_train_epochs (got {args.max_steps})")
+    if args.num_train_epochs <= 0:
+        raise ConfigError(f"--num_train_epochs must be > 0 (got {args.num_train_epochs})")
+    if args.eval_steps is not None and args.eval_steps <= 0:
+        raise ConfigError(f"--eval_steps must be > 0 (got {args.eval_steps}); omit it to turn evaluation off")
+    if args.temperature <= 0:
+        raise ConfigError(f"--temperature must be > 0 for sampling (got {args.temperature})")
+    if not 0 < args.top_p <= 1:
+        raise ConfigError(f"--top_p must be in (0, 1] (got {args.top_p})")
+    if args.num_generations < 2:
+        raise ConfigError(f"--num_generations must be >= 2: GRPO compares completions within a group (got {args.num_generations})")
+    if args.num_iterations > 16:
+        notices.append(
+            f"WARNING: --num_iterations {args.num_iterations} is GRPO's mu (policy updates per generation batch), "
+            f"not the run length; for a run of {args.num_iterations} steps use --max_steps {args.num_iterations} "
+            "(or --num_train_epochs)"
+        )
+        logger.warning(notices[-1])
+    if args.jsonl_filter:
+        try:
+            re.compile(args.jsonl_filter)
+        except re.error as exc:
+            raise ConfigError(f"--jsonl_filter {args.jsonl_filter!r} is not a valid regex: {exc}") from None
+    if args.bench_type_filter:
+        from olmocr_rl.bench import TEST_TYPES
+
+        bad = [t for t in args.bench_type_filter if t not in TEST_TYPES]
+        if bad:
+            raise ConfigError(f"--bench_type_filter {bad[0]!r}: unknown test type; choose from {', '.join(TEST_TYPES)}")
+
+    # Rewards.
+    spec = {name: getattr(args, f"reward_{name}") for name in REWARD_FLAGS}
+    if args.macro_average:
+        if spec["bench"] is not None:
+            spec["bench_macroavg"], spec["bench"] = spec["bench"], None
+        elif spec["bench_macroavg"] is None:
+            spec["bench_macroavg"] = 1.0
+        notices.append("--macro_average: using the macro-averaged bench reward (--reward_bench_macroavg)")
+    if all(v is None for v in spec.values()):
+        raise ConfigError(
+            "no reward enabled: add at least one of " + ", ".join(f"--reward_{n}" for n in REWARD_FLAGS)
+            + " (olmOCR 2's recipe: --reward_bench --reward_front_matter --reward_eos)"
+        )
+    for name, value in spec.items():
+        if isinstance(value, str):
+            spec[name] = _resolve_reward_jsonl(name, value, args.train_bench_data_folder)
+        elif value is not None and (not math.isfinite(value) or value < 0):
+            raise ConfigError(f"--reward_{name} {value}: the weight must be a finite number >= 0")
+        if isinstance(spec[name], str) and name not in ("bench", "bench_macroavg"):
+            raise ConfigError(f"--reward_{name} takes a weight, not a JSONL path (only bench rewards are per-file)")
+
+    # OlmoRL fixes part of the objective; contradictions are errors, not silent overrides.
+    if args.olmorl:
+        if args.beta > 0:
+            raise ConfigError("--olmorl uses beta 0 (no KL term); drop --beta or drop --olmorl")
+        if args.scale_rewards == "batch":
+            raise ConfigError("--olmorl does not scale rewards; drop --scale_rewards batch")
+        notices.append("--olmorl: advantages without std, zero-signal groups dropped, eps 0.2/0.272, token-level loss")
+
+    # Batch geometry (TRL: generation batch = per-device batch x processes x steps_per_generation).
+    num_processes = int(os.environ.get("WORLD_SIZE", "1"))
+    per_step = args.per_device_train_batch_size * num_processes
+    generation_batch = per_step * args.gradient_accumulation_steps
+    G = args.num_generations
+    if generation_batch % G:
+        need_ga = G // math.gcd(per_step, G)
+        raise ConfigError(
+            f"batch geometry: per_device_train_batch_size ({args.per_device_train_batch_size}) x processes "
+            f"({num_processes}) x gradient_accumulation_steps ({args.gradient_accumulation_steps}) = {generation_batch} "
+            f"completions per generation, which is not a multiple of --num_generations {G}. "
+            f"Use --gradient_accumulation_steps {need_ga * max(1, args.gradient_accumulation_steps // need_ga)} "
+            f"(any multiple of {need_ga}) or a --num_generations that divides {generation_batch}"
+        )
+    if args.eval_steps is not None:
+        eval_batch = args.per_device_eval_batch_size * num_processes
+        if eval_batch % G:
+            raise ConfigError(
+                f"eval geometry: per_device_eval_batch_size ({args.per_device_eval_batch_size}) x processes "
+                f"({num_processes}) = {eval_batch} is not a multiple of --num_generations {G}; "
+                f"use --per_device_eval_batch_size {G // math.gcd(num_processes, G)} (or a multiple)"
+            )
+
+    # Generation backend.
+    mode = args.vllm_mode
+    have_vllm, have_gpu = _vllm_available(), _cuda_available()
+    if mode in ("auto", "colocate") and not (have_vllm and have_gpu):
+        why = "vLLM is not installed" if not have_vllm else "no CUDA GPU is visible"
+        if mode == "colocate":
+            notices.append(f"--vllm_mode colocate asked for, but {why}: generating with HF generate (vllm_mode none)")
+        else:
+            notices.append(f"vllm_mode auto: {why}, generating with HF generate (install the gpu extra for vLLM)")
+        mode = "none"
+    elif mode == "auto":
+        mode = "colocate"
+    if mode == "server" and not have_vllm:
+        raise ConfigError("--vllm_mode server needs vLLM installed in the trainer's environment (pip install '.[gpu]'); "
+                          "or use --vllm_mode none")
+    args.report_to = [r.strip() for r in str(args.report_to).split(",") if r.strip() and r.strip() != "none"] \
+        if not isinstance(args.report_to, list) else args.report_to
+    for r in args.report_to:
+        if r not in ("wandb", "tensorboard"):
+            raise ConfigError(f"--report_to {r!r}: choose wandb, tensorboard or none (comma-separated)")
+    if args.resume_from_checkpoint not in (None, True) and not isinstance(args.resume_from_checkpoint, bool):
+        text = str(args.resume_from_checkpoint)
+        if text.lower() in ("true", "false"):
+            args.resume_from_checkpoint = text.lower() == "true" or None
+        elif not Path(text).is_dir():
+            raise ConfigError(f"--resume_from_checkpoint {text}: no such checkpoint folder (or pass the bare flag "
+                              "to take the newest checkpoint in --output_dir)")
+    if args.s3_save_path and not str(args.s3_save_path).startswith("s3://"):
+        raise ConfigError(f"--s3_save_path {args.s3_save_path!r}: expected s3://bucket/prefix")
+    return Resolved(vllm_mode=mode, num_processes=num_processes, reward_spec=spec, notices=notices)
+
+
+def _resolve_reward_jsonl(name: str, value: str, train_folder: str) -> str:
+    """A reward flag given a JSONL path: the file itself, or a file of that name in the train folder."""
+    candidates = [Path(value), Path(train_folder) / Path(value).name]
+    for candidate in candidates:
+        if candidate.is_file():
+            return str(candidate.resolve())
+    raise ConfigError(
+        f"--reward_{name} {value}: JSONL file not found (looked at {value} and {candidates[1]}); "
+        f"pass a weight such as --reward_{name} 1.0, or the path of a JSONL in the bench folder"
+    )
+
+
+def build_grpo_config(args: argparse.Namespace, resolved: Resolved, reward_weights: list[float]):
+    """Map flags to TRL's GRPOConfig, with olmOCR's values where no flag exists (reference §1.4)."""
+    import torch
+    from trl import GRPOConfig
+
+    on_gpu = torch.cuda.is_available()
+    kwargs: dict[str, Any] = dict(
+        output_dir=args.output_dir,
+        num_train_epochs=args.num_train_epochs,
+        max_steps=args.max_steps,
+        per_device_train_batch_size=args.per_device_train_batch_size,
+        per_device_eval_batch_size=args.per_device_eval_batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        gradient_checkpointing=args.gradient_checkpointing,
+        learning_rate=args.learning_rate,
+        lr_scheduler_type="constant_with_warmup" if args.lr_schedule == "constant" else "linear",
+        warmup_steps=args.warmup_steps,
+        logging_steps=args.logging_steps,
+        save_steps=args.save_steps,
+        save_total_limit=args.save_total_limit,
+        max_completion_length=args.max_completion_length,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        report_to=args.report_to or "none",
+        run_name=args.wandb_run_name,
+        remove_unused_columns=False,  # pdf_path, test_ids, ... must reach the reward functions
+        bf16=on_gpu,
+        use_cpu=not on_gpu,
+        shuffle_dataset=True,
+        seed=args.seed,
+        dataloader_num_workers=args.dataloader_num_workers,
+        dataloader_drop_last=True,
+        loss_type=args.loss_type,
+        scale_rewards=args.scale_rewards,
+        beta=args.beta,
+        importance_sampling_level=args.importance_sampling_level,
+        reward_weights=reward_weights,
+        num_iterations=args.num_iterations,
+        num_generations=args.num_generations,
+        cast_lm_head_to_fp32=args.cast_lm_head_to_fp32,
+        use_vllm=resolved.vllm_mode != "none",
+        vllm_mode=resolved.vllm_mode if resolved.vllm_mode != "none" else "colocate",
+        vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization,
+        vllm_server_host=args.vllm_server_host,
+        vllm_server_port=args.vllm_server_port,
+        vllm_importance_sampling_correction=args.vllm_importance_sampling_correction,
+        vllm_importance_sampling_mode=args.vllm_importance_sampling_mode,
+        vllm_importance_sampling_clip_max=args.vllm_importance_sampling_cap,
+        log_completions=True,
+        num_completions_to_print=args.num_completions_to_print,
+    )
+    if args.eval_steps is not None:
+        kwargs.update(eval_strategy="steps", eval_steps=args.eval_steps)
+    if args.dataloader_num_workers == 0:
+        kwargs["dataloader_persistent_workers"] = False
+    if args.olmorl:
+        from olmocr_rl.olmorl_trainer import olmorl_config_overrides
+
+        kwargs.update(olmorl_config_overrides())
+    return GRPOConfig(**kwargs)
