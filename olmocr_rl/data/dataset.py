@@ -1,0 +1,153 @@
+"""OlmOCRBenchDataset: an olmOCR-bench folder as GRPO prompts, one item per (pdf, page).
+
+    from olmocr_rl.data import OlmOCRBenchDataset
+    dataset = OlmOCRBenchDataset("bench_data_sample")
+    print(dataset.describe())
+    item = dataset[0]   # prompt, image, pdf_path, page, jsonl_file, jsonl_files, test_ids, claude_original
+
+Follows olmOCR's dataset (reference §2) with these deliberate differences: a page gets the tests of
+every JSONL file that names it (`jsonl_files`), bad data stops construction with every problem
+listed instead of being skipped with a warning, pages are ordered by (pdf, page number) rather than
+by the string "pdf::page", and `__getitem__` raises instead of returning None.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from torch.utils.data import Dataset
+
+from olmocr_rl.data.prompts import build_no_anchoring_v4_yaml_prompt
+from olmocr_rl.data.references import InvalidReferenceError, find_reference
+from olmocr_rl.data.render import DEFAULT_TARGET_LONGEST_IMAGE_DIM, PageRenderCache, default_render_cache
+from olmocr_rl.data.scan import BenchProblem, scan_bench_folder
+from olmocr_rl.data.summary import summarize
+
+_MAX_PROBLEMS_SHOWN = 20
+
+
+class BenchDataError(ValueError):
+    """A bench folder that cannot be used; `problems` lists everything found wrong."""
+
+    def __init__(self, folder: str, problems: Sequence[BenchProblem]) -> None:
+        self.folder = str(folder)
+        self.problems = list(problems)
+        shown = "\n".join(f"  {problem}" for problem in self.problems[:_MAX_PROBLEMS_SHOWN])
+        more = len(self.problems) - _MAX_PROBLEMS_SHOWN
+        tail = f"\n  ... and {more} more" if more > 0 else ""
+        super().__init__(
+            f"bench folder {folder} has {len(self.problems)} problem(s):\n{shown}{tail}\n"
+            f"(python -m olmocr_rl.validate_bench {folder} lists them all)"
+        )
+
+
+class OlmOCRBenchDataset(Dataset):
+    """Pages of an olmOCR-bench folder (`*.jsonl` + `pdfs/`, optional `claude_original/`) as prompts.
+
+    One sample per distinct (pdf, page), carrying the ids of all its tests from every JSONL file,
+    sorted by (pdf, page); `max_samples` keeps the first N after sorting. `jsonl_filter` is a regex
+    searched (case-insensitively) in JSONL file names; `test_types` keeps only tests of those types
+    (`--bench_type_filter`) and drops pages left with none. `processor` is kept for olmOCR
+    compatibility and not used: TRL applies it. Pages are rendered on access through
+    `render_cache` (default: the process-wide cache), so the G requests TRL makes for one page in a
+    step render it once.
+
+    Construction scans the folder, opens every PDF once to check its pages, and reads the
+    references; any problem raises BenchDataError listing all of them (an invalid reference names
+    its file). Items are dicts:
+
+    - prompt: [{"role": "user", "content": [{"type": "text", "text": PROMPT}, {"type": "image"}]}]
+    - image: PIL RGB image, longest side `target_longest_image_dim`
+    - pdf_path (str), page (int, 1-based)
+    - jsonl_file (str): the first JSONL naming this page (olmOCR's field); jsonl_files: all, sorted
+    - test_ids (list[str]); claude_original (str | None): the reference markdown, front matter included
+    """
+
+    def __init__(
+        self,
+        bench_data_folder: str | os.PathLike,
+        processor=None,
+        max_samples: int | None = None,
+        target_longest_image_dim: int = DEFAULT_TARGET_LONGEST_IMAGE_DIM,
+        jsonl_filter: str | None = None,
+        test_types: Sequence[str] | None = None,
+        *,
+        render_cache: PageRenderCache | None = None,
+    ) -> None:
+        if max_samples is not None and (isinstance(max_samples, bool) or not isinstance(max_samples, int) or max_samples < 1):
+            raise ValueError(f"max_samples must be a positive integer or None, got {max_samples!r}")
+        if isinstance(target_longest_image_dim, bool) or not isinstance(target_longest_image_dim, int) or target_longest_image_dim < 1:
+            raise ValueError(f"target_longest_image_dim must be a positive integer, got {target_longest_image_dim!r}")
+        self.bench_data_folder = str(bench_data_folder)
+        self.processor = processor
+        self.target_longest_image_dim = target_longest_image_dim
+        self.render_cache = render_cache if render_cache is not None else default_render_cache()
+        self.prompt_text = build_no_anchoring_v4_yaml_prompt()
+
+        scan = scan_bench_folder(bench_data_folder, jsonl_filter, list(test_types) if test_types is not None else None)
+        if scan.problems:
+            raise BenchDataError(self.bench_data_folder, scan.problems)
+        if not scan.pages:
+            raise BenchDataError(
+                self.bench_data_folder,
+                [BenchProblem(self.bench_data_folder, None, None, "the JSONL files hold no tests; add tests or pick another folder")],
+            )
+
+        pages = scan.pages[:max_samples] if max_samples is not None else scan.pages
+        problems: list[BenchProblem] = []
+        self.samples: list[dict] = []
+        for page in pages:
+            try:
+                reference = find_reference(bench_data_folder, page.pdf, page.page)
+            except InvalidReferenceError as exc:
+                problems.append(BenchProblem(exc.path, None, None, exc.detail))
+                reference = None
+            self.samples.append(
+                {
+                    "pdf": page.pdf,
+                    "pdf_path": page.pdf_path,
+                    "page": page.page,
+                    "jsonl_file": page.jsonl_file,
+                    "jsonl_files": page.jsonl_files,
+                    "test_ids": page.test_ids,
+                    "claude_original": reference,
+                }
+            )
+        if problems:
+            raise BenchDataError(self.bench_data_folder, problems)
+
+        self._summary = summarize(
+            self.bench_data_folder,
+            pages,
+            scan.jsonl_files,
+            pages_with_reference=sum(sample["claude_original"] is not None for sample in self.samples),
+            dropped_tests_by_type=scan.dropped_tests_by_type,
+            dropped_pages_by_type=scan.dropped_pages_by_type,
+            dropped_pages_by_max_samples=len(scan.pages) - len(pages),
+        )
+        self.summary: dict = self._summary.as_dict()
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> dict:
+        """The sample at `index`; RenderError (naming the PDF and page) if its page cannot be rendered."""
+        sample = self.samples[index]
+        image = self.render_cache.get(sample["pdf_path"], sample["page"], self.target_longest_image_dim)
+        return {
+            "prompt": [
+                {"role": "user", "content": [{"type": "text", "text": self.prompt_text}, {"type": "image"}]}
+            ],
+            "image": image,
+            "pdf_path": sample["pdf_path"],
+            "page": sample["page"],
+            "jsonl_file": sample["jsonl_file"],
+            "jsonl_files": list(sample["jsonl_files"]),
+            "test_ids": list(sample["test_ids"]),
+            "claude_original": sample["claude_original"],
+        }
+
+    def describe(self) -> str:
+        """A table of pages, tests by type, JSONL files and what the filters left out."""
+        return self._summary.table()
