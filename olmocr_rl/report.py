@@ -237,6 +237,7 @@ PANELS: tuple[Panel, ...] = (
     Panel("kl", "KL to the reference model (β > 0)", "KL", _keys("kl"), needs="`kl`, logged only when β > 0"),
     Panel("entropy", "Token entropy", "nats", _keys("entropy"), needs="`entropy`"),
     Panel("loss", "Training loss", "loss", _keys("loss"), needs="`loss`"),
+    Panel("grad_norm", "Gradient norm (before clipping)", "norm", _keys("grad_norm"), needs="`grad_norm`"),
     Panel("learning_rate", "Learning rate", "lr", _keys("learning_rate"), needs="`learning_rate`"),
 )
 
@@ -259,11 +260,23 @@ def _legend_label(panel: Panel, key: str) -> str:
     return key
 
 
-def _new_figure(width: float = 6.4, height: float = 4.0):
-    # Figure without pyplot: no global state and no GUI backend (renders with Agg).
+def _new_figure(width: float = 6.4, height: float = 4.0, grid: bool = True):
+    # Figure without pyplot: no global state and no GUI backend (renders with Agg). Constrained layout
+    # doubles the drawing time, so single charts use fixed margins instead.
     from matplotlib.figure import Figure
 
-    return Figure(figsize=(width, height), layout="constrained")
+    if grid:
+        return Figure(figsize=(width, height), layout="constrained")
+    fig = Figure(figsize=(width, height))
+    fig.subplots_adjust(left=0.14, right=0.97, top=0.86, bottom=0.13)
+    return fig
+
+
+def _step_axis(ax) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # optimizer steps: no 2.5
 
 
 def draw_panel(ax, panel: Panel, keys: Sequence[str], records: Sequence[dict]) -> None:
@@ -279,7 +292,7 @@ def draw_panel(ax, panel: Panel, keys: Sequence[str], records: Sequence[dict]) -
                 ax.fill_between([p[0] for p in pairs], [p[1] - p[2] for p in pairs], [p[1] + p[2] for p in pairs],
                                 color=line.get_color(), alpha=0.2, label=f"± {band_key}")
     ax.set_title(panel.title)
-    ax.set_xlabel("step")
+    _step_axis(ax)
     ax.set_ylabel(panel.ylabel)
     ax.grid(True, alpha=0.3)
     if panel.unit_interval:
@@ -292,7 +305,7 @@ def panel_figures(history: RunHistory) -> tuple[dict[str, object], list[Panel]]:
     drawn, skipped = plan_panels(history.records)
     figures = {}
     for panel, keys in drawn:
-        fig = _new_figure()
+        fig = _new_figure(grid=False)
         draw_panel(fig.add_subplot(), panel, keys, history.records)
         fig.suptitle(history.label, fontsize="small")
         figures[panel.name] = fig
@@ -356,7 +369,7 @@ def comparison_figure(histories: Sequence[RunHistory]):
         if re.fullmatch(PASS_RATE_BY_TYPE, key) or key in UNIT_INTERVAL_KEYS:
             ax.set_ylim(-0.02, 1.02)
         ax.set_title(key)
-        ax.set_xlabel("step")
+        _step_axis(ax)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
     fig.suptitle("Runs compared: " + ", ".join(h.label for h in histories))

@@ -28,6 +28,7 @@ def _record(step: int) -> dict:
         "step": step,
         "epoch": step / 25,
         "loss": 0.01,
+        "grad_norm": 0.7,
         "learning_rate": 1e-5 * (1 - step / 26),
         "reward": step / 100,
         "reward_std": 0.1,
@@ -94,7 +95,7 @@ def test_plan_panels_draws_logged_metrics_and_skips_the_rest():
     by_name = {panel.name: keys for panel, keys in drawn}
     assert list(by_name) == ["reward", "reward_std", "rewards_by_function", "pass_rate_by_type",
                              "pass_rate_by_jsonl", "zero_signal", "completion_length", "clipped_ratio",
-                             "entropy", "loss", "learning_rate"]
+                             "entropy", "loss", "grad_norm", "learning_rate"]
     assert by_name["pass_rate_by_type"] == ["bench_reward/present/pass_rate", "bench_reward/table/pass_rate"]
     assert by_name["pass_rate_by_jsonl"] == ["bench_reward/jsonl_tables/pass_rate"]
     assert by_name["zero_signal"] == ["frac_reward_zero_std", "bench_reward/frac_zero_signal_groups"]
@@ -192,7 +193,7 @@ def test_single_run_report_files_and_summary(tmp_path, capsys):
     assert "skipped (not logged): policy_clip, kl" in capsys.readouterr().out
     for name in ("overview", "reward", "reward_std", "rewards_by_function", "pass_rate_by_type",
                  "pass_rate_by_jsonl", "zero_signal", "completion_length", "clipped_ratio", "entropy", "loss",
-                 "learning_rate"):
+                 "grad_norm", "learning_rate"):
         _png_ok(out / f"{name}.png")
     assert not (out / "kl.png").exists() and not (out / "compare.png").exists()
     overview_w, overview_h = _png_ok(out / "overview.png")
@@ -237,7 +238,7 @@ def test_several_runs_compared_on_one_chart(tmp_path):
     _png_ok(out / "olmorl" / "kl.png")
     assert result.skipped["olmorl"] == ["reward_std", "rewards_by_function", "pass_rate_by_type",
                                         "pass_rate_by_jsonl", "completion_length", "clipped_ratio", "policy_clip",
-                                        "entropy", "loss"]
+                                        "entropy", "loss", "grad_norm"]
     assert result.drawn["olmorl"] == ["reward", "zero_signal", "kl", "learning_rate"]
     summary = result.summary.read_text()
     assert "![runs compared](compare.png)" in summary
