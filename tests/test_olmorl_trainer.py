@@ -234,6 +234,36 @@ def test_equivalence_two_gloo_processes_with_grad_accumulation(tiny_model_dir, t
     print(f"2-process run took {time.monotonic() - started:.1f} s")
 
 
+def test_batch_with_no_signal_trains_on_nothing(tiny_model_dir, tmp_path):
+    """Every group flat: loss 0, weights untouched, dropped fraction 1, and the eval pass (G=1) agrees."""
+    from trl import GRPOConfig
+
+    from olmocr_rl.models import load_model_and_processor
+
+    model, processor = load_model_and_processor(str(tiny_model_dir))
+    before = torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    def constant_reward(completions, **kwargs):
+        return [0.25] * len(completions)
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, per_device_eval_batch_size=2, num_generations=2,
+        num_generations_eval=1, max_completion_length=4, max_steps=1, learning_rate=0.05, report_to="none",
+        use_cpu=True, bf16=False, logging_steps=1, save_strategy="no", seed=0, **olmorl_config_overrides(),
+    )
+    dataset = _dataset()
+    trainer = OlmoRLGRPOTrainer(model=model, args=args, processing_class=processor, reward_funcs=constant_reward,
+                                train_dataset=dataset, eval_dataset=dataset.select([1, 2]))
+    trainer.train()
+    after = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
+    logged = next(h for h in trainer.state.log_history if "olmorl/frac_groups_dropped" in h)
+    assert logged["loss"] == 0.0
+    assert (logged["olmorl/frac_groups_dropped"], logged["olmorl/tokens_kept"]) == (1.0, 0.0)
+    assert torch.equal(before, after)  # zero gradient, so AdamW (no weight decay) leaves the weights
+    metrics = trainer.evaluate()
+    assert metrics["eval_loss"] == 0.0 and metrics["eval_olmorl/frac_groups_dropped"] == 1.0
+
+
 # ---- configuration -------------------------------------------------------------------------------------------
 
 
