@@ -20,9 +20,10 @@ Contract:
     tokenizer/processor files, chat template, ...) except trainer state: optimizer/scheduler/RNG state,
     ``trainer_state.json``, ``training_args.bin``, any ``*.pt``/``*.pth``, DeepSpeed leftovers.
     Sub-folders (e.g. DeepSpeed ``global_step*``) are not copied.
-  * Memory: tensors are streamed one at a time from memory-mapped inputs; the peak is one output shard
-    in its stored dtype plus one tensor in fp32, i.e. at most about one model in fp32 (bf16 shards of a
-    whole model are half that).
+  * Memory: tensors are streamed one at a time from memory-mapped inputs (one input's copy of a tensor
+    plus its fp32 accumulator at any moment); what stays resident is the output shard being assembled
+    in its stored dtype. Peak: one shard + one tensor in fp32, at most about one model in fp32 (an
+    unsharded bf16 model is half that; HF's default 5 GB shards far less).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
 
 import torch
 from safetensors import safe_open
@@ -262,24 +263,30 @@ def check_compatible(layouts: Sequence[CheckpointLayout], configs: Sequence[dict
                     )
 
 
-def average_tensors(tensors: Sequence[torch.Tensor], name: str = "tensor") -> torch.Tensor:
+def average_tensors(tensors: Iterable[torch.Tensor], name: str = "tensor") -> torch.Tensor:
     """Uniform mean of same-shape tensors, summed in order in fp32 (fp64 if stored so), cast back.
 
-    Non-floating tensors must all be equal and the first is returned (averaging integer buffers such as
-    position ids has no meaning); a difference raises ``SoupError``.
+    ``tensors`` is consumed one at a time, so a lazy iterable keeps only one input tensor in memory
+    beside the fp32 accumulator. Non-floating tensors must all be equal and the first is returned
+    (averaging integer buffers such as position ids has no meaning); a difference raises ``SoupError``.
     """
-    first = tensors[0]
+    iterator = iter(tensors)
+    first = next(iterator)
     if not first.is_floating_point():
-        for other in tensors[1:]:
+        for other in iterator:
             if not torch.equal(first, other):
                 raise SoupError(f"non-floating tensor {name} ({first.dtype}) differs between inputs; cannot average it")
         return first.clone()
     acc_dtype = torch.float64 if first.dtype == torch.float64 else torch.float32
-    acc = torch.zeros(first.shape, dtype=acc_dtype)
-    for tensor in tensors:
+    stored_dtype = first.dtype
+    acc = first.to(acc_dtype, copy=True)
+    count = 1
+    del first
+    for tensor in iterator:
         acc += tensor.to(acc_dtype)
-    acc /= len(tensors)
-    return acc.to(first.dtype)
+        count += 1
+    acc /= count
+    return acc.to(stored_dtype)
 
 
 class _Reader:
@@ -292,10 +299,10 @@ class _Reader:
         else:
             self._handles = [_load_bin(layout.path / name) for layout in layouts]
 
-    def get(self, tensor: str) -> list[torch.Tensor]:
-        if self.format == "safetensors":
-            return [handle.get_tensor(tensor) for handle in self._handles]
-        return [state[tensor] for state in self._handles]
+    def get(self, tensor: str) -> Iterator[torch.Tensor]:
+        """The tensor from each input in turn, read only when the consumer asks for it."""
+        for handle in self._handles:
+            yield handle.get_tensor(tensor) if self.format == "safetensors" else handle[tensor]
 
 
 def _prepare_out_dir(out_dir: Path, inputs: Sequence[Path], overwrite: bool) -> None:

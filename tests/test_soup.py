@@ -55,6 +55,9 @@ def test_average_hand_worked_fp32():
     c = torch.tensor([2.0, 1.0, 1.0])
     assert torch.equal(average_tensors([a, b]), torch.tensor([2.0, 4.0, 1.0]))
     assert torch.equal(average_tensors([a, b, c]), torch.tensor([2.0, 3.0, 1.0]))
+    # A lazy iterable (how the CLI streams inputs) gives the same mean and leaves the inputs untouched.
+    assert torch.equal(average_tensors(t for t in (a, b, c)), torch.tensor([2.0, 3.0, 1.0]))
+    assert torch.equal(a, torch.tensor([1.0, 2.0, 3.0]))
 
 
 def test_average_accumulates_in_fp32_not_bf16():
