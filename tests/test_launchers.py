@@ -293,6 +293,76 @@ def test_beaker_dry_run_touches_neither_docker_nor_beaker(tmp_path, fake_bin):
     assert not log.exists()
 
 
+def test_beaker_refuses_before_building_when_the_job_would(tmp_path, fake_bin):
+    """Not a dry run: a conflict the job would hit (server mode, no server GPU) stops the launcher
+    before Docker is touched."""
+    for tool in ("docker", "beaker"):
+        fake_tool(fake_bin, tool, f'echo "{tool} $*" >> "$FAKE_LOG"\n')
+    log = tmp_path / "fake.log"
+    result = run(["bash", str(BEAKER), "--gpus", "1", "--beaker-user", "t", "--",
+                  "--config", "configs/olmocr2-7b.yaml"],
+                 env={"PATH": f"{fake_bin}:{os.environ['PATH']}", "FAKE_LOG": str(log)}, check=False)
+    assert result.returncode != 0 and "--vllm_mode colocate" in result.stderr
+    assert not log.exists()
+
+
+def test_beaker_submit_builds_uploads_and_creates_experiment(tmp_path, fake_bin):
+    """The real (non-dry) path against fake docker / beaker CLIs and a fake beaker-py module."""
+    fake_tool(fake_bin, "docker", 'echo "docker $*" >> "$FAKE_LOG"\n')
+    fake_tool(fake_bin, "beaker", textwrap.dedent('''\
+        echo "beaker $*" >> "$FAKE_LOG"
+        case "$1 $2" in
+          "account whoami") echo '[{"name": "alice"}]' ;;
+          "image get") exit 1 ;;  # not on Beaker yet: build and upload
+        esac
+        '''))
+    pkg = tmp_path / "pylib" / "beaker"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(textwrap.dedent('''\
+        import json, os
+
+        class BeakerExperimentSpec:
+            def __init__(self, data): self.data = data
+            @classmethod
+            def from_json(cls, data): return cls(data)
+
+        class _Experiments:
+            def create(self, *, spec, name):
+                with open(os.environ["FAKE_SPEC"], "w") as f:
+                    json.dump({"name": name, "spec": spec.data}, f)
+                return name
+
+        class _Workloads:
+            def url(self, workload): return f"https://beaker.example/{workload}"
+
+        class Beaker:
+            experiment = _Experiments()
+            workload = _Workloads()
+            @classmethod
+            def from_env(cls, default_workspace=None):
+                os.environ["FAKE_WORKSPACE"] = default_workspace
+                return cls()
+            def __enter__(self): return self
+            def __exit__(self, *exc): return False
+        '''))
+    log, spec_file = tmp_path / "fake.log", tmp_path / "spec.json"
+    env = {"PATH": f"{fake_bin}:{os.environ['PATH']}", "FAKE_LOG": str(log), "FAKE_SPEC": str(spec_file),
+           "PYTHONPATH": str(tmp_path / "pylib")}
+    out = run(["bash", str(BEAKER), "--name", "real-run", "--workspace", "ai2/mine", "--cluster", "ai2/x",
+               "--", "--reward_bench", "--wandb_project", "p q"], env=env).stdout
+    assert "submitted: https://beaker.example/real-run" in out
+    calls = log.read_text().splitlines()
+    docker = next(c for c in calls if c.startswith("docker build"))
+    tag = docker.split(" -t ", 1)[1].split()[0]
+    assert any(c == f"beaker image create --workspace ai2/mine --name {tag} {tag}" for c in calls)
+    submitted = json.loads(spec_file.read_text())
+    task = submitted["spec"]["tasks"][0]
+    assert submitted["name"] == "real-run"
+    assert task["image"]["beaker"] == f"alice/{tag}"
+    assert task["constraints"]["cluster"] == ["ai2/x"]
+    assert task["arguments"][-3:] == ["--reward_bench", "--wandb_project", "p q"]
+
+
 def test_dockerfile_workdir_matches_spec_and_pins():
     text = (REPO / "Dockerfile").read_text()
     assert f"WORKDIR {experiment_spec.IMAGE_REPO_DIR}\n" in text

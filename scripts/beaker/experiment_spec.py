@@ -129,6 +129,23 @@ def validate(opts: argparse.Namespace) -> None:
         )
 
 
+def run_task_dry(spec: dict, capture: bool) -> subprocess.CompletedProcess:
+    """Run the job's own task script locally with GRPO_DRY_RUN=1: it prints the commands it would
+    run and applies every check the job would (flag conflicts, --config readable), touching nothing."""
+    task = spec["tasks"][0]
+    env = {**os.environ, "GRPO_DRY_RUN": "1"}
+    return subprocess.run(["bash", str(REPO_ROOT / TASK_SCRIPT), *task["arguments"]], cwd=REPO_ROOT, env=env,
+                          capture_output=capture, text=True)
+
+
+def check_task(spec: dict) -> int:
+    """Fail before the image build when the job itself would refuse its arguments."""
+    result = run_task_dry(spec, capture=True)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr)
+    return result.returncode
+
+
 def print_dry_run(opts: argparse.Namespace, spec: dict) -> int:
     """Print the spec and the per-GPU-group commands; run nothing remote."""
     print(f"# experiment {opts.name!r} in workspace {opts.workspace} (dry run: nothing built or submitted)")
@@ -136,11 +153,7 @@ def print_dry_run(opts: argparse.Namespace, spec: dict) -> int:
     print(yaml.safe_dump(spec, sort_keys=False, width=1000), end="")
     print(COMMANDS_HEADER)
     sys.stdout.flush()
-    task = spec["tasks"][0]
-    local_script = str(REPO_ROOT / TASK_SCRIPT)
-    env = {**os.environ, "GRPO_DRY_RUN": "1"}
-    result = subprocess.run(["bash", local_script, *task["arguments"]], cwd=REPO_ROOT, env=env)
-    return result.returncode
+    return run_task_dry(spec, capture=False).returncode
 
 
 def submit(opts: argparse.Namespace, spec: dict) -> int:
@@ -205,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     validate(opts)
     spec = build_spec(opts, trainer_args)
     if opts.check:
-        return 0
+        return check_task(spec)
     return print_dry_run(opts, spec) if opts.dry_run else submit(opts, spec)
 
 

@@ -85,6 +85,9 @@ if ((vllm_gpus > 0)); then
   grpo_set_flag trainer_args --vllm_mode server
   grpo_set_flag trainer_args --vllm_server_host 127.0.0.1
   grpo_set_flag trainer_args --vllm_server_port "$vllm_port"
+elif [[ "$(grpo_setting vllm_mode "${trainer_args[@]}")" == server ]] &&
+  ! grpo_setting vllm_server_host "${trainer_args[@]}" >/dev/null; then
+  grpo_die "the trainer is set to --vllm_mode server but no GPU runs a server: add --vllm-gpus K to the launcher, or pass --vllm_mode colocate"
 fi
 
 # ---- 3. vLLM server on the last K GPUs ---------------------------------------------------------
