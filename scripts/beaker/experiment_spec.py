@@ -218,6 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     validate(opts)
     spec = build_spec(opts, trainer_args)
     if opts.check:
+        if opts.nodes > 1:
+            print(
+                f"warning: --nodes {opts.nodes}: every replica saves its DeepSpeed/FSDP shards to its own "
+                "local disk and only node 0 mirrors to S3; to resume after preemption put --output_dir on "
+                "a file system all replicas share",
+                file=sys.stderr,
+            )
         return check_task(spec)
     return print_dry_run(opts, spec) if opts.dry_run else submit(opts, spec)
 

@@ -95,7 +95,7 @@ fi
 on_exit() {
   local status=$?
   grpo_stop_vllm
-  grpo_log "task exiting with status $status"
+  grpo_is_dry_run || grpo_log "task exiting with status $status"
 }
 trap on_exit EXIT
 vllm_cmd=() train_cmd=()
