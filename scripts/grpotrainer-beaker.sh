@@ -116,6 +116,7 @@ python="${PYTHON:-}"
 if [[ -z "$python" ]]; then
   if [[ -x "$repo_root/.venv/bin/python" ]]; then python="$repo_root/.venv/bin/python"; else python=python3; fi
 fi
+export PYTHON="$python"  # the spec builder and the task's dry run read YAML with it (needs pyyaml)
 version="$(cd "$repo_root" && "$python" -c 'import olmocr_rl; print(olmocr_rl.__version__)' 2>/dev/null)" ||
   version="$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$repo_root/pyproject.toml" | head -n 1)"
 [[ -n "$version" ]] || grpo_die "cannot find the package version (olmocr_rl.__version__ or pyproject.toml)"

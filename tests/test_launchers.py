@@ -42,7 +42,8 @@ import experiment_spec  # noqa: E402
 
 
 def run(cmd: list[str], env: dict | None = None, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **(env or {})}
+    # The scripts' own Python (YAML reading, the spec builder) is the one running the tests.
+    full_env = {**os.environ, "PYTHON": sys.executable, **(env or {})}
     result = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
         raise AssertionError(f"{cmd} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
@@ -526,7 +527,7 @@ def test_slurm_requeues_on_usr1_and_resumes_in_same_dir(tmp_path, fake_bin):
     fake_tool(fake_bin, "srun", 'printf "%s\\n" "$@" > "$FAKE_DIR/srun.$SLURM_RESTART_COUNT"; exec sleep 20\n')
     env = {**slurm_env(fake_bin, tmp_path, "gpu01", 1), "FAKE_DIR": str(tmp_path), "SLURM_RESTART_COUNT": "0"}
     proc = subprocess.Popen(["bash", str(SBATCH), "--gpus-per-node", "2", "--", "--reward_bench"], cwd=REPO,
-                            env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env={**os.environ, "PYTHON": sys.executable, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 20
         while not (tmp_path / "srun.0").exists():

@@ -116,7 +116,7 @@ grpo_setting() {
     grpo_log "error: --config $config: no such file (paths are relative to $(pwd))"
     return 2
   fi
-  "${GRPO_PYTHON:-python3}" - "$config" "$key" <<'PY'
+  "${PYTHON:-python3}" - "$config" "$key" <<'PY'
 import sys, yaml
 path, key = sys.argv[1], sys.argv[2]
 with open(path, encoding="utf-8") as f:
