@@ -1,0 +1,100 @@
+"""One completion, prepared once for all the tests of its page.
+
+All tests of a page run against the same completion; much of their work depends only on the
+completion (normalising it, lower-casing it, parsing its tables, extracting its equations, counting
+its alphanumerics). :class:`PreparedText` computes each of these the first time a test asks and keeps
+the result, so a page with 40 tests normalises and parses its completion once, not 40 times.
+
+A ``PreparedText`` is cheap to create (nothing is computed up front) and is a per-completion cache:
+make a new one for each completion. Values are computed deterministically from ``text``, so two
+threads racing to fill the same entry store equal values (harmless).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+from .normalize import normalize_text
+
+__all__ = ["PreparedText", "prepare_text"]
+
+T = TypeVar("T")
+
+
+class PreparedText:
+    """A completion plus lazily computed, cached views of it.
+
+    ``text`` is the completion exactly as given (tests that look at raw markup use it); the
+    properties below are the shared views. ``derived(key, compute)`` caches any other per-completion
+    value ``compute(self)`` under ``key`` (used by the table, math, baseline and format modules).
+    """
+
+    __slots__ = ("text", "_cache")
+
+    def __init__(self, text: str) -> None:
+        if not isinstance(text, str):
+            raise TypeError(f"a completion must be a str, got {type(text).__name__}")
+        self.text = text
+        self._cache: dict[Any, Any] = {}
+
+    def derived(self, key: Any, compute: Callable[["PreparedText"], T]) -> T:
+        """Return ``compute(self)``, computed at most once per key for this completion."""
+        try:
+            return self._cache[key]
+        except KeyError:
+            value = compute(self)
+            self._cache[key] = value
+            return value
+
+    @property
+    def normalized(self) -> str:
+        """``normalize_text(text)``."""
+        return self.derived("normalized", lambda p: normalize_text(p.text))
+
+    @property
+    def normalized_lower(self) -> str:
+        """``normalize_text(text).lower()`` (case-insensitive tests)."""
+        return self.derived("normalized_lower", lambda p: p.normalized.lower())
+
+    @property
+    def alnum_count(self) -> int:
+        """Number of alphanumeric characters (``str.isalnum``) in the raw text."""
+        return self.derived("alnum_count", lambda p: _count_alnum(p.text))
+
+    def tables(self, *, include_markdown: bool) -> tuple:
+        """Tables of the completion: markdown ones first (if asked), then HTML ones."""
+        from .tables import parse_html_tables, parse_markdown_tables
+
+        html = self.derived("html_tables", lambda p: parse_html_tables(p.text))
+        if not include_markdown:
+            return html
+        markdown = self.derived("markdown_tables", lambda p: parse_markdown_tables(p.text))
+        return markdown + html
+
+    def equations(self, *, ignore_dollar_delimited: bool) -> tuple[str, ...]:
+        """Candidate equations, in olmOCR-bench's extraction order (see ``math_test``)."""
+        from .math_test import extract_equations
+
+        key = ("equations", ignore_dollar_delimited)
+        return self.derived(key, lambda p: extract_equations(p.text, ignore_dollar_delimited))
+
+    def __repr__(self) -> str:
+        head = self.text[:40] + ("…" if len(self.text) > 40 else "")
+        return f"PreparedText({head!r}, {len(self.text)} chars, cached={sorted(map(str, self._cache))})"
+
+
+def _count_alnum(text: str) -> int:
+    if text.isascii():
+        # Fast path: for ASCII, alphanumerics are exactly [A-Za-z0-9].
+        return len(text) - len(text.translate(_ASCII_ALNUM_DELETE))
+    return sum(1 for ch in text if ch.isalnum())
+
+
+_ASCII_ALNUM_DELETE = str.maketrans("", "", "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+
+
+def prepare_text(text: str | PreparedText) -> PreparedText:
+    """Wrap a completion for evaluation; a ``PreparedText`` is returned unchanged."""
+    if isinstance(text, PreparedText):
+        return text
+    return PreparedText(text)

@@ -1,0 +1,127 @@
+"""``present`` / ``absent`` and ``order`` tests (olmOCR-bench ``TextPresenceTest``, ``TextOrderTest``).
+
+present/absent: the completion is normalised (and lower-cased with ``case_sensitive: false``),
+optionally cut to its first ``first_n`` and/or last ``last_n`` characters (both: the two pieces
+joined), and scored with ``partial_ratio(text, window)``; present passes iff the score reaches
+``1 - max_diffs/len(text)``, absent iff it does not. A window shorter than ``len(text) - max_diffs``
+cannot contain the text: present fails and absent passes without scoring (olmOCR-bench's guard
+against ``partial_ratio`` aligning a near-empty completion inside the reference).
+
+order: ``before`` and ``after`` are searched in the normalised completion with at most ``max_diffs``
+edits (always case-sensitive); the test passes iff some match of ``before`` starts before some match
+of ``after``, i.e. the leftmost ``before`` match starts before the rightmost ``after`` match.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from .base import BenchTest, check_max_diffs_fits, threshold_for
+from .errors import FieldError
+from .fuzzy import first_match_start, last_match_start, partial_ratio_score
+from .normalize import normalize_text
+from .prepared import PreparedText
+
+__all__ = ["PresenceTest", "OrderTest"]
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PresenceTest(BenchTest):
+    """``present`` / ``absent``: is ``text`` (fuzzily) in the completion?"""
+
+    text: str
+    case_sensitive: bool = True
+    first_n: int | None = None
+    last_n: int | None = None
+
+    reference: str = field(init=False, repr=False, compare=False)
+    threshold: float = field(init=False, repr=False, compare=False)
+
+    TYPES: ClassVar[tuple[str, ...]] = ("present", "absent")
+    FIELD_KINDS: ClassVar[dict[str, str]] = {"text": "str", "case_sensitive": "bool", "first_n": "int?", "last_n": "int?"}
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        normalized = normalize_text(self.text)
+        if not normalized.strip():
+            raise FieldError("text", "must contain visible text; it is empty after normalisation")
+        for name in ("first_n", "last_n"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise FieldError(name, f"must be a positive number of characters (or null), got {value}")
+        reference = normalized if self.case_sensitive else normalized.lower()
+        check_max_diffs_fits(self.max_diffs, reference, "text")
+        self._set(text=normalized, reference=reference, threshold=threshold_for(self.max_diffs, reference))
+
+    def _window(self, prepared: PreparedText) -> str:
+        content = prepared.normalized if self.case_sensitive else prepared.normalized_lower
+        # olmOCR-bench tests truthiness, so 0 means "no limit".
+        if self.first_n and self.last_n:
+            return content[: self.first_n] + content[-self.last_n :]
+        if self.first_n:
+            return content[: self.first_n]
+        if self.last_n:
+            return content[-self.last_n :]
+        return content
+
+    def run_prepared(self, prepared: PreparedText) -> tuple[bool, str]:
+        window = self._window(prepared)
+        present = self.type == "present"
+        needed = len(self.reference) - self.max_diffs
+        if len(window) < needed:
+            if present:
+                return False, f"text too short ({len(window)} chars) to contain '{_short(self.reference)}' (needs {needed})"
+            return True, ""
+        score = partial_ratio_score(self.reference, window, self.threshold)
+        found = score >= self.threshold
+        if present:
+            if found:
+                return True, ""
+            return False, f"expected '{_short(self.reference)}' (threshold {self.threshold:.3f}), best match ratio {score:.3f}"
+        if not found:
+            return True, ""
+        return False, f"expected '{_short(self.reference)}' to be absent (threshold {self.threshold:.3f}), but match ratio was {score:.3f}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class OrderTest(BenchTest):
+    """``order``: does ``before`` appear before ``after``?"""
+
+    before: str
+    after: str
+
+    TYPES: ClassVar[tuple[str, ...]] = ("order",)
+    FIELD_KINDS: ClassVar[dict[str, str]] = {"before": "str", "after": "str"}
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        before = normalize_text(self.before)
+        after = normalize_text(self.after)
+        for name, value in (("before", before), ("after", after)):
+            if not value.strip():
+                raise FieldError(name, "must contain visible text; it is empty after normalisation")
+            # olmOCR-bench's rule: a search may not allow more edits than half the searched text.
+            if self.max_diffs > len(value) // 2:
+                raise FieldError(
+                    "max_diffs",
+                    f"{self.max_diffs} is larger than half the '{name}' text it applies to ({len(value)} chars); "
+                    f"lower it to at most {len(value) // 2}",
+                )
+        self._set(before=before, after=after)
+
+    def run_prepared(self, prepared: PreparedText) -> tuple[bool, str]:
+        content = prepared.normalized
+        first_before = first_match_start(self.before, content, self.max_diffs)
+        if first_before is None:
+            return False, f"'before' text '{_short(self.before)}' not found (max_diffs {self.max_diffs})"
+        last_after = last_match_start(self.after, content, self.max_diffs)
+        if last_after is None:
+            return False, f"'after' text '{_short(self.after)}' not found (max_diffs {self.max_diffs})"
+        if first_before < last_after:
+            return True, ""
+        return False, f"'{_short(self.before)}' (first at {first_before}) does not appear before '{_short(self.after)}' (last at {last_after})"
