@@ -115,7 +115,8 @@ def make_s3_client():
     ``OLMOCR_RL_S3_READ_TIMEOUT`` (seconds, default 10 / 60) bound a hung server. A change to any of
     those variables, or a fork, gets a fresh client.
     """
-    key = (os.getpid(), tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("AWS_", "OLMOCR_RL_S3_")))))
+    settings = sorted((k, v) for k, v in os.environ.items() if k.startswith(("AWS_", "OLMOCR_RL_S3_")))
+    key = (os.getpid(), tuple(settings))
     with _CLIENTS_LOCK:
         if key in _CLIENTS:
             return _CLIENTS[key]
@@ -290,7 +291,9 @@ def _write_marker(marker: Path, uri: str, objects: dict[str, dict], complete: bo
 
 
 def _cache_is_whole(folder: Path, objects: dict[str, dict]) -> bool:
-    return all((folder / rel).is_file() and (folder / rel).stat().st_size == meta["size"] for rel, meta in objects.items())
+    return all(
+        (folder / rel).is_file() and (folder / rel).stat().st_size == meta["size"] for rel, meta in objects.items()
+    )
 
 
 def download_s3_prefix(uri: str, cache_dir: str | os.PathLike | None = None) -> Path:
@@ -310,6 +313,7 @@ def download_s3_prefix(uri: str, cache_dir: str | os.PathLike | None = None) -> 
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
     destination = root / bucket / folder_prefix.strip("/") if folder_prefix else root / bucket
     marker = destination / CACHE_MARKER
+    canonical = f"s3://{bucket}/{folder_prefix}"  # ".../tiny" and ".../tiny/" share one cache
 
     client = None
     try:
@@ -318,7 +322,10 @@ def download_s3_prefix(uri: str, cache_dir: str | os.PathLike | None = None) -> 
     except Exception as exc:
         error = _explain(exc, "listing", uri, client)
         cached = _read_marker(marker)
-        if cached and cached.get("uri") == uri and cached.get("complete") and _cache_is_whole(destination, cached.get("objects", {})):
+        if (
+            cached and cached.get("uri") == canonical and cached.get("complete")
+            and _cache_is_whole(destination, cached.get("objects", {}))
+        ):
             logger.warning("%s; using the complete cached copy in %s", error, destination)
             return destination
         raise error from exc
@@ -329,11 +336,11 @@ def download_s3_prefix(uri: str, cache_dir: str | os.PathLike | None = None) -> 
         )
     wanted = {rel: {"etag": obj.etag, "size": obj.size} for rel, obj in sorted(remote.items())}
     for rel in wanted:
-        _safe_relative(rel, _folder_prefix(uri))
+        _safe_relative(rel, canonical)
 
     with _folder_lock(destination.parent / f".{destination.name}.lock"):
         previous = _read_marker(marker) or {}
-        known = previous.get("objects", {}) if previous.get("uri") == uri else {}
+        known = previous.get("objects", {}) if previous.get("uri") == canonical else {}
         if previous.get("complete") and known == wanted and _cache_is_whole(destination, wanted):
             logger.info("using cached copy of %s in %s", uri, destination)
             return destination
@@ -345,7 +352,7 @@ def download_s3_prefix(uri: str, cache_dir: str | os.PathLike | None = None) -> 
             if wanted.get(rel) == meta and (destination / rel).is_file()
             and (destination / rel).stat().st_size == meta["size"]
         }
-        _write_marker(marker, uri, whole, complete=False)
+        _write_marker(marker, canonical, whole, complete=False)
         started, fetched, fetched_bytes = time.monotonic(), 0, 0
         try:
             for rel, meta in wanted.items():
@@ -353,12 +360,12 @@ def download_s3_prefix(uri: str, cache_dir: str | os.PathLike | None = None) -> 
                     continue
                 _download_object(client, bucket, remote[rel].key, destination / rel)
                 whole[rel] = meta
-                _write_marker(marker, uri, whole, complete=False)
+                _write_marker(marker, canonical, whole, complete=False)
                 fetched, fetched_bytes = fetched + 1, fetched_bytes + meta["size"]
         except Exception as exc:
             raise _explain(exc, "downloading", uri, client) from exc
         _remove_stale_files(destination, set(wanted))
-        _write_marker(marker, uri, wanted, complete=True)
+        _write_marker(marker, canonical, wanted, complete=True)
     logger.info(
         "downloaded %d of %d files (%s) from %s to %s in %.1f s",
         fetched, len(wanted), _human_bytes(fetched_bytes), uri, destination, time.monotonic() - started,
@@ -628,7 +635,11 @@ def is_complete_checkpoint(files: Iterable[str]) -> bool:
 
 
 def _local_checkpoint_files(folder: Path) -> set[str]:
-    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and not p.name.endswith(PARTIAL_SUFFIX)}
+    return {
+        p.relative_to(folder).as_posix()
+        for p in folder.rglob("*")
+        if p.is_file() and not p.name.endswith(PARTIAL_SUFFIX)
+    }
 
 
 def find_latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
@@ -783,7 +794,10 @@ class S3SyncCallback(TrainerCallback):
 
     # The work ---------------------------------------------------------------------------------------
     def sync(self, wait: bool = True) -> None:
-        """Request a mirror pass; with ``wait`` return only after every requested pass finished."""
+        """Request a mirror pass; with ``wait`` return only after every requested pass finished.
+
+        No rank check here (the Trainer events do that): call it on the global main process only.
+        """
         if not self.background:
             self._run_pass()
             return
@@ -812,9 +826,17 @@ class S3SyncCallback(TrainerCallback):
                     self._worker = None
                     return
                 self._pending = False
-            self._run_pass()
+            try:
+                self._run_pass()
+            except BaseException:  # _run_pass catches Exception; this is KeyboardInterrupt and kin
+                with self._lock:
+                    self._worker = None
+                raise
 
     def _run_pass(self) -> None:
+        if not self.output_dir.is_dir():  # training ended before its first save: nothing to mirror
+            logger.info("S3 sync skipped: %s does not exist yet", self.output_dir)
+            return
         try:
             result = self.mirror.sync()
         except Exception as exc:  # never let S3 stop training

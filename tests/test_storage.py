@@ -334,7 +334,8 @@ def test_mirror_keep_remote_only_deletes_only_what_it_saw_locally(moto_s3, tmp_p
 
     shutil.rmtree(out / "checkpoint-3")
     result = mirror.sync()
-    assert sorted(result.deleted) == [f"checkpoint-3/{f}" for f in ("model.safetensors", "optimizer.pt", "trainer_state.json")]
+    files = ("model.safetensors", "optimizer.pt", "trainer_state.json")
+    assert sorted(result.deleted) == [f"checkpoint-3/{f}" for f in files]
     assert {k.split("/")[0] for k in remote_keys(moto_s3, "run/")} == {"checkpoint-1", "checkpoint-2", "checkpoint-4"}
 
 
@@ -437,6 +438,14 @@ def test_callback_logs_and_goes_on_when_the_server_is_gone(moto_s3, tmp_path, ca
     assert "training goes on" in errors[0].getMessage()
     assert f"s3://{moto_s3.bucket}/run/" in errors[0].getMessage()
     assert "cannot reach the S3 endpoint" in callback.last_error
+
+
+def test_callback_with_nothing_saved_yet_logs_no_error(moto_s3, tmp_path, caplog):
+    callback = S3SyncCallback(f"s3://{moto_s3.bucket}/run", tmp_path / "never-created")
+    with caplog.at_level(logging.INFO, logger="olmocr_rl.storage"):
+        callback.on_train_end(None, WorldState(), None)
+    assert "does not exist yet" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_callback_rejects_a_malformed_destination_at_once(tmp_path):
@@ -558,3 +567,22 @@ def test_training_finishes_when_the_s3_server_goes_away_mid_run(moto_s3, tmp_pat
     assert any(m.startswith("S3 sync") and "uploaded" in m for m in messages), messages  # step 1 went up
     failures = [m for m in messages if "failed; training goes on" in m]
     assert failures and all(uri in m and "cannot reach the S3 endpoint" in m for m in failures)
+
+
+def test_tiny_model_loads_from_an_s3_uri(moto_s3, tmp_path, tiny_model_dir, s3_calls):
+    """--model_name s3://...: the folder comes down once and loads like the local one."""
+    from olmocr_rl.models import load_model_and_processor
+
+    sync_dir_to_s3(tiny_model_dir, f"s3://{moto_s3.bucket}/models/tiny")
+    s3_calls.clear()
+    model, processor = load_model_and_processor(f"s3://{moto_s3.bucket}/models/tiny", cache_dir=str(tmp_path))
+    local_model, _ = load_model_and_processor(str(tiny_model_dir))
+    assert type(model) is type(local_model)
+    assert all(
+        (a == b).all() for a, b in zip(model.state_dict().values(), local_model.state_dict().values(), strict=True)
+    )
+    assert processor is not None
+    fetched = s3_calls.count("GetObject")
+    assert fetched >= sum(1 for p in tiny_model_dir.rglob("*") if p.is_file())
+    load_model_and_processor(f"s3://{moto_s3.bucket}/models/tiny", cache_dir=str(tmp_path), load_model=False)
+    assert s3_calls.count("GetObject") == fetched  # second load: cache reused
