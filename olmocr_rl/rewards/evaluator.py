@@ -1,0 +1,174 @@
+"""Scoring a batch of completions against their pages' tests, serially or in a pool of worker processes.
+
+Why processes: the tests' hot path (regex normalisation, fuzzy matching, table parsing) is Python and
+rapidfuzz scorer calls, which hold the GIL; measured on 2 cores, two threads are no faster than one
+(docs/rewards.md has the numbers). A process pool is therefore used when more than one worker is asked for.
+
+Pool design:
+* created lazily on the first batch and reused across calls (and GRPO steps);
+* started with ``spawn`` by default: the trainer process may hold CUDA and many threads, which ``fork``
+  must not copy (``OLMOCR_RL_REWARD_START_METHOD`` chooses ``fork`` / ``forkserver`` instead);
+* tasks name tests by :class:`PageKey` (file paths + ids) and each worker keeps its own
+  :class:`PageTestCache`, so test objects are never pickled per call;
+* a page's completions go to the workers in a few chunks, so each worker constructs a page's tests at
+  most once per batch (in one epoch each page is seen once, so construction is not amortised by the cache);
+* a broken pool (a worker killed, e.g. out of memory) is logged, replaced, and that batch scored serially.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Sequence
+
+from olmocr_rl.rewards.completions import page_body
+from olmocr_rl.rewards.page_score import PageScore, score_page
+from olmocr_rl.rewards.page_tests import PageKey, PageTestCache
+
+logger = logging.getLogger(__name__)
+
+WORKERS_ENV = "OLMOCR_RL_REWARD_WORKERS"
+START_METHOD_ENV = "OLMOCR_RL_REWARD_START_METHOD"
+MAX_DEFAULT_WORKERS = 16
+
+
+def resolve_workers(workers: int | None = None) -> int:
+    """How many reward worker processes to use (1 = score in the calling process).
+
+    ``workers`` if given, else ``$OLMOCR_RL_REWARD_WORKERS``, else min(usable CPUs / local processes, 16),
+    where local processes = ``$LOCAL_WORLD_SIZE`` (set by torchrun / accelerate), so that 8 trainer
+    processes on one node do not each start 16 workers.
+    """
+    if workers is None:
+        raw = os.environ.get(WORKERS_ENV)
+        if raw:
+            try:
+                workers = int(raw)
+            except ValueError:
+                raise ValueError(f"${WORKERS_ENV}={raw!r} is not an integer; set it to a worker count >= 1") from None
+    if workers is not None:
+        if workers < 1:
+            raise ValueError(f"reward workers must be >= 1 (got {workers}); use 1 to score in-process")
+        return workers
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    local_processes = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    return max(1, min(cpus // local_processes, MAX_DEFAULT_WORKERS))
+
+
+def score_texts(cache: PageTestCache, key: PageKey, texts: Sequence[str], raw_completion: bool) -> list[PageScore]:
+    """Score each text on the page ``key``; a page without usable tests gives empty counts (reward None)."""
+    try:
+        page = cache.get(key)
+    except Exception as error:  # noqa: BLE001 - the loader reports problems itself; this is a last resort
+        problem = f"loading tests {key.test_ids[:3]}... from {key.jsonl_files} failed: {type(error).__name__}: {error}"
+        return [PageScore(by_type={}, by_jsonl={}, load_errors=(problem,)) for _text in texts]
+    scores = []
+    for text in texts:
+        if page.tests:
+            try:
+                body = page_body(text, raw_completion)
+            except Exception:  # noqa: BLE001 - the splitter promises not to raise; fall back to the raw text
+                body = text
+            score = score_page(page.tests, body)
+        else:
+            score = PageScore(by_type={}, by_jsonl={})
+        scores.append(
+            PageScore(
+                by_type=score.by_type,
+                by_jsonl=score.by_jsonl,
+                errors=score.errors,
+                missing_ids=page.missing_ids,
+                load_errors=page.load_errors,
+            )
+        )
+    return scores
+
+
+# Each worker process keeps its own cache (module state of the worker, never of the trainer process).
+_worker_cache: PageTestCache | None = None
+
+
+def _score_in_worker(key: PageKey, texts: list[str], raw_completion: bool) -> list[PageScore]:
+    global _worker_cache
+    if _worker_cache is None:
+        _worker_cache = PageTestCache()
+    return score_texts(_worker_cache, key, texts, raw_completion)
+
+
+class BenchEvaluator:
+    """Scores ``(PageKey, text)`` tasks; ``workers == 1`` scores in-process, otherwise in a process pool."""
+
+    def __init__(self, workers: int | None = None, start_method: str | None = None):
+        self.workers = resolve_workers(workers)
+        self.start_method = start_method or os.environ.get(START_METHOD_ENV) or "spawn"
+        if self.start_method not in multiprocessing.get_all_start_methods():
+            raise ValueError(
+                f"reward pool start method {self.start_method!r} is not available here; "
+                f"choose one of {multiprocessing.get_all_start_methods()} (${START_METHOD_ENV})"
+            )
+        self.cache = PageTestCache()  # used by the in-process path
+        self._pool: ProcessPoolExecutor | None = None
+
+    def evaluate(self, tasks: Sequence[tuple[PageKey, str]], raw_completion: bool) -> list[PageScore]:
+        """One :class:`PageScore` per task, in task order."""
+        chunks = _chunks(tasks, self.workers)
+        if self.workers > 1 and len(tasks) > 1:
+            try:
+                return _unchunk(len(tasks), chunks, self._run_in_pool(chunks, raw_completion))
+            except BrokenProcessPool as error:
+                logger.error("reward worker pool broke (%s); restarting it and scoring this batch in-process", error)
+                self.close()
+        results = [score_texts(self.cache, key, texts, raw_completion) for key, _indices, texts in chunks]
+        return _unchunk(len(tasks), chunks, results)
+
+    def _run_in_pool(self, chunks, raw_completion: bool) -> list[list[PageScore]]:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.workers, mp_context=multiprocessing.get_context(self.start_method)
+            )
+        futures = [self._pool.submit(_score_in_worker, key, texts, raw_completion) for key, _indices, texts in chunks]
+        return [future.result() for future in futures]
+
+    def close(self) -> None:
+        """Stop the worker processes (a later batch starts a new pool)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def __del__(self):  # best effort: do not leave workers behind when the evaluator is dropped
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def _chunks(tasks: Sequence[tuple[PageKey, str]], workers: int) -> list[tuple[PageKey, list[int], list[str]]]:
+    """Group task indices by page, then cut each page's list into chunks of about total / (2 x workers).
+
+    Two chunks per worker balance the load; keeping a chunk on one page means its tests load once there.
+    """
+    by_page: dict[PageKey, list[int]] = {}
+    for index, (key, _text) in enumerate(tasks):
+        by_page.setdefault(key, []).append(index)
+    size = max(1, math.ceil(len(tasks) / (2 * workers)))
+    chunks = []
+    for key, indices in by_page.items():
+        for start in range(0, len(indices), size):
+            part = indices[start : start + size]
+            chunks.append((key, part, [tasks[i][1] for i in part]))
+    return chunks
+
+
+def _unchunk(n: int, chunks, results: list[list[PageScore]]) -> list[PageScore]:
+    ordered: list[PageScore | None] = [None] * n
+    for (_key, indices, _texts), scores in zip(chunks, results):
+        for index, score in zip(indices, scores):
+            ordered[index] = score
+    return ordered  # type: ignore[return-value]
