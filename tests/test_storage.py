@@ -448,6 +448,24 @@ def test_callback_with_nothing_saved_yet_logs_no_error(moto_s3, tmp_path, caplog
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
+def test_check_s3_access_is_a_preflight_for_the_save_path(moto_s3):
+    storage.check_s3_access(f"s3://{moto_s3.bucket}/runs/new/")  # an empty prefix in a real bucket is fine
+    with pytest.raises(StorageError, match="listing s3://typo-bucket/runs failed: the bucket does not exist"):
+        storage.check_s3_access("s3://typo-bucket/runs")
+
+
+def test_without_boto3_s3_fails_with_an_install_hint_and_training_goes_on(tmp_path, monkeypatch, caplog):
+    monkeypatch.setitem(__import__("sys").modules, "boto3", None)  # import boto3 -> ImportError
+    monkeypatch.setattr(storage, "_CLIENTS", {})
+    with pytest.raises(StorageError, match="pip install boto3"):
+        download_s3_prefix("s3://bucket/model", cache_dir=tmp_path)
+    fake_checkpoint(tmp_path / "out", 1)
+    callback = S3SyncCallback("s3://bucket/run", tmp_path / "out", retries=3, background=False)
+    callback.on_save(None, WorldState(), None)
+    assert "pip install boto3" in callback.last_error and "gave up after 1 attempt" in callback.last_error
+    assert "pip install boto3" in caplog.text
+
+
 def test_callback_rejects_a_malformed_destination_at_once(tmp_path):
     with pytest.raises(ValueError, match="single slash"):
         S3SyncCallback("s3:/bucket/run", tmp_path)
