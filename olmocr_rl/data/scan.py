@@ -20,10 +20,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from olmocr_rl.bench import TEST_TYPES  # olmOCR-bench's test types, in its order
 from olmocr_rl.data.render import RenderError, pdf_page_count
 
-# olmOCR-bench's test types (its TestType enum).
-TEST_TYPES = ("present", "absent", "order", "table", "math", "baseline", "format", "footnote")
+__all__ = ["TEST_TYPES", "BenchPage", "BenchProblem", "BenchScan", "TestRef", "scan_bench_folder"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,8 @@ class BenchProblem:
 @dataclass(frozen=True)
 class TestRef:
     """One test line of a JSONL file: the fields the data layer needs, and the whole entry."""
+
+    __test__ = False  # not a pytest test class, despite the name
 
     id: str
     type: str
