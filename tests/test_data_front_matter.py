@@ -185,3 +185,20 @@ def test_format_none_language_reads_back_as_the_string_none():
     text = format_front_matter(PageResponse(None, True, 0, False, False, "x"))
     assert "primary_language: None\n" in text
     assert parse_page_response(text).primary_language == "None"
+
+
+def test_yaml_value_errors_are_front_matter_errors():
+    # PyYAML raises ValueError (not YAMLError) for an impossible date; still "not valid YAML" for us.
+    text = "---\nprimary_language: 2020-13-45\n---\nbody"
+    assert split_front_matter(text) == (None, text)
+    with pytest.raises(FrontMatterError, match="not valid YAML"):
+        parse_page_response(text)
+
+
+def test_split_results_are_private_copies():
+    first, _ = split_front_matter(GOOD)
+    first["is_table"] = "changed"
+    nested, _ = split_front_matter("---\nkeys: [1, 2]\n---\nx")
+    nested["keys"].append(3)
+    assert split_front_matter(GOOD)[0]["is_table"] is False
+    assert split_front_matter("---\nkeys: [1, 2]\n---\nx")[0] == {"keys": [1, 2]}

@@ -19,6 +19,8 @@ layout back out.
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -85,15 +87,35 @@ def _locate(text: str) -> tuple[str, str] | None:
     return text[len(_OPENING) : end], text[end + len(_CLOSING) :].strip()
 
 
-def _load_yaml(source: str) -> dict | None:
-    """The YAML mapping in `source` ({} when empty), or None when it is not YAML or not a mapping."""
+_CACHED_SOURCE_CHARS = 2000  # a real front matter is ~120 characters; do not keep huge blocks alive
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_block(source: str) -> tuple[dict | None, str | None]:
+    """(mapping, None) for a YAML mapping ({} when empty), else (None, why it is not one).
+
+    Cached: the G completions of a page mostly share one front matter, and YAML parsing costs
+    ~100x more than the rest of a split.
+    """
     try:
         data = yaml.load(source, Loader=_YAML_LOADER)
-    except Exception:  # noqa: BLE001 - any YAML failure (incl. bad timestamps) means "no front matter"
-        return None
+    except Exception as exc:  # noqa: BLE001 - any YAML failure (incl. bad timestamps) means "no front matter"
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return None, f"front matter is not valid YAML ({detail}); write one 'key: value' per line"
     if data is None:
-        return {}
-    return data if isinstance(data, dict) else None
+        return {}, None
+    if not isinstance(data, dict):
+        return None, f"front matter must be 'key: value' lines, got a YAML {type(data).__name__}: {str(data)[:60]!r}"
+    return data, None
+
+
+def _load_yaml(source: str) -> tuple[dict | None, str | None]:
+    """`_parse_block`, with a private copy of the mapping for the caller."""
+    data, problem = _parse_block(source) if len(source) <= _CACHED_SOURCE_CHARS else _parse_block.__wrapped__(source)
+    if data is None:
+        return None, problem
+    nested = any(isinstance(value, (dict, list, set)) for value in data.values())
+    return (copy.deepcopy(data) if nested else dict(data)), None
 
 
 def split_front_matter(text: str) -> tuple[dict | None, str]:
@@ -110,7 +132,7 @@ def split_front_matter(text: str) -> tuple[dict | None, str]:
     if located is None:
         return None, text.strip()
     source, body = located
-    data = _load_yaml(source)
+    data, _problem = _load_yaml(source)
     if data is None:
         return None, text.strip()
     return data, body
@@ -156,16 +178,9 @@ def parse_page_response(text: str) -> PageResponse:
             f"{', '.join(FRONT_MATTER_KEYS)} as 'key: value' lines, then a closing '---' line"
         )
     source, body = located
-    try:
-        data = yaml.load(source, Loader=_YAML_LOADER)
-    except yaml.YAMLError as exc:
-        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise FrontMatterError(f"front matter is not valid YAML ({detail}); write one 'key: value' per line") from None
-    data = {} if data is None else data
-    if not isinstance(data, dict):
-        raise FrontMatterError(
-            f"front matter must be 'key: value' lines, got a YAML {type(data).__name__}: {str(data)[:60]!r}"
-        )
+    data, problem = _load_yaml(source)
+    if data is None:
+        raise FrontMatterError(problem)
 
     missing = [key for key in FRONT_MATTER_KEYS if key not in data]
     extra = [str(key) for key in data if key not in FRONT_MATTER_KEYS]
