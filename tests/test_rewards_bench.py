@@ -243,3 +243,74 @@ def test_worker_pool_gives_the_serial_results(p1_file, tmp_path):
     finally:
         pooled.close()
         serial.close()
+
+
+@pytest.mark.shared
+def test_real_sample_rewards_match_the_bench_engine(shared_sample):
+    """On the real sample pages (pipeline outputs + perturbations), every reward equals the pass rate that
+    olmocr_rl.bench's own evaluate_page gives the front-matter-free text, and raw mode sees the front matter."""
+    import importlib.util
+    from pathlib import Path
+
+    from olmocr_rl.bench import evaluate_page, load_tests, pass_rate
+    from olmocr_rl.data.front_matter import split_front_matter
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "bench_rewards.py"
+    spec = importlib.util.spec_from_file_location("bench_rewards", script)
+    bench_rewards = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_rewards)
+    completions, cols = bench_rewards.make_batch(shared_sample, generations=3, seed=1)
+
+    tests_by_id = {}
+    for jsonl in sorted(shared_sample.glob("*.jsonl")):
+        tests_by_id.update({t.id: t for t in load_tests(jsonl)})
+    scorer = BenchRewardScorer(workers=1)
+    rewards = scorer.rewards(completions, **cols)
+    assert len(rewards) == len(completions) > 60
+    for completion, ids, reward in zip(completions, cols["test_ids"], rewards):
+        _front, body = split_front_matter(completion[0]["content"])
+        assert reward == pytest.approx(pass_rate(evaluate_page([tests_by_id[i] for i in ids], body)))
+    assert 0.0 < sum(rewards) / len(rewards) < 1.0
+    # The blank page's baseline test (max_length 10) passes only once the front matter is removed.
+    blank = [i for i, ids in enumerate(cols["test_ids"]) if ids == ["test1_blank"]][0]
+    assert rewards[blank] == 1.0
+    raw = scorer.rewards(completions, raw_completion=True, **cols)
+    assert raw[blank] == 0.0
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_worker_is_replaced_and_the_batch_scored_in_process(p1_file, caplog):
+    import os
+    import signal
+
+    scorer = BenchRewardScorer(workers=2)
+    cols = columns(4, [p1_file], P1_IDS)
+    try:
+        assert scorer.rewards([PERFECT, PARTIAL, "", PERFECT], **cols) == [1.0, 0.25, 0.25, 1.0]
+        for pid in list(scorer.evaluator._pool._processes):  # workers this test started
+            os.kill(pid, signal.SIGKILL)
+        with caplog.at_level(logging.ERROR):
+            assert scorer.rewards([PARTIAL, PERFECT, "", PERFECT], **cols) == [0.25, 1.0, 0.25, 1.0]
+        assert any("pool broke" in r.message for r in caplog.records)
+        assert scorer.rewards([PERFECT, PERFECT, PARTIAL, ""], **cols) == [1.0, 1.0, 0.25, 0.25]  # a new pool
+    finally:
+        scorer.close()
+
+
+def test_worker_count_resolution(monkeypatch):
+    from olmocr_rl.rewards import resolve_workers
+
+    monkeypatch.delenv("OLMOCR_RL_REWARD_WORKERS", raising=False)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert resolve_workers() == 8  # 64 CPUs shared by 8 trainer processes
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert resolve_workers() == 16  # capped
+    monkeypatch.setenv("OLMOCR_RL_REWARD_WORKERS", "3")
+    assert resolve_workers() == 3
+    assert resolve_workers(1) == 1
+    monkeypatch.setenv("OLMOCR_RL_REWARD_WORKERS", "many")
+    with pytest.raises(ValueError, match="OLMOCR_RL_REWARD_WORKERS"):
+        resolve_workers()
+    with pytest.raises(ValueError, match=">= 1"):
+        resolve_workers(0)
