@@ -220,7 +220,8 @@ def test_macro_call_after_micro_reuses_results_and_records_nothing(p1_file, monk
 
 
 @pytest.mark.timeout(120)
-def test_worker_pool_gives_the_serial_results(p1_file, tmp_path):
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_worker_pool_gives_the_serial_results(p1_file, tmp_path, start_method):
     other = write_jsonl(
         tmp_path / "q.jsonl",
         [{"pdf": "q.pdf", "page": 1, "id": "q_present", "type": "present", "text": "Quokka"}],
@@ -232,7 +233,7 @@ def test_worker_pool_gives_the_serial_results(p1_file, tmp_path):
         test_ids=([P1_IDS] * 3 + [["q_present"]] * 3) * 3,
     )
     serial = BenchRewardScorer(workers=1)
-    pooled = BenchRewardScorer(workers=2)
+    pooled = BenchRewardScorer(workers=2, start_method=start_method)
     try:
         expected = serial.rewards(completions, **cols)
         assert expected == [1.0, 0.25, 0.25, 1.0, 0.0, None] * 3
@@ -291,10 +292,28 @@ def test_a_killed_worker_is_replaced_and_the_batch_scored_in_process(p1_file, ca
             os.kill(pid, signal.SIGKILL)
         with caplog.at_level(logging.ERROR):
             assert scorer.rewards([PARTIAL, PERFECT, "", PERFECT], **cols) == [0.25, 1.0, 0.25, 1.0]
-        assert any("pool broke" in r.message for r in caplog.records)
+        assert any("pool failed" in r.message for r in caplog.records)
         assert scorer.rewards([PERFECT, PERFECT, PARTIAL, ""], **cols) == [1.0, 1.0, 0.25, 0.25]  # a new pool
     finally:
         scorer.close()
+
+
+def test_a_pool_that_keeps_failing_is_given_up(p1_file, monkeypatch, caplog):
+    from olmocr_rl.rewards import evaluator
+
+    def failing_pool(self, chunks, raw_completion):
+        raise RuntimeError("workers cannot start")
+
+    monkeypatch.setattr(evaluator.BenchEvaluator, "_run_in_pool", failing_pool)
+    scorer = BenchRewardScorer(workers=2)
+    cols = columns(2, [p1_file], P1_IDS)
+    with caplog.at_level(logging.ERROR):
+        for attempt in range(evaluator.MAX_POOL_FAILURES + 1):
+            assert scorer.rewards([PERFECT, PARTIAL + str(attempt)], **cols) == [1.0, 0.25]
+    assert scorer.evaluator.pool_disabled
+    errors = [r.message for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == evaluator.MAX_POOL_FAILURES  # the last batch did not try the pool again
+    assert "from now on" in errors[-1] and "__main__" in errors[-1]
 
 
 def test_worker_count_resolution(monkeypatch):

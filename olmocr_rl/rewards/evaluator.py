@@ -6,13 +6,17 @@ rapidfuzz scorer calls, which hold the GIL; measured on 2 cores, two threads are
 
 Pool design:
 * created lazily on the first batch and reused across calls (and GRPO steps);
-* started with ``spawn`` by default: the trainer process may hold CUDA and many threads, which ``fork``
-  must not copy (``OLMOCR_RL_REWARD_START_METHOD`` chooses ``fork`` / ``forkserver`` instead);
+* started with ``fork`` on Linux: nothing is re-imported and no script is re-run in the workers, which
+  only run pure Python and rapidfuzz (never CUDA, never torch), as PyTorch's DataLoader workers do in the
+  same trainer process. ``spawn`` is the default elsewhere, and ``OLMOCR_RL_REWARD_START_METHOD`` chooses
+  ``spawn`` / ``forkserver`` explicitly (those re-import the main module in every worker, so a script
+  must keep its work under ``if __name__ == "__main__":``);
 * tasks name tests by :class:`PageKey` (file paths + ids) and each worker keeps its own
-  :class:`PageTestCache`, so test objects are never pickled per call;
+  :class:`PageTestCache`, so test objects are never pickled per call and any start method works;
 * a page's completions go to the workers in a few chunks, so each worker constructs a page's tests at
   most once per batch (in one epoch each page is seen once, so construction is not amortised by the cache);
-* a broken pool (a worker killed, e.g. out of memory) is logged, replaced, and that batch scored serially.
+* a failing pool (a worker killed, e.g. out of memory) is logged, and that batch scored in-process; the
+  pool is restarted on the next batch, and after 3 failures in a row scoring stays in-process.
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ import logging
 import math
 import multiprocessing
 import os
+import sys
 from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from typing import Sequence
 
 from olmocr_rl.rewards.completions import page_body
@@ -34,6 +38,7 @@ logger = logging.getLogger(__name__)
 WORKERS_ENV = "OLMOCR_RL_REWARD_WORKERS"
 START_METHOD_ENV = "OLMOCR_RL_REWARD_START_METHOD"
 MAX_DEFAULT_WORKERS = 16
+MAX_POOL_FAILURES = 3  # consecutive failed batches before the pool is given up for the run
 
 
 def resolve_workers(workers: int | None = None) -> int:
@@ -60,6 +65,11 @@ def resolve_workers(workers: int | None = None) -> int:
         cpus = os.cpu_count() or 1
     local_processes = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
     return max(1, min(cpus // local_processes, MAX_DEFAULT_WORKERS))
+
+
+def default_start_method() -> str:
+    """``fork`` on Linux (fast, re-imports nothing), ``spawn`` elsewhere (fork is unsafe on macOS)."""
+    return "fork" if sys.platform.startswith("linux") else "spawn"
 
 
 def score_texts(cache: PageTestCache, key: PageKey, texts: Sequence[str], raw_completion: bool) -> list[PageScore]:
@@ -107,7 +117,7 @@ class BenchEvaluator:
 
     def __init__(self, workers: int | None = None, start_method: str | None = None):
         self.workers = resolve_workers(workers)
-        self.start_method = start_method or os.environ.get(START_METHOD_ENV) or "spawn"
+        self.start_method = start_method or os.environ.get(START_METHOD_ENV) or default_start_method()
         if self.start_method not in multiprocessing.get_all_start_methods():
             raise ValueError(
                 f"reward pool start method {self.start_method!r} is not available here; "
@@ -115,16 +125,19 @@ class BenchEvaluator:
             )
         self.cache = PageTestCache()  # used by the in-process path
         self._pool: ProcessPoolExecutor | None = None
+        self._failures = 0
+        self.pool_disabled = False
 
     def evaluate(self, tasks: Sequence[tuple[PageKey, str]], raw_completion: bool) -> list[PageScore]:
-        """One :class:`PageScore` per task, in task order."""
+        """One :class:`PageScore` per task, in task order. Never raises for a worker failure."""
         chunks = _chunks(tasks, self.workers)
-        if self.workers > 1 and len(tasks) > 1:
+        if self.workers > 1 and len(tasks) > 1 and not self.pool_disabled:
             try:
-                return _unchunk(len(tasks), chunks, self._run_in_pool(chunks, raw_completion))
-            except BrokenProcessPool as error:
-                logger.error("reward worker pool broke (%s); restarting it and scoring this batch in-process", error)
-                self.close()
+                results = self._run_in_pool(chunks, raw_completion)
+                self._failures = 0
+                return _unchunk(len(tasks), chunks, results)
+            except Exception as error:  # noqa: BLE001 - BrokenProcessPool (a worker died) or anything else
+                self._pool_failed(error)
         results = [score_texts(self.cache, key, texts, raw_completion) for key, _indices, texts in chunks]
         return _unchunk(len(tasks), chunks, results)
 
@@ -135,6 +148,21 @@ class BenchEvaluator:
             )
         futures = [self._pool.submit(_score_in_worker, key, texts, raw_completion) for key, _indices, texts in chunks]
         return [future.result() for future in futures]
+
+    def _pool_failed(self, error: Exception) -> None:
+        self.close()
+        self._failures += 1
+        reason = f"{type(error).__name__}: {error}"
+        if self._failures < MAX_POOL_FAILURES:
+            logger.error("reward worker pool failed (%s); this batch is scored in-process, the pool restarts", reason)
+            return
+        self.pool_disabled = True
+        logger.error(
+            "reward worker pool failed %d times in a row (last: %s); scoring in the trainer process from now on. "
+            "Likely causes: workers killed for memory (lower %s), or, with the %r start method, a main script "
+            "whose work is not under `if __name__ == \"__main__\":` (it re-runs in every worker).",
+            self._failures, reason, WORKERS_ENV, self.start_method,
+        )
 
     def close(self) -> None:
         """Stop the worker processes (a later batch starts a new pool)."""
