@@ -12,6 +12,7 @@ with one line that says what to write instead.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import os
@@ -137,7 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gradient_checkpointing", action=_BoolFlag, default=True,
                    help="recompute activations in backward (TRL's default)")
     g.add_argument("--seed", type=int, default=42, help="seed for data order, sampling and init")
-    g.add_argument("--dataloader_num_workers", type=int, default=8, help="page-rendering worker processes")
+    g.add_argument("--dataloader_num_workers", type=int, default=0,
+                   help="dataloader worker processes (0: render in the trainer, where the page cache serves all G "
+                        "samples of a page; workers pickle every copy back, measured slower in docs/data.md)")
 
     g = p.add_argument_group("GRPO")
     g.add_argument("--num_generations", "--num_completions", dest="num_generations", type=int, default=28,
@@ -147,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max_completion_length", type=int, default=8000, help="max new tokens per completion")
     g.add_argument("--temperature", type=float, default=0.8, help="sampling temperature")
     g.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling")
+    g.add_argument("--generation_kwargs", type=json.loads, default=None, metavar="JSON",
+                   help='extra sampling arguments for the generation backend, e.g. \'{"min_new_tokens": 256}\' (HF) '
+                        'or \'{"min_tokens": 256}\' (vLLM)')
     g.add_argument("--beta", type=float, default=0.0, help="KL coefficient; > 0 builds a frozen reference model")
     g.add_argument("--loss_type", default="bnpo", help=f"TRL loss formulation: {', '.join(LOSS_TYPES)}")
     g.add_argument("--scale_rewards", default="group",
@@ -189,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--report_to", default="wandb", help="comma list: wandb, tensorboard, none")
     g.add_argument("--wandb_project", default="olmocr-grpo-v5", help="W&B project")
     g.add_argument("--wandb_run_name", default=None, help="W&B run name")
+    g.add_argument("--log_completions", action=_BoolFlag, default=True,
+                   help="log sample completions (console table, W&B table) every logging step")
     g.add_argument("--num_completions_to_print", type=int, default=2, help="sample completions printed per log")
     g.add_argument("--s3_save_path", default=None, help="s3://bucket/prefix mirrored after every save")
     g.add_argument("--resume_from_checkpoint", nargs="?", const=True, default=None,
@@ -232,7 +240,7 @@ def _yaml_defaults(parser: argparse.ArgumentParser, path: str) -> dict[str, Any]
                 value = parse_bool(value)
             elif dest.startswith("reward_") and value is not None:
                 value = parse_reward_weight(value)
-            elif action.type is not None and value is not None and not isinstance(value, list):
+            elif action.type is not None and value is not None and not isinstance(value, (list, dict)):
                 value = action.type(value)
             if action.choices and value is not None and value not in action.choices:
                 raise argparse.ArgumentTypeError(f"choose one of {', '.join(map(str, action.choices))}")
@@ -357,10 +365,15 @@ def validate(args: argparse.Namespace) -> Resolved:
 
     # OlmoRL fixes part of the objective; contradictions are errors, not silent overrides.
     if args.olmorl:
-        if args.beta > 0:
-            raise ConfigError("--olmorl uses beta 0 (no KL term); drop --beta or drop --olmorl")
-        if args.scale_rewards == "batch":
-            raise ConfigError("--olmorl does not scale rewards; drop --scale_rewards batch")
+        from olmocr_rl.olmorl_trainer import check_olmorl_settings
+
+        pristine = build_parser()
+        explicit = {name: getattr(args, name) for name in ("loss_type", "scale_rewards", "beta", "importance_sampling_level")
+                    if getattr(args, name) != pristine.get_default(name)}
+        try:
+            check_olmorl_settings(explicit, source="the command line / --config YAML")
+        except ValueError as exc:
+            raise ConfigError(" ".join(line.strip() for line in str(exc).splitlines())) from None
         notices.append("--olmorl: advantages without std, zero-signal groups dropped, eps 0.2/0.272, token-level loss")
 
     # Batch geometry (TRL: generation batch = per-device batch x processes x steps_per_generation).
@@ -478,7 +491,8 @@ def build_grpo_config(args: argparse.Namespace, resolved: Resolved, reward_weigh
         vllm_importance_sampling_correction=args.vllm_importance_sampling_correction,
         vllm_importance_sampling_mode=args.vllm_importance_sampling_mode,
         vllm_importance_sampling_clip_max=args.vllm_importance_sampling_cap,
-        log_completions=True,
+        generation_kwargs=args.generation_kwargs,
+        log_completions=args.log_completions,
         num_completions_to_print=args.num_completions_to_print,
     )
     if args.eval_steps is not None:

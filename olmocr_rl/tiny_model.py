@@ -152,6 +152,8 @@ def build_tiny_model(
     shape: str = "tiny",
     extra_corpus: Iterable[str] = (),
     vocab_size: int = 2048,
+    dtype: str = "float32",
+    device: str = "cpu",
 ) -> Path:
     """Write a complete random-weight Qwen2.5-VL model folder to ``out_dir`` and return its path."""
     import torch
@@ -198,7 +200,8 @@ def build_tiny_model(
         tie_word_embeddings=tie,
     )
     torch.manual_seed(seed)
-    model = Qwen2_5_VLForConditionalGeneration(config)
+    with torch.device(device):  # a real-size shape initialises in seconds on a GPU
+        model = Qwen2_5_VLForConditionalGeneration(config).to(getattr(torch, dtype))
     model.generation_config = GenerationConfig(
         bos_token_id=ids["<|endoftext|>"],
         eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
@@ -238,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab_size", type=int, default=2048, help="BPE vocabulary size (default 2048)")
     parser.add_argument("--corpus", action="append", default=[], metavar="DIR",
                         help="extra folder of *.md files for the tokenizer corpus (repeatable)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
+                        help="stored weight dtype (default float32 for tiny, bfloat16 for 3b/7b)")
+    parser.add_argument("--device", default=None, help="where to initialise the weights (default cuda for 3b/7b when available)")
     parser.add_argument("--sft", metavar="BENCH_DIR", default=None,
                         help="after building, warm-start with supervised training on BENCH_DIR/claude_original "
                              "(its references also join the tokenizer corpus)")
@@ -249,7 +255,15 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(folder).is_dir():
             parser.error(f"--corpus/--sft folder {folder} does not exist")
         extra.extend(read_corpus_dir(folder))
-    out = build_tiny_model(args.out_dir, args.seed, shape=args.shape, extra_corpus=extra, vocab_size=args.vocab_size)
+    big = args.shape != "tiny"
+    dtype = args.dtype or ("bfloat16" if big else "float32")
+    device = args.device
+    if device is None:
+        import torch
+
+        device = "cuda" if big and torch.cuda.is_available() else "cpu"
+    out = build_tiny_model(args.out_dir, args.seed, shape=args.shape, extra_corpus=extra,
+                           vocab_size=args.vocab_size, dtype=dtype, device=device)
     info = json.loads((out / "olmocr_rl_tiny_model.json").read_text())
     print(f"wrote {args.shape} Qwen2.5-VL to {out} ({info['parameters']:,} parameters, vocab {info['vocab_size']})")
     if args.sft:

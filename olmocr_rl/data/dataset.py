@@ -148,6 +148,20 @@ class OlmOCRBenchDataset(Dataset):
             "claude_original": sample["claude_original"],
         }
 
+    def to_trl_dataset(self):
+        """This dataset as a ``datasets.Dataset`` (TRL 1.16's GRPOTrainer accepts no other map-style type).
+
+        Only the row index is stored in Arrow; a transform builds each item on access through
+        ``__getitem__``, so pages are rendered lazily and through the same page cache.
+        """
+        from datasets import Dataset
+
+        def build_items(batch: dict) -> dict:
+            items = [self[int(i)] for i in batch["index"]]
+            return {key: [item[key] for item in items] for key in items[0]}
+
+        return Dataset.from_dict({"index": list(range(len(self)))}).with_transform(build_items)
+
     def describe(self) -> str:
         """A table of pages, tests by type, JSONL files and what the filters left out."""
         return self._summary.table()

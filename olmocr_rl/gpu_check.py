@@ -1,0 +1,190 @@
+"""One-command check and measurement of the training path: ``bash scripts/gpu_check.sh``.
+
+On a CUDA machine: builds a random-weight model with the real Qwen2.5-VL-3B architecture (the tiny
+tokenizer's vocabulary), then runs the training CLI for a few steps on ``bench_data_sample/`` in
+bf16 — vLLM colocate when vLLM is importable, HF generation otherwise — with 1288 px pages, G = 8 and
+a fixed completion length (EOS suppressed by a minimum length), once with plain GRPO and once with
+``--olmorl``. On CPU the same runs use the tiny model and tiny sizes (under a minute), so CI checks it.
+
+Prints one table and writes it as JSON (``--out``): seconds per step split into generation / reward /
+training (log-probs, forward/backward, optimizer), generated and trained tokens per second, a model
+FLOP utilisation estimate (6·N·trained tokens / step time / peak bf16 FLOP/s), peak memory, and the
+reward time share. The first step of each run is warm-up and is left out of the means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+#: Dense bf16 peak FLOP/s by GPU name fragment (vendor datasheets; used for the MFU estimate).
+PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 70e12}
+
+COLUMNS = ["arm", "step_s", "generate_s", "reward_s", "train_s", "gen_tok_per_s", "train_tok_per_s",
+           "mfu", "peak_mem_gb", "reward_share"]
+
+
+def _peak_flops(device_name: str) -> float:
+    for fragment, flops in PEAK_BF16_FLOPS.items():
+        if fragment in device_name:
+            return flops
+    return 989e12
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def summarise(metrics_file: Path, *, params: int, peak_flops: float, peak_mem_gb: float, arm: str) -> dict:
+    """Per-step means over the logged steps after the first (warm-up) one."""
+    records = {}
+    for line in metrics_file.read_text().splitlines():
+        rec = json.loads(line)
+        if "timing/step_s" in rec:
+            records[rec["step"]] = rec
+    steps = sorted(records)
+    if len(steps) < 2:
+        raise RuntimeError(f"{metrics_file}: fewer than 2 logged training steps; cannot measure")
+    measured = [records[s] for s in steps[1:]]
+    # TRL's num_tokens counts prompt + completion tokens seen so far; its per-step increase is what trained.
+    trained = [records[b]["num_tokens"] - records[a]["num_tokens"] for a, b in zip(steps, steps[1:])
+               if "num_tokens" in records[a] and "num_tokens" in records[b]]
+    step_s = _mean(r["timing/step_s"] for r in measured)
+    generate_s = _mean(r["timing/generate_s"] for r in measured)
+    reward_s = _mean(r["timing/reward_s"] for r in measured)
+    train_s = _mean(r["timing/train_s"] for r in measured)
+    gen_tokens = _mean(r["timing/generated_tokens"] for r in measured)
+    trained_tokens = _mean(trained)
+    return {
+        "arm": arm,
+        "step_s": step_s,
+        "generate_s": generate_s,
+        "reward_s": reward_s,
+        "train_s": train_s,
+        "gen_tok_per_s": gen_tokens / generate_s if generate_s > 0 else float("nan"),
+        "train_tok_per_s": trained_tokens / train_s if train_s > 0 else float("nan"),
+        "mfu": 6 * params * trained_tokens / step_s / peak_flops if step_s > 0 else float("nan"),
+        "peak_mem_gb": peak_mem_gb,
+        "reward_share": reward_s / step_s if step_s > 0 else float("nan"),
+        "steps_measured": len(measured),
+        "mean_reward": _mean(r.get("reward") for r in measured),
+    }
+
+
+def format_table(rows: list[dict]) -> str:
+    lines = ["  ".join(f"{c:>15}" for c in COLUMNS)]
+    for row in rows:
+        cells = []
+        for c in COLUMNS:
+            v = row[c]
+            cells.append(f"{v:>15}" if isinstance(v, str) else f"{v:>15.4g}")
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m olmocr_rl.gpu_check", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", choices=("tiny", "3b", "7b"), default=None,
+                        help="model architecture (default 3b on CUDA, tiny on CPU)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps per arm (default 4 GPU, 3 CPU)")
+    parser.add_argument("--completion_length", type=int, default=None, help="fixed completion tokens (256 GPU, 16 CPU)")
+    parser.add_argument("--num_generations", type=int, default=None, help="G (default 8 GPU, 4 CPU)")
+    parser.add_argument("--image_dim", type=int, default=None, help="page size, longest side (1288 GPU, 448 CPU)")
+    parser.add_argument("--arms", default="grpo,olmorl", help="comma list of grpo, olmorl")
+    parser.add_argument("--work_dir", default=None, help="where the model and run outputs go (default a temp dir)")
+    parser.add_argument("--out", default="gpu_check.json", help="JSON file for the table")
+    parser.add_argument("--bench", default=str(REPO_ROOT / "bench_data_sample"), help="bench folder")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from olmocr_rl import grpo_train
+    from olmocr_rl.tiny_model import build_tiny_model
+
+    cuda = torch.cuda.is_available()
+    shape = args.shape or ("3b" if cuda else "tiny")
+    steps = args.steps or (4 if cuda else 3)
+    length = args.completion_length or (256 if cuda else 16)
+    G = args.num_generations or (8 if cuda else 4)
+    image_dim = args.image_dim or (1288 if cuda else 448)
+    device_name = torch.cuda.get_device_name(0) if cuda else "cpu"
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="olmocr_rl_gpu_check_"))
+    work.mkdir(parents=True, exist_ok=True)
+
+    start = time.time()
+    model_dir = work / f"model-{shape}"
+    if not (model_dir / "config.json").is_file():
+        build_tiny_model(model_dir, seed=0, shape=shape, dtype="bfloat16" if cuda else "float32",
+                         device="cuda" if cuda else "cpu")
+    info = json.loads((model_dir / "olmocr_rl_tiny_model.json").read_text())
+    params = info["parameters"]
+    build_s = time.time() - start
+    print(f"[gpu_check] device {device_name}; model {shape} ({params / 1e6:.1f}M params) built in {build_s:.0f}s",
+          flush=True)
+
+    try:
+        import vllm  # noqa: F401
+
+        backend, min_tokens = "vllm-colocate", {"min_tokens": length}
+    except ImportError:
+        backend, min_tokens = "hf-generate", {"min_new_tokens": length}
+    print(f"[gpu_check] generation backend: {backend}", flush=True)
+
+    rows = []
+    for arm in [a.strip() for a in args.arms.split(",") if a.strip()]:
+        out_dir = work / f"run-{arm}"
+        cli = [
+            "--train_bench_data_folder", args.bench, "--model_name", str(model_dir), "--output_dir", str(out_dir),
+            "--reward_bench", "--reward_front_matter", "--reward_eos",
+            "--num_generations", str(G), "--per_device_train_batch_size", str(G), "--gradient_accumulation_steps", "1",
+            "--max_completion_length", str(length), "--generation_kwargs", json.dumps(min_tokens),
+            "--max_steps", str(steps), "--logging_steps", "1", "--save_steps", "100000", "--warmup_steps", "0",
+            "--learning_rate", "1e-6", "--temperature", "1.0", "--target_longest_image_dim", str(image_dim),
+            "--dataloader_num_workers", "0", "--report_to", "none", "--seed", "0",
+            "--vllm_mode", "colocate" if backend == "vllm-colocate" else "none",
+        ]
+        if arm == "olmorl":
+            cli.append("--olmorl")
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        print(f"[gpu_check] arm {arm}: python -m olmocr_rl.grpo_train {' '.join(cli)}", flush=True)
+        code = grpo_train.main(cli)
+        if code != 0:
+            print(f"[gpu_check] arm {arm} failed with exit code {code}", file=sys.stderr)
+            return code
+        if cuda:
+            peak = torch.cuda.max_memory_allocated() / 2**30
+        else:
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+        rows.append(summarise(out_dir / "metrics.jsonl", params=params, peak_flops=_peak_flops(device_name),
+                              peak_mem_gb=peak, arm=arm))
+        if cuda:
+            torch.cuda.empty_cache()
+
+    result = {
+        "date": time.strftime("%Y-%m-%d"), "device": device_name, "shape": shape, "parameters": params,
+        "backend": backend, "num_generations": G, "completion_length": length, "image_dim": image_dim,
+        "steps": steps, "peak_bf16_flops": _peak_flops(device_name) if cuda else None,
+        "memory": "GPU peak allocated" if cuda else "process peak RSS", "total_s": time.time() - start,
+        "rows": rows,
+    }
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\n[gpu_check] {device_name}, {shape}, {backend}, G={G}, {length} tokens/completion, "
+          f"{image_dim}px pages, {steps} steps (first excluded); total {result['total_s']:.0f}s")
+    print(format_table(rows))
+    print(f"[gpu_check] wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())

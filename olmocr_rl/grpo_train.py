@@ -1,0 +1,203 @@
+"""Train a vision-language OCR model with GRPO on olmOCR-bench unit-test rewards.
+
+    python -m olmocr_rl.grpo_train --config configs/tiny-cpu.yaml                 # CPU demo, tiny model
+    python -m olmocr_rl.grpo_train --train_bench_data_folder bench/ --model_name Qwen/Qwen2.5-VL-7B-Instruct \\
+        --reward_bench --reward_front_matter --reward_eos --num_generations 28 --gradient_accumulation_steps 28
+
+The phases, in order: parse and validate flags (before anything heavy loads) -> validate the bench
+folder -> load model and processor -> build datasets -> build rewards -> build the trainer (plain TRL
+GRPO, or OlmoRL with --olmorl) -> train (resuming when asked) -> save model + processor.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from olmocr_rl.config import ConfigError, build_grpo_config, parse_args, validate
+
+logger = logging.getLogger("olmocr_rl.grpo_train")
+
+
+def global_rank() -> int:
+    """Global rank from the launcher's environment (accelerate/torchrun set RANK); 0 when single-process."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def setup_logging() -> None:
+    level = logging.INFO if global_rank() == 0 else logging.WARNING
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    for noisy in ("httpx", "urllib3", "botocore", "filelock", "PIL"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    setup_logging()
+
+    # --- 1. flags ---------------------------------------------------------------------------------
+    args = parse_args(argv)
+    try:
+        resolved = validate(args)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    for notice in resolved.notices:
+        logger.info(notice)
+
+    # --- 2. bench data, checked before any model loads ---------------------------------------------
+    from olmocr_rl.validate_bench import validate_bench_folder
+
+    test_types = args.bench_type_filter or None
+    folders = {args.train_bench_data_folder}
+    if args.eval_steps is not None and args.eval_bench_data_folder:
+        folders.add(args.eval_bench_data_folder)
+    for folder in sorted(folders):
+        report = validate_bench_folder(folder, jsonl_filter=args.jsonl_filter, test_types=test_types)
+        if not report.ok:
+            print(report.format(), file=sys.stderr)
+            return _fail(f"bench folder {folder} has problems (listed above); fix them, or check them with "
+                         f"`python -m olmocr_rl.validate_bench {folder}`", code=1)
+    os.makedirs(args.output_dir, exist_ok=True)
+
+    # --- 3. model and processor --------------------------------------------------------------------
+    from olmocr_rl.models import ModelLoadError, load_model_and_processor
+
+    try:
+        model, processor = load_model_and_processor(args.model_name, cache_dir=args.cache_dir)
+    except ModelLoadError as exc:
+        return _fail(str(exc), code=1)
+    except OSError as exc:  # hub id not reachable offline, missing files
+        return _fail(f"cannot load --model_name {args.model_name}: {exc}", code=1)
+
+    # --- 4. datasets ---------------------------------------------------------------------------------
+    from olmocr_rl.data.dataset import OlmOCRBenchDataset
+
+    train_dataset = OlmOCRBenchDataset(
+        args.train_bench_data_folder, processor, max_samples=args.max_train_samples,
+        target_longest_image_dim=args.target_longest_image_dim, jsonl_filter=args.jsonl_filter,
+        test_types=test_types,
+    )
+    logger.info("train pages:\n%s", train_dataset.describe())
+    eval_dataset = None
+    if args.eval_steps is not None:
+        eval_dataset = OlmOCRBenchDataset(
+            args.eval_bench_data_folder or args.train_bench_data_folder, processor,
+            max_samples=args.max_eval_samples, target_longest_image_dim=args.target_longest_image_dim,
+            jsonl_filter=args.jsonl_filter, test_types=test_types,
+        )
+
+    # --- 5. rewards ----------------------------------------------------------------------------------
+    from olmocr_rl.rewards import build_reward_functions
+    from olmocr_rl.telemetry import DetailedRewardLogger
+
+    reward_logger = DetailedRewardLogger()
+    try:
+        reward_funcs, reward_weights, reward_names = build_reward_functions(
+            resolved.reward_spec, eos_token_id=processor.tokenizer.eos_token_id,
+            raw_completion=args.bench_raw_completion, reward_logger=reward_logger,
+        )
+    except ValueError as exc:
+        return _fail(str(exc))
+    logger.info("rewards: %s", ", ".join(f"{n} x {w:g}" for n, w in zip(reward_names, reward_weights)))
+
+    # --- 6. trainer ----------------------------------------------------------------------------------
+    grpo_config = build_grpo_config(args, resolved, reward_weights)
+    if "wandb" in args.report_to:
+        _init_wandb(args, resolved)
+    if args.olmorl:
+        from olmocr_rl.olmorl_trainer import OlmoRLGRPOTrainer as trainer_cls
+    else:
+        from trl import GRPOTrainer as trainer_cls
+    trainer = trainer_cls(
+        model=model, args=grpo_config, processing_class=processor, reward_funcs=reward_funcs,
+        train_dataset=train_dataset.to_trl_dataset(),
+        eval_dataset=eval_dataset.to_trl_dataset() if eval_dataset is not None else None,
+    )
+    _add_callbacks(trainer, args, reward_names, reward_logger)
+
+    # --- 7. train (resume), save ---------------------------------------------------------------------
+    resume = _resume_checkpoint(args)
+    trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(args.output_dir)  # model + processor together (the Trainer saves processing_class)
+    if trainer.is_world_process_zero():
+        processor.save_pretrained(args.output_dir)
+    _finish(trainer, args)
+    return 0
+
+
+def _init_wandb(args, resolved) -> None:
+    """W&B on the global main process only, with the full flag set as its config."""
+    if global_rank() != 0:
+        return
+    import wandb
+
+    os.environ.setdefault("WANDB_PROJECT", args.wandb_project)
+    config = {k: v for k, v in vars(args).items()}
+    config["resolved_vllm_mode"] = resolved.vllm_mode
+    config["num_processes"] = resolved.num_processes
+    wandb.init(project=args.wandb_project, name=args.wandb_run_name, config=config,
+               dir=args.output_dir, resume="allow")
+
+
+def _add_callbacks(trainer, args, reward_names: list[str], reward_logger) -> None:
+    from olmocr_rl.telemetry import DetailedRewardLoggingCallback
+    from olmocr_rl.timing import instrument_trainer
+    from olmocr_rl.training_callbacks import MetricsFileCallback, ProgressTableCallback
+
+    if {"olmocr_bench_reward", "olmocr_bench_reward_macroavg"} & set(reward_names):
+        # First in line, so the bench keys it adds to `logs` reach W&B/TensorBoard and the metrics file.
+        DetailedRewardLoggingCallback.attach(trainer, reward_logger)
+    trainer.add_callback(instrument_trainer(trainer))  # adds timing/* keys before they are written below
+    trainer.add_callback(MetricsFileCallback(Path(args.output_dir) / "metrics.jsonl"))
+    trainer.add_callback(ProgressTableCallback())
+    if args.s3_save_path:
+        from olmocr_rl.storage import S3SyncCallback
+
+        trainer.add_callback(S3SyncCallback(args.s3_save_path, args.output_dir))  # never fatal to training
+
+
+def _resume_checkpoint(args) -> str | None:
+    if not args.resume_from_checkpoint:
+        return None
+    if args.resume_from_checkpoint is not True:
+        return str(args.resume_from_checkpoint)
+    from olmocr_rl.storage import resolve_resume_checkpoint
+
+    checkpoint = resolve_resume_checkpoint(args.output_dir, args.s3_save_path)
+    if checkpoint is None:
+        where = f"{args.output_dir}" + (f" or {args.s3_save_path}" if args.s3_save_path else "")
+        logger.info("--resume_from_checkpoint: no checkpoint in %s, starting fresh", where)
+        return None
+    logger.info("resuming from %s", checkpoint)
+    return str(checkpoint)
+
+
+def _finish(trainer, args) -> None:
+    # on_train_end fired before the final save; mirror the final model too (logged, never fatal).
+    from olmocr_rl.storage import S3SyncCallback
+
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, S3SyncCallback) and trainer.is_world_process_zero():
+            callback.sync(wait=True)
+    summary = {"global_step": trainer.state.global_step, "output_dir": str(Path(args.output_dir).resolve()),
+               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    if trainer.is_world_process_zero():
+        (Path(args.output_dir) / "run_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        logger.info("done: %d steps, model and processor saved in %s", trainer.state.global_step, args.output_dir)
+    if "wandb" in args.report_to and global_rank() == 0:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

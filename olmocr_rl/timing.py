@@ -1,0 +1,91 @@
+"""Where a GRPO step's time goes: generation, rewards, and the rest (log-probs, forward/backward, optimizer).
+
+:func:`instrument_trainer` wraps two of TRL 1.16's ``GRPOTrainer`` methods on the instance (no
+subclass, so it composes with the OlmoRL trainer): ``_generate`` (sampling, HF or vLLM) and
+``_calculate_rewards`` (all reward functions). :class:`StepTimingCallback` measures each optimizer
+step's wall time and, at every log, adds per-step means to the logs (this process's view):
+
+    timing/step_s  timing/generate_s  timing/reward_s  timing/train_s  timing/reward_share
+    timing/generated_tokens          (completion tokens sampled per step on this process)
+
+``train_s`` = step − generation − rewards: old/reference log-probs, forward/backward and the
+optimizer step.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+from transformers import TrainerCallback
+
+
+class _Totals:
+    def __init__(self):
+        self.generate_s = 0.0
+        self.reward_s = 0.0
+        self.generated_tokens = 0
+
+    def reset(self):
+        self.__init__()
+
+
+def instrument_trainer(trainer) -> "StepTimingCallback":
+    """Wrap the trainer's generation and reward calls with timers; returns the callback to add."""
+    totals = _Totals()
+
+    generate = trainer._generate
+
+    @functools.wraps(generate)
+    def timed_generate(*args, **kwargs):
+        start = time.perf_counter()
+        out = generate(*args, **kwargs)
+        totals.generate_s += time.perf_counter() - start
+        completion_ids = out[1]
+        totals.generated_tokens += sum(len(ids) for ids in completion_ids)
+        return out
+
+    calculate_rewards = trainer._calculate_rewards
+
+    @functools.wraps(calculate_rewards)
+    def timed_rewards(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return calculate_rewards(*args, **kwargs)
+        finally:
+            totals.reward_s += time.perf_counter() - start
+
+    trainer._generate = timed_generate
+    trainer._calculate_rewards = timed_rewards
+    return StepTimingCallback(totals)
+
+
+class StepTimingCallback(TrainerCallback):
+    def __init__(self, totals: _Totals):
+        self.totals = totals
+        self.step_s = 0.0
+        self.steps = 0
+        self._start: float | None = None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._start is not None:
+            self.step_s += time.perf_counter() - self._start
+            self.steps += 1
+            self._start = None
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is None or self.steps == 0 or "reward" not in logs:
+            return
+        n = self.steps
+        t = self.totals
+        logs["timing/step_s"] = self.step_s / n
+        logs["timing/generate_s"] = t.generate_s / n
+        logs["timing/reward_s"] = t.reward_s / n
+        logs["timing/train_s"] = max(0.0, self.step_s - t.generate_s - t.reward_s) / n
+        logs["timing/reward_share"] = t.reward_s / self.step_s if self.step_s > 0 else 0.0
+        logs["timing/generated_tokens"] = t.generated_tokens / n
+        self.step_s, self.steps = 0.0, 0
+        t.reset()

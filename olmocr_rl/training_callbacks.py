@@ -1,0 +1,73 @@
+"""Trainer callbacks for run history and console progress (global main process only).
+
+- :class:`MetricsFileCallback` appends every log event to ``OUTPUT_DIR/metrics.jsonl`` (one JSON
+  object per line, with ``step``), the history that ``python -m olmocr_rl.report`` plots. A resumed
+  run appends to the same file; readers keep the last record of each step.
+- :class:`ProgressTableCallback` prints one row per training log: step, reward, its std, bench pass
+  rate overall and per test type, fraction of zero-signal groups, and seconds per step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+
+class MetricsFileCallback(TrainerCallback):
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        record = {"step": state.global_step, "epoch": state.epoch, "time": time.time()}
+        for key, value in logs.items():
+            if isinstance(value, (int, float, str, bool)) or value is None:
+                record[key] = value
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+
+def _fmt(value, pct: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{100 * value:5.1f}%" if pct else f"{value:.3f}"
+
+
+class ProgressTableCallback(TrainerCallback):
+    """A compact per-log table on stdout; the first row prints the header."""
+
+    def __init__(self, print_fn=print):
+        self.print = print_fn
+        self._last_step_time: float | None = None
+        self._last_step = 0
+        self._types: list[str] | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._last_step_time = time.time()
+        self._last_step = state.global_step
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs or "reward" not in logs:
+            return
+        now = time.time()
+        steps = max(1, state.global_step - self._last_step)
+        step_time = (now - self._last_step_time) / steps if self._last_step_time else float("nan")
+        self._last_step_time, self._last_step = now, state.global_step
+        if self._types is None:
+            self._types = sorted({k.split("/")[1] for k in logs
+                                  if k.startswith("bench_reward/") and k.endswith("/pass_rate")
+                                  and not k.split("/")[1].startswith("jsonl_")})
+            header = ["step", "reward", "r_std", "pass"] + [t[:8] for t in self._types] + ["zero_sig", "s/step"]
+            self.print(" ".join(f"{h:>8}" for h in header))
+        zero = logs.get("bench_reward/frac_zero_signal_groups", logs.get("frac_reward_zero_std"))
+        row = [f"{state.global_step:>8d}", f"{_fmt(logs.get('reward')):>8}", f"{_fmt(logs.get('reward_std')):>8}",
+               f"{_fmt(logs.get('bench_reward/overall_pass_rate'), pct=True):>8}"]
+        row += [f"{_fmt(logs.get(f'bench_reward/{t}/pass_rate'), pct=True):>8}" for t in self._types]
+        row += [f"{_fmt(zero):>8}", f"{step_time:8.2f}"]
+        self.print(" ".join(row))
