@@ -1,8 +1,8 @@
 """Scoring a batch of completions against their pages' tests, serially or in a pool of worker processes.
 
 Why processes: the tests' hot path (regex normalisation, fuzzy matching, table parsing) is Python and
-rapidfuzz scorer calls, which hold the GIL; measured on 2 cores, two threads are no faster than one
-(docs/rewards.md has the numbers). A process pool is therefore used when more than one worker is asked for.
+rapidfuzz scorer calls, which hold the GIL; measured, two threads never use more than one core between
+them (CPU/wall <= 1.0, docs/rewards.md). A process pool is therefore used when more than one worker is asked for.
 
 Pool design:
 * created lazily on the first batch and reused across calls (and GRPO steps);

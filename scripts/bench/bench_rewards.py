@@ -104,9 +104,32 @@ def make_batch(bench_folder: Path = DEFAULT_SAMPLE, generations: int = 28, seed:
     return completions, dict(columns)
 
 
+def _cpu_seconds(scorer) -> tuple[float, list[float]]:
+    """(CPU seconds of this process, CPU seconds of each worker process) so far (no workers without psutil)."""
+    workers: list[float] = []
+    pool = scorer.evaluator._pool
+    if pool is not None:
+        try:
+            import psutil
+        except ImportError:
+            psutil = None
+        for pid in sorted(pool._processes) if psutil else []:
+            try:
+                times = psutil.Process(pid).cpu_times()
+                workers.append(times.user + times.system)
+            except psutil.Error:
+                workers.append(0.0)
+    return time.process_time(), workers
+
+
 def time_scoring(completions: list, columns: dict, workers: int, warm_repeats: int = 7) -> dict:
-    """Seconds for the cold first call and the fastest / median warm call of a fresh scorer with ``workers``
-    workers (the fastest is the least disturbed by other load on a shared machine)."""
+    """Timings of a fresh scorer with ``workers`` workers: the cold first call, then the fastest / median warm
+    call (the fastest is the least disturbed by other load on a shared machine).
+
+    CPU accounting of the fastest warm call makes the result readable on a loaded machine: ``warm_cpu_s``
+    (trainer process + workers), ``warm_cpu_per_wall`` (above 1 = several cores at once), and
+    ``idle_machine_s`` = the trainer process's CPU + the busiest worker's CPU, the wall time the call would take
+    with a free core per worker (the work is split by page chunks; this shows how evenly)."""
     from olmocr_rl.rewards import BenchRewardScorer
 
     scorer = BenchRewardScorer(workers=workers)
@@ -119,19 +142,29 @@ def time_scoring(completions: list, columns: dict, workers: int, warm_repeats: i
             # A fresh list each time so the micro/macro memo cannot answer; texts are unchanged (tests cached).
             batch = [list(c) for c in completions]
             batch[0] = [{"role": "assistant", "content": batch[0][0]["content"] + " " * (repeat + 1)}]
+            parent_before, workers_before = _cpu_seconds(scorer)
             start = time.perf_counter()
             scorer.rewards(batch, **columns)
-            warm.append(time.perf_counter() - start)
+            wall = time.perf_counter() - start
+            parent_after, workers_after = _cpu_seconds(scorer)
+            per_worker = [a - b for a, b in zip(workers_after, workers_before)]
+            warm.append((wall, parent_after - parent_before, per_worker))
     finally:
         scorer.close()
     scored = [r for r in rewards if r is not None]
+    best_wall, parent_cpu, per_worker = min(warm, key=lambda w: w[0])
+    cpu = parent_cpu + sum(per_worker)
     return {
         "workers": workers,
         "completions": len(completions),
         "cold_s": cold,
-        "warm_s": min(warm),
-        "warm_median_s": statistics.median(warm),
-        "warm_completions_per_s": len(completions) / min(warm),
+        "warm_s": best_wall,
+        "warm_median_s": statistics.median(w[0] for w in warm),
+        "warm_cpu_s": cpu,
+        "warm_cpu_per_wall": cpu / best_wall,
+        "worker_cpu_s": per_worker,
+        "idle_machine_s": parent_cpu + max(per_worker, default=0.0),
+        "warm_completions_per_s": len(completions) / best_wall,
         "cold_completions_per_s": len(completions) / cold,
         "mean_reward": sum(scored) / len(scored),
     }
@@ -174,10 +207,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{sum(len(ids) for ids in columns['test_ids'])} test runs")
     for workers in args.workers:
         r = time_scoring(completions, columns, workers)
+        split = ", ".join(f"{c:.2f}" for c in r["worker_cpu_s"]) or "-"
         print(f"workers={workers}: cold {r['cold_s']:.2f}s ({r['cold_completions_per_s']:.0f} completions/s), "
               f"warm best {r['warm_s']:.2f}s ({r['warm_completions_per_s']:.0f} completions/s, "
-              f"median {r['warm_median_s']:.2f}s), "
-              f"mean reward {r['mean_reward']:.3f}")
+              f"median {r['warm_median_s']:.2f}s), mean reward {r['mean_reward']:.3f}")
+        print(f"  cpu {r['warm_cpu_s']:.2f}s (cpu/wall {r['warm_cpu_per_wall']:.2f}; workers {split}); "
+              f"with a free core per worker: {r['idle_machine_s']:.2f}s "
+              f"({len(completions) / r['idle_machine_s']:.0f} completions/s)")
     if args.threads:
         for threads in (1, 2):
             wall, cpu = time_threads(completions, columns, threads)
