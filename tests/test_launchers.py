@@ -669,6 +669,29 @@ def test_launcher_accelerate_argv_is_accepted_by_accelerate():
     assert env["ACCELERATE_DEEPSPEED_ZERO_STAGE"] == "2"
 
 
+def test_launcher_trainer_args_parse_in_the_cli(tmp_path, fake_bin):
+    """Every flag the launchers add (server mode, host/port, output, S3 mirror, run name, resume) is
+    one the training CLI accepts, with the meaning intended, also on top of a --config file."""
+    from olmocr_rl.config import parse_args
+
+    _, cmds, _ = beaker_dry_run("--name", "cli", "--", "--config", "configs/olmocr2-7b.yaml",
+                                "--model_name", "s3://bucket/sft", "--wandb_project", "my project")
+    args = parse_args(trainer_args(only(cmds, "train")[0]))
+    assert args.vllm_mode == "server" and args.vllm_server_host == "127.0.0.1" and args.vllm_server_port == 8000
+    assert args.model_name == "/data/bucket/sft" and args.wandb_project == "my project"
+    assert args.output_dir == "outputs/olmocr2-7b"  # the config file's own choice is kept
+    assert args.s3_save_path == "s3://ai2-oe-data/olmocr-grpo-checkpoints/cli"
+    assert args.wandb_run_name == "cli" and args.resume_from_checkpoint is True
+    assert args.gradient_accumulation_steps == 28  # from the config file
+
+    env = slurm_env(fake_bin, tmp_path, "gpu[01-02]", 2)
+    out = run(["bash", str(SBATCH), "--dry-run", "--vllm-node", "--", "--config", "configs/olmocr2-7b.yaml"],
+              env=env).stdout
+    args = parse_args(trainer_args(only(commands(out), "train node 0")[0]))
+    assert args.vllm_server_host == "gpu02" and args.resume_from_checkpoint is True
+    assert args.model_name == "Qwen/Qwen2.5-VL-7B-Instruct"
+
+
 # ---------------------------------------------------------------------------------------------
 # a real 2-process CPU run of the CLI through accelerate (gloo)
 
@@ -694,6 +717,9 @@ def test_two_process_cpu_run_through_accelerate(tmp_path, tiny_model_dir):
         "-m", "olmocr_rl.grpo_train",
         "--model_name", str(tiny_model_dir), "--train_bench_data_folder", str(REPO / "bench_data_sample"),
         "--output_dir", str(out_dir), "--vllm_mode", "none", "--reward_bench",
+        # 1 completion per device x 2 processes = one group of 2 generations per step; a single
+        # process would be refused by the trainer's batch-geometry check, so finishing proves that
+        # both ranks joined.
         "--max_steps", "2", "--num_generations", "2", "--per_device_train_batch_size", "1",
         "--gradient_accumulation_steps", "1", "--max_completion_length", "8", "--save_steps", "2",
         "--logging_steps", "1", "--report_to", "none", "--warmup_steps", "0",
@@ -702,5 +728,6 @@ def test_two_process_cpu_run_through_accelerate(tmp_path, tiny_model_dir):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-8000:]
+    assert "no checkpoint in" in result.stderr + result.stdout  # resume asked, nothing there: fresh start
     state = json.loads((out_dir / "checkpoint-2" / "trainer_state.json").read_text())
-    assert state["global_step"] == 2
+    assert state["global_step"] == 2 and state["max_steps"] == 2
