@@ -358,8 +358,9 @@ def validate(args: argparse.Namespace) -> Resolved:
     for name, value in spec.items():
         if isinstance(value, str):
             spec[name] = _resolve_reward_jsonl(name, value, args.train_bench_data_folder)
-        elif value is not None and (not math.isfinite(value) or value < 0):
-            raise ConfigError(f"--reward_{name} {value}: the weight must be a finite number >= 0")
+        elif value is not None and not math.isfinite(value):
+            # Negative weights are allowed: a penalty, or (for --reward_bench -1) the sign-flip sanity check.
+            raise ConfigError(f"--reward_{name} {value}: the weight must be a finite number")
         if isinstance(spec[name], str) and name not in ("bench", "bench_macroavg"):
             raise ConfigError(f"--reward_{name} takes a weight, not a JSONL path (only bench rewards are per-file)")
 
