@@ -11,6 +11,8 @@ GRPO, or OlmoRL with --olmorl) -> train (resuming when asked) -> save model + pr
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import os
@@ -40,11 +42,35 @@ def _fail(message: str, code: int = 2) -> int:
     return code
 
 
+def _parse_flags(argv: list[str] | None):
+    """``parse_args``, but a parse error yields its one message instead of argparse's usage dump.
+
+    Returns the namespace, or the error text (argparse already knows what was wrong; the 40-line
+    usage block above it buries that). ``--help`` still prints and exits 0.
+    """
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            args = parse_args(argv)
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            sys.stderr.write(captured.getvalue())
+            raise
+        text = captured.getvalue()
+        errors = [line.split(": error: ", 1)[1] for line in text.splitlines() if ": error: " in line]
+        return errors[-1] if errors else (text.strip().splitlines() or ["invalid flags"])[-1]
+    sys.stderr.write(captured.getvalue())  # anything else printed while parsing (a YAML warning...)
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
 
     # --- 1. flags ---------------------------------------------------------------------------------
-    args = parse_args(argv)
+    args = _parse_flags(argv)
+    if isinstance(args, str):
+        hint = " (python -m olmocr_rl.grpo_train --help lists every flag)" if "unrecognized" in args else ""
+        return _fail(args + hint)
     try:
         resolved = validate(args)
     except ConfigError as exc:
@@ -152,10 +178,11 @@ def _add_callbacks(trainer, args, reward_names: list[str], reward_logger) -> Non
     from olmocr_rl.timing import instrument_trainer
     from olmocr_rl.training_callbacks import MetricsFileCallback, ProgressTableCallback
 
+    # Both add keys to `logs`, so they go before the Trainer's own reporting callbacks (W&B,
+    # TensorBoard, which add_callback would put them after) and before the metrics file below.
+    trainer.callback_handler.callbacks.insert(0, instrument_trainer(trainer))  # timing/* keys
     if {"olmocr_bench_reward", "olmocr_bench_reward_macroavg"} & set(reward_names):
-        # First in line, so the bench keys it adds to `logs` reach W&B/TensorBoard and the metrics file.
-        DetailedRewardLoggingCallback.attach(trainer, reward_logger)
-    trainer.add_callback(instrument_trainer(trainer))  # adds timing/* keys before they are written below
+        DetailedRewardLoggingCallback.attach(trainer, reward_logger)  # bench_reward/* keys; goes first
     trainer.add_callback(MetricsFileCallback(Path(args.output_dir) / "metrics.jsonl"))
     trainer.add_callback(ProgressTableCallback())
     if args.s3_save_path:
@@ -181,16 +208,18 @@ def _resume_checkpoint(args) -> str | None:
 
 
 def _finish(trainer, args) -> None:
-    # on_train_end fired before the final save; mirror the final model too (logged, never fatal).
     from olmocr_rl.storage import S3SyncCallback
 
-    for callback in trainer.callback_handler.callbacks:
-        if isinstance(callback, S3SyncCallback) and trainer.is_world_process_zero():
-            callback.sync(wait=True)
     summary = {"global_step": trainer.state.global_step, "output_dir": str(Path(args.output_dir).resolve()),
                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     if trainer.is_world_process_zero():
         (Path(args.output_dir) / "run_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    # on_train_end fired before the final save; mirror the final model (and the summary) too (logged,
+    # never fatal).
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, S3SyncCallback) and trainer.is_world_process_zero():
+            callback.sync(wait=True)
+    if trainer.is_world_process_zero():
         logger.info("done: %d steps, model and processor saved in %s", trainer.state.global_step, args.output_dir)
     if "wandb" in args.report_to and global_rank() == 0:
         import wandb

@@ -1,0 +1,235 @@
+"""The training CLI end to end, as a user runs it: ``python -m olmocr_rl.grpo_train`` in a subprocess.
+
+The tiny local model trains on ``bench_data_sample/`` on CPU with W&B in offline mode: 2 steps, a
+checkpoint with model and processor together, ``bench_reward/...`` keys in metrics.jsonl and in the
+offline W&B run; then ``--resume_from_checkpoint`` continues from step 2 to 4. Plus the paths that must
+stop before any model loads: bad flags (one ``error:`` line, exit 2), a bad bench folder (its problems
+listed, exit 1), and ``--help``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "bench_data_sample"
+
+# Every reward flag of olmOCR's trainer (reference §1.2), written out here so a flag that disappears
+# from the CLI fails the --help test.
+OLMOCR_REWARD_FLAGS = (
+    "--reward_bench", "--reward_bench_macroavg", "--reward_medoid", "--reward_bench_edit_distance",
+    "--reward_front_matter", "--reward_element_count", "--reward_rect_tables", "--reward_eos",
+)
+
+
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    """No hub, W&B offline with its config/cache kept inside the test's folder, one BLAS thread."""
+    wandb_home = tmp_path / "wandb_home"
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+        "WANDB_MODE": "offline", "WANDB_CONFIG_DIR": str(wandb_home), "WANDB_CACHE_DIR": str(wandb_home),
+        "WANDB_DATA_DIR": str(wandb_home), "WANDB_SILENT": "true",
+        "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
+    }
+
+
+def run_cli(args: list, tmp_path: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, args)],
+        cwd=REPO, env=cli_env(tmp_path), capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def tiny_run_flags(model_dir: Path, output_dir: Path, max_steps: int) -> list:
+    """The CPU demo config, shrunk: one page x 2 completions of 8 tokens per step, 256 px pages."""
+    return [
+        "--config", REPO / "configs" / "tiny-cpu.yaml",
+        "--model_name", model_dir, "--output_dir", output_dir, "--train_bench_data_folder", BENCH,
+        "--max_steps", max_steps, "--save_steps", 2, "--logging_steps", 1,
+        "--num_generations", 2, "--per_device_train_batch_size", 2, "--gradient_accumulation_steps", 1,
+        "--max_completion_length", 8, "--target_longest_image_dim", 256,
+        "--no-log_completions", "--dataloader_num_workers", 0, "--vllm_mode", "none", "--seed", 0,
+    ]
+
+
+def read_metrics(output_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def training_steps(records: list[dict]) -> list[int]:
+    """Steps of the per-step training records (the end-of-train summary record has no reward)."""
+    return [r["step"] for r in records if "reward" in r]
+
+
+def offline_runs(output_dir: Path) -> list[Path]:
+    return sorted((output_dir / "wandb").glob("offline-run-*"))
+
+
+def failure(result: subprocess.CompletedProcess) -> str:
+    return f"exit {result.returncode}\n--- stdout\n{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-8000:]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# 2 steps, checkpoint, telemetry, W&B offline; then resume to step 4
+
+
+@pytest.mark.slow
+def test_two_steps_with_wandb_offline_then_resume_to_four(tmp_path, tiny_model_dir):
+    out = tmp_path / "out"
+    out.mkdir()  # empty: the bare --resume_from_checkpoint (as launchers always pass it) starts fresh
+
+    first = run_cli([*tiny_run_flags(tiny_model_dir, out, 2), "--report_to", "wandb", "--resume_from_checkpoint"],
+                    tmp_path)
+    assert first.returncode == 0, failure(first)
+    log = first.stdout + first.stderr
+    assert "Traceback" not in log
+    assert f"--resume_from_checkpoint: no checkpoint in {out}, starting fresh" in log
+    assert "resuming from" not in log
+
+    # checkpoint-2: model and processor side by side, loadable as one model folder.
+    ckpt = out / "checkpoint-2"
+    for name in ("model.safetensors", "config.json", "trainer_state.json", "optimizer.pt", "scheduler.pt",
+                 "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        assert (ckpt / name).is_file(), f"{name} missing from {sorted(p.name for p in ckpt.iterdir())}"
+    assert (ckpt / "processor_config.json").is_file() or (ckpt / "preprocessor_config.json").is_file()
+    assert json.loads((ckpt / "trainer_state.json").read_text())["global_step"] == 2
+    from olmocr_rl.models import load_model_and_processor
+
+    model, processor = load_model_and_processor(str(ckpt))
+    assert processor.image_processor is not None and model.config.model_type == "qwen2_5_vl"
+    assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()  # the final model
+    assert json.loads((out / "run_summary.json").read_text())["global_step"] == 2
+
+    # metrics.jsonl: one record per step with TRL's reward, our bench telemetry and step timing.
+    records = read_metrics(out)
+    assert training_steps(records) == [1, 2]
+    for record in (r for r in records if "reward" in r):
+        assert 0.0 <= record["bench_reward/overall_pass_rate"] <= 1.0
+        assert record["bench_reward/total_completions"] == 2  # G completions of one page per step
+        per_type = [k for k in record if k.startswith("bench_reward/") and k.endswith("/pass_rate")
+                    and not k.startswith("bench_reward/jsonl_")]
+        assert per_type, sorted(record)
+        assert record["timing/step_s"] > 0 and record["timing/generated_tokens"] > 0
+
+    # The console table (header printed once, one row per step).
+    assert first.stdout.count("reward") >= 1 and "s/step" in first.stdout
+
+    # W&B offline: one run folder with its .wandb record file, holding the bench and timing keys and
+    # the full flag set as config (keys are stored as plain strings in the protobuf records).
+    runs = offline_runs(out)
+    assert len(runs) == 1, runs
+    wandb_files = list(runs[0].glob("*.wandb"))
+    assert len(wandb_files) == 1 and wandb_files[0].stat().st_size > 0
+    data = wandb_files[0].read_bytes()
+    for key in (b"bench_reward/overall_pass_rate", b"bench_reward/frac_zero_signal_groups", b"timing/step_s",
+                b"train_bench_data_folder", b"resolved_vllm_mode"):
+        assert key in data, f"{key!r} not in {wandb_files[0]}"
+
+    # Second invocation: the bare flag picks checkpoint-2 from the output dir and runs steps 3-4 only.
+    second = run_cli([*tiny_run_flags(tiny_model_dir, out, 4), "--report_to", "wandb", "--resume_from_checkpoint"],
+                     tmp_path)
+    assert second.returncode == 0, failure(second)
+    log = second.stdout + second.stderr
+    assert f"resuming from {ckpt}" in log
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4 and state["max_steps"] == 4
+    # The history carried over from checkpoint-2 plus the new steps, each once.
+    assert [h["step"] for h in state["log_history"] if "reward" in h] == [1, 2, 3, 4]
+    records = read_metrics(out)
+    assert training_steps(records) == [1, 2, 3, 4]  # appended: steps 1-2 were not trained again
+    assert all("bench_reward/overall_pass_rate" in r for r in records if "reward" in r)
+    assert json.loads((out / "run_summary.json").read_text())["global_step"] == 4
+    assert len(offline_runs(out)) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# stops before any model loads
+
+
+def guide_command(folder: str) -> list[str]:
+    """A command line from published guides to olmOCR's trainer (issue 6), bench paths substituted."""
+    return [
+        "--train_bench_data_folder", folder, "--output_dir", "./output",
+        "--reward_bench", f"{folder}/basic.jsonl", "--beta", "0.1", "--num_iterations", "5",
+        "--num_completions", "8", "--loss_type", "policy", "--scale_rewards", "true",
+        "--reward_bench_macroavg", f"{folder}/basic.jsonl", "--vllm_mode", "colocate",
+    ]
+
+
+GOOD_GEOMETRY = ["--reward_bench", "--num_generations", "2", "--per_device_train_batch_size", "2",
+                 "--gradient_accumulation_steps", "1"]
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        # argparse's own errors: its message, without the 40-line usage block
+        ([*GOOD_GEOMETRY, "--max_steps", "abc"], "error: argument --max_steps: invalid int value: 'abc'"),
+        ([*GOOD_GEOMETRY, "--num_generation_s", "4"], "error: unrecognized arguments: --num_generation_s 4"),
+        ([*GOOD_GEOMETRY, "--vllm_mode", "fast"], "error: argument --vllm_mode: invalid choice: 'fast'"),
+        # validation: what to write instead
+        (["--reward_bench", "--num_generations", "3", "--per_device_train_batch_size", "2",
+          "--gradient_accumulation_steps", "1"], "Use --gradient_accumulation_steps 3"),
+        (["--num_generations", "2", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1"],
+         "error: no reward enabled: add at least one of --reward_bench"),
+        ([*GOOD_GEOMETRY, "--report_to", "mlflow"], "error: --report_to 'mlflow': choose wandb, tensorboard or none"),
+        ([*GOOD_GEOMETRY, "--reward_eos", "basic.jsonl"], "error: --reward_eos takes a weight, not a JSONL path"),
+        (guide_command(str(BENCH)), "error: --loss_type 'policy' is not a loss type"),
+        (guide_command("/path/to/bench_data"), "error: --train_bench_data_folder /path/to/bench_data: folder not found"),
+    ],
+    ids=["type", "unknown-flag", "choice", "geometry", "no-reward", "report-to", "jsonl-for-weight",
+         "guide-policy-loss", "guide-missing-folder"],
+)
+def test_bad_flags_print_one_error_line_and_exit_2(tmp_path, flags, expected):
+    args = flags if "--train_bench_data_folder" in flags else ["--train_bench_data_folder", BENCH, *flags]
+    result = run_cli([*args, "--output_dir", tmp_path / "out", "--model_name", tmp_path / "no-model"], tmp_path)
+    assert result.returncode == 2, failure(result)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), failure(result)
+    assert expected in lines[0]
+    assert result.stdout == ""
+    assert not (tmp_path / "out").exists()  # stopped before anything was created
+
+
+def test_config_file_with_an_unknown_key_is_one_error_line(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(f"train_bench_data_folder: {BENCH}\nreward_bench: 1.0\nnum_generatons: 4\n")
+    result = run_cli(["--config", config], tmp_path)
+    assert result.returncode == 2, failure(result)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: --config {config}: unknown key 'num_generatons'")
+
+
+def test_bad_bench_folder_lists_every_problem_and_exits_1(tmp_path):
+    folder = tmp_path / "bench"
+    (folder / "pdfs").mkdir(parents=True)
+    (folder / "tests.jsonl").write_text(
+        '{"pdf": "missing.pdf", "page": 1, "id": "t1", "type": "present", "text": "x"}\n'
+        "not json\n"
+    )
+    out = tmp_path / "out"
+    result = run_cli(["--train_bench_data_folder", folder, "--output_dir", out, "--model_name", tmp_path / "no-model",
+                      *GOOD_GEOMETRY[1:], "--reward_bench"], tmp_path)
+    assert result.returncode == 1, failure(result)
+    assert "Traceback" not in result.stderr
+    jsonl = folder / "tests.jsonl"
+    assert f"{jsonl}:1: field 'pdf': PDF not found" in result.stderr
+    assert f"{jsonl}:2: not valid JSON" in result.stderr
+    assert result.stderr.rstrip().splitlines()[-1].startswith(f"error: bench folder {folder} has problems")
+    assert not out.exists()  # nothing made, no model loaded
+
+
+def test_help_lists_every_reward_flag(tmp_path):
+    result = run_cli(["--help"], tmp_path)
+    assert result.returncode == 0, failure(result)
+    for flag in (*OLMOCR_REWARD_FLAGS, "--config", "--resume_from_checkpoint", "--s3_save_path", "--report_to",
+                 "--num_completions", "--macro_average", "--olmorl", "--bench_raw_completion"):
+        assert flag in result.stdout, flag
+    assert result.stderr == ""
