@@ -26,7 +26,7 @@ Cost limits on pathological completions (every test returns, none raises on any 
 
 - normalisation, table parsing and equation extraction are linear passes, done once per completion
   (``PreparedText``); HTML tables are parsed only when ``<table`` occurs;
-- tables: spans clamped (colspan ≤ 1000, rowspan ≤ 65534), at most 1,000,000 grid slots a table;
+- tables: spans clamped (colspan ≤ 1000, rowspan ≤ 65534), at most 50,000 grid slots a table;
 - ``order``: at most ``fuzzy.MAX_ANCHORS`` anchors examined per search, each a few C-level
   Levenshtein calls on ``len(text) + max_diffs`` characters;
 - ``baseline``: the tail-repetition check reads at most ``(max_repeats + 1) * 5`` characters;

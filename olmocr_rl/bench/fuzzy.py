@@ -17,17 +17,21 @@ over. This module builds the same candidates, but measures each extension with r
 Levenshtein distance (C, bit-parallel) instead of a Python dynamic programme, and walks anchors from
 the left (or right) only until the first (last) group is complete.
 
-Bounds: anchors are found with ``str.find`` (C); at most ``MAX_ANCHORS`` anchors are examined per
-search, each costing ``4k + 2`` rapidfuzz distance calls on at most ``len(pattern) + k`` characters.
-Past the anchor budget the search stops and reports what it has (only reachable on pathological
-text such as a 100k-character run of one letter).
+Bounds: anchors are found with ``str.find`` (C); at most ``MAX_ANCHORS`` anchors, and at most
+``MAX_DISTANCE_CALLS`` rapidfuzz distance calls (``4k + 2`` an anchor, each on at most
+``len(pattern) + k`` characters), are spent per search. Past the budget the search stops and reports
+what it has (only reachable on pathological input: a 100k-character run of one letter, or a short
+pattern with a large ``max_diffs``). fuzzysearch itself has no such bound: for a short pattern with a
+large ``max_diffs`` it can run for minutes.
 
 Known differences from fuzzysearch (they change a start position by at most ``k`` characters, so
 an order verdict can differ only when the two texts' matches start within ``k`` characters of each
 other): fuzzysearch switches to a different candidate generator for short patterns
 (``len // (k + 1) < 3``) and stops extending at the first rise after a minimum, so it can report a
 shorter extension on ties; ties inside a group are broken here by the leftmost start (fuzzysearch's
-choice depends on set iteration order).
+choice depends on set iteration order). Measured against fuzzysearch 0.8.1 on 3,000 random order
+decisions (``k ≤ len/5``): all agree on real-text cases; 5 disagree among adversarial cases over a
+two-letter alphabet, all with overlapping matches.
 """
 
 from __future__ import annotations
@@ -44,9 +48,11 @@ __all__ = [
     "first_match_start",
     "last_match_start",
     "MAX_ANCHORS",
+    "MAX_DISTANCE_CALLS",
 ]
 
 MAX_ANCHORS = 4096
+MAX_DISTANCE_CALLS = 40_000
 _EPS = 1e-9
 
 
@@ -165,13 +171,15 @@ def _edge_group(pattern: str, text: str, k: int, from_left: bool) -> list[tuple[
     found: set[tuple[int, int, int]] = set()
     frontier: int | None = None  # right end (left search) / left end (right search) of what was found
     seen = 0
+    # Each anchor costs at most 4k + 2 distance calls: cap both anchors and calls.
+    budget = min(MAX_ANCHORS, max(1, MAX_DISTANCE_CALLS // (4 * k + 2)))
     for implied, pos, index in _anchors(text, pattern, pieces, k, from_left):
         # Candidates from later anchors start at >= implied - k (end at <= implied + m + k): once that
         # is past everything found, the edge group cannot grow any more.
         if frontier is not None and (implied - k >= frontier if from_left else implied + m + k <= frontier):
             break
         seen += 1
-        if seen > MAX_ANCHORS:
+        if seen > budget:
             break
         match = _candidate(text, pattern, pieces, k, pos, index)
         if match is None or match in found:

@@ -272,6 +272,7 @@ _ACCENTS = {
     "\\underlinesegment": (None, 0.0),
 }
 _BRACES = {"\\overbrace": True, "\\underbrace": False}
+_INTEGRALS = set("∫∬∭∮∯∰")
 
 _FONT_COMMANDS = {
     "\\mathrm", "\\mathit", "\\mathbf", "\\mathsf", "\\mathtt", "\\mathcal", "\\mathscr", "\\mathbb",
@@ -558,6 +559,9 @@ class _Parser:
             return _Group(self._expression(stop={"}"}, closing="}"))
         if token in ("}", "&", "\\\\", "^", "_"):
             raise LatexError(f"missing argument before {token!r}")
+        if token.startswith("\\") and not _is_argument_free(token):
+            # KaTeX: "Got function '\\vec' with no arguments as argument to '\\dot'".
+            raise LatexError(f"got function {token} with no arguments as an argument")
         if text_mode:
             self._next()
             return _Text([token])
@@ -652,12 +656,12 @@ class _Parser:
         return nodes
 
     def _atom_or_scripts(self) -> object:
-        base = self._atom()
+        # Primes with nothing before them are a superscript of an empty base (x^{'} is not x').
+        base = _Group([]) if self._peek() == "'" else self._atom()
         if isinstance(base, (_Space, _StyleSwitch)) and self._peek() not in ("^", "_"):
             return base
         sub = sup = None
         limits = None
-        primes = ""
         while True:
             token = self._peek(skip_space=True)
             if token in ("\\limits", "\\nolimits"):
@@ -665,10 +669,19 @@ class _Parser:
                 limits = token == "\\limits"
                 continue
             if token == "'":
-                self._next()
+                # KaTeX: adjacent primes form one superscript, which a directly following ^{…}
+                # extends; a prime after a superscript is a double superscript.
                 if sup is not None:
                     raise LatexError("double superscript")
-                primes += "′"
+                self._next()
+                primes = "′"
+                while self._peek(skip_space=False) == "'":
+                    self._next(skip_space=False)
+                    primes += "′"
+                sup = _Sym(primes, _ORD)
+                if self._peek(skip_space=False) == "^":
+                    self._next()
+                    sup = _Group([sup, self._script_argument()])
                 continue
             if token == "^":
                 self._next()
@@ -683,9 +696,6 @@ class _Parser:
                 sub = self._script_argument()
                 continue
             break
-        if primes:
-            prime_node = _Sym(primes, _ORD)
-            sup = prime_node if sup is None else _Group([prime_node, sup])
         if sub is None and sup is None and limits is None:
             return base
         return _Scripts(base, sub, sup, limits)
@@ -926,6 +936,32 @@ class _Parser:
         left, right, col_gap, row_step, display = _ENVIRONMENTS[name]
         rows = self._rows_until(None, name)
         return _Array(rows, left, right, col_gap, row_step, display, name in _ALIGN_ENVS)
+
+
+_STRUCTURAL_COMMANDS = (
+    _FONT_COMMANDS
+    | _TEXT_COMMANDS
+    | set(_CLASS_COMMANDS)
+    | set(_ACCENTS)
+    | set(_BRACES)
+    | _DELIMITER_SIZES
+    | set(_COLOR_COMMANDS)
+    | _SPACE_WITH_ARGUMENT
+    | {
+        "\\operatorname", "\\operatorname*", "\\operatornamewithlimits", "\\frac", "\\dfrac", "\\tfrac",
+        "\\cfrac", "\\binom", "\\dbinom", "\\tbinom", "\\genfrac", "\\sqrt", "\\overset", "\\stackrel",
+        "\\underset", "\\substack", "\\left", "\\right", "\\middle", "\\begin", "\\end", "\\tag", "\\tag*",
+        "\\color", "\\boxed", "\\fbox", "\\cancel", "\\bcancel", "\\xcancel", "\\sout", "\\smash",
+        "\\mathclap", "\\mathllap", "\\mathrlap", "\\clap", "\\llap", "\\rlap", "\\hphantom", "\\phantom",
+        "\\vphantom", "\\xrightarrow", "\\xleftarrow", "\\xRightarrow", "\\xLeftarrow", "\\xleftrightarrow",
+        "\\xmapsto", "\\not", "\\label",
+    }
+)
+
+
+def _is_argument_free(name: str) -> bool:
+    """Whether the command ``name`` is a complete atom by itself (a symbol, operator or space)."""
+    return name not in _STRUCTURAL_COMMANDS
 
 
 def _delimiter_char(token: str) -> str:
@@ -1187,8 +1223,12 @@ class _Layouter:
             width = max(width, x + sub.width)
             depth = max(depth, sub.depth + sub_shift)
         if sup is not None:
-            result.glyphs.extend(sup.shifted(x, sup_shift))
-            width = max(width, x + sup.width)
+            # An integral's superscript sits right of its subscript by the sign's italic correction.
+            italic = 0.0
+            if isinstance(base_node, _Op) and base_node.symbol and base_node.text in _INTEGRALS:
+                italic = (0.444 if style == "D" else 0.194) * size
+            result.glyphs.extend(sup.shifted(x + italic, sup_shift))
+            width = max(width, x + italic + sup.width)
             height = max(height, sup.height + sup_shift)
         result.width = width + 0.05 * size
         result.height, result.depth = height, depth

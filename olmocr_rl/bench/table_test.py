@@ -106,7 +106,7 @@ class TableTest(BenchTest):
 
     @staticmethod
     def _relation_holds(table: TableData, neighbours: frozenset[Cell], expected: str, threshold: float) -> tuple[bool, float, str | None]:
-        best, best_text = 0.0, None
+        best, best_text = -1.0, None  # -1 so the first neighbour is reported even at score 0
         for other in neighbours:
             text = table.normalized_text[other]
             score = 1.0 if text == expected else fuzz.ratio(expected, text) / 100.0
@@ -114,7 +114,7 @@ class TableTest(BenchTest):
                 best, best_text = score, text
             if score >= threshold:
                 return True, score, text
-        return False, best, best_text
+        return False, max(best, 0.0), best_text
 
     def run_prepared(self, prepared: PreparedText) -> tuple[bool, str]:
         tables = prepared.tables(include_markdown=not self.ignore_markdown_tables)
@@ -128,7 +128,8 @@ class TableTest(BenchTest):
                     neighbours = _neighbours(table, cell, relation)
                     holds, best, best_text = self._relation_holds(table, neighbours, expected, threshold)
                     if not holds:
-                        failed.append(f"{relation} of cell {cell}: expected '{expected}', best was '{best_text}' ({best:.2f})")
+                        found = "no such neighbour" if best_text is None else f"best was '{best_text}' ({best:.2f})"
+                        failed.append(f"{relation} of cell {cell}: expected '{expected}', {found}")
                 if not failed:
                     return True, ""
                 reasons.extend(failed)

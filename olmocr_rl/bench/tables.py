@@ -23,7 +23,7 @@ missing, non-numeric or not positive count as 1; ``rowspan="0"`` spans to the la
 
 Bounds (beyond olmOCR-bench, which has none): spans are clamped as browsers clamp them
 (``colspan`` ≤ 1000, ``rowspan`` ≤ 65534) and a table's grid is cut after ``MAX_GRID_SLOTS`` slots
-(rows past the cut are dropped), so a hostile ``colspan``/``rowspan`` cannot exhaust memory.
+(rows past the cut are dropped; a real table has a few thousand slots), so a hostile ``colspan``/``rowspan`` cannot exhaust memory.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ __all__ = ["TableData", "parse_markdown_tables", "parse_html_tables", "build_tab
 Cell = tuple[int, int]
 MAX_COLSPAN = 1000
 MAX_ROWSPAN = 65534
-MAX_GRID_SLOTS = 1_000_000
+MAX_GRID_SLOTS = 50_000
 
 
 @dataclass(frozen=True)
