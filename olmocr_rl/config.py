@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from olmocr_rl.rewards.registry import REWARD_FLAGS, REWARD_HELP
+
 logger = logging.getLogger(__name__)
 
 # TRL 1.16's loss formulations (GRPOConfig.loss_type).
@@ -79,17 +81,6 @@ class _BoolFlag(argparse.Action):
         setattr(namespace, self.dest, True if values is None else values)
 
 
-REWARD_FLAGS = {
-    # flag suffix -> help; order = olmOCR's registry order.
-    "bench": "olmOCR-bench unit-test pass rate of the page (micro average over its tests)",
-    "bench_macroavg": "bench pass rate, macro-averaged over test types",
-    "medoid": "similarity to the medoid completion of the batch (experimental)",
-    "bench_edit_distance": "fuzz.ratio similarity to the claude_original reference markdown",
-    "front_matter": "0 without valid YAML front matter, 0.5 valid, +0.1 per field equal to the reference",
-    "element_count": "0.5 per element count (HTML tables, math) equal to the reference's",
-    "rect_tables": "fraction of HTML tables that are rectangular (1.0 when there are none)",
-    "eos": "1.0 when the completion ends with the tokenizer's EOS token (not truncated)",
-}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -172,9 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="use the macro-averaged bench reward (alias: turns --reward_bench into --reward_bench_macroavg)")
 
     g = p.add_argument_group("rewards (bare flag = weight 1.0; a .jsonl path = weight 1.0 on that file's tests)")
-    for name, help_text in REWARD_FLAGS.items():
+    for name in REWARD_FLAGS:
         g.add_argument(f"--reward_{name}", nargs="?", const=1.0, default=None, type=parse_reward_weight,
-                       metavar="W", help=help_text)
+                       metavar="W", help=REWARD_HELP[name])
     g.add_argument("--bench_raw_completion", action=_BoolFlag, default=False,
                    help="run bench tests on the raw completion incl. front matter (olmOCR's behaviour); "
                         "default: front matter removed, as the benchmark scores it")
