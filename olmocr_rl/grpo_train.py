@@ -5,8 +5,9 @@
         --reward_bench --reward_front_matter --reward_eos --num_generations 28 --gradient_accumulation_steps 28
 
 The phases, in order: parse and validate flags (before anything heavy loads) -> validate the bench
-folder -> load model and processor -> build datasets -> build rewards -> build the trainer (plain TRL
-GRPO, or OlmoRL with --olmorl) -> train (resuming when asked) -> save model + processor.
+folder -> find the checkpoint to resume from (local, or pulled from S3) -> load model and processor ->
+build datasets -> build rewards -> build the trainer (plain TRL GRPO, or OlmoRL with --olmorl) -> train
+-> save model + processor.
 """
 
 from __future__ import annotations
@@ -93,6 +94,14 @@ def main(argv: list[str] | None = None) -> int:
                          f"`python -m olmocr_rl.validate_bench {folder}`", code=1)
     os.makedirs(args.output_dir, exist_ok=True)
 
+    # The checkpoint to resume from (pulled from S3 on a fresh machine), found before the model loads.
+    from olmocr_rl.storage import StorageError
+
+    try:
+        resume = _resume_checkpoint(args)
+    except StorageError as exc:  # resuming was asked for and S3 cannot be read: starting over would be wrong
+        return _fail(f"--resume_from_checkpoint: {exc}", code=1)
+
     # --- 3. model and processor --------------------------------------------------------------------
     from olmocr_rl.models import ModelLoadError, load_model_and_processor
 
@@ -150,7 +159,6 @@ def main(argv: list[str] | None = None) -> int:
     _add_callbacks(trainer, args, reward_names, reward_logger)
 
     # --- 7. train (resume), save ---------------------------------------------------------------------
-    resume = _resume_checkpoint(args)
     trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(args.output_dir)  # model + processor together (the Trainer saves processing_class)
     if trainer.is_world_process_zero():
@@ -195,16 +203,59 @@ def _resume_checkpoint(args) -> str | None:
     if not args.resume_from_checkpoint:
         return None
     if args.resume_from_checkpoint is not True:
-        return str(args.resume_from_checkpoint)
-    from olmocr_rl.storage import resolve_resume_checkpoint
+        checkpoint = Path(args.resume_from_checkpoint)
+    else:
+        from olmocr_rl.storage import resolve_resume_checkpoint
 
-    checkpoint = resolve_resume_checkpoint(args.output_dir, args.s3_save_path)
-    if checkpoint is None:
-        where = f"{args.output_dir}" + (f" or {args.s3_save_path}" if args.s3_save_path else "")
-        logger.info("--resume_from_checkpoint: no checkpoint in %s, starting fresh", where)
-        return None
+        checkpoint = resolve_resume_checkpoint(args.output_dir, args.s3_save_path)
+        if checkpoint is None:
+            where = f"{args.output_dir}" + (f" or {args.s3_save_path}" if args.s3_save_path else "")
+            logger.info("--resume_from_checkpoint: no checkpoint in %s, starting fresh", where)
+            return None
     logger.info("resuming from %s", checkpoint)
+    if global_rank() == 0:
+        _restore_history(args, checkpoint)
     return str(checkpoint)
+
+
+def _restore_history(args, checkpoint: Path) -> None:
+    """Make OUTPUT_DIR/metrics.jsonl end at the checkpoint's step before training appends to it.
+
+    On a fresh machine (the checkpoint was pulled from --s3_save_path) the file is fetched from S3
+    first; otherwise the final mirror would replace the remote history with only the resumed steps.
+    Failures are logged: the history is a convenience, the checkpoint is what matters.
+    """
+    from olmocr_rl.training_callbacks import trim_history
+
+    metrics = Path(args.output_dir) / "metrics.jsonl"
+    try:
+        last_step = int(json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        logger.warning("cannot read the step of %s (%s); metrics.jsonl left as it is", checkpoint, exc)
+        return
+    if not metrics.exists() and args.s3_save_path:
+        _fetch_s3_history(args.s3_save_path, metrics)
+    kept, dropped = trim_history(metrics, last_step)
+    if dropped:
+        logger.info("metrics.jsonl: dropped %d records after step %d (trained again now), kept %d",
+                    dropped, last_step, kept)
+
+
+def _fetch_s3_history(s3_save_path: str, destination: Path) -> None:
+    from olmocr_rl.storage import make_s3_client, parse_s3_uri
+
+    bucket, prefix = parse_s3_uri(s3_save_path)
+    key = "/".join(part for part in (prefix.strip("/"), destination.name) if part)
+    partial = destination.with_name(destination.name + ".part")
+    try:
+        make_s3_client().download_file(bucket, key, str(partial))
+        partial.replace(destination)
+    except Exception as exc:  # a missing object, a dead server: the run goes on with a shorter history
+        partial.unlink(missing_ok=True)
+        logger.warning("could not restore the run history from s3://%s/%s (%s: %s); metrics.jsonl starts at "
+                       "the resumed step", bucket, key, type(exc).__name__, exc)
+        return
+    logger.info("restored the run history from s3://%s/%s", bucket, key)
 
 
 def _finish(trainer, args) -> None:

@@ -2,7 +2,8 @@
 
 - :class:`MetricsFileCallback` appends every log event to ``OUTPUT_DIR/metrics.jsonl`` (one JSON
   object per line, with ``step``), the history that ``python -m olmocr_rl.report`` plots. A resumed
-  run appends to the same file; readers keep the last record of each step.
+  run appends to the same file after :func:`trim_history` dropped the records of the steps after its
+  checkpoint (they are trained again), so each step is recorded by one run.
 - :class:`ProgressTableCallback` prints one row per training log: step, reward, its std, bench pass
   rate overall and per test type, fraction of zero-signal groups, and seconds per step.
 """
@@ -31,6 +32,35 @@ class MetricsFileCallback(TrainerCallback):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as fh:
             fh.write(json.dumps(record) + "\n")
+
+
+def trim_history(path: str | Path, last_step: int) -> tuple[int, int]:
+    """Drop the records of steps after ``last_step`` from a metrics.jsonl; returns (kept, dropped).
+
+    A run resumed from ``checkpoint-<last_step>`` trains those steps again, and would otherwise leave
+    two records per step. Lines that are not a JSON object with a numeric ``step`` are kept as they
+    are (not ours to judge). A missing file is (0, 0). The file is replaced atomically.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return 0, 0
+    kept: list[str] = []
+    dropped = 0
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        step = record.get("step") if isinstance(record, dict) else None
+        if isinstance(step, (int, float)) and not isinstance(step, bool) and step > last_step:
+            dropped += 1
+            continue
+        kept.append(line)
+    if dropped:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.replace(path)
+    return len(kept), dropped
 
 
 def _fmt(value, pct: bool = False) -> str:

@@ -47,7 +47,7 @@ def run_cli(args: list, tmp_path: Path, timeout: int = 600) -> subprocess.Comple
     )
 
 
-def tiny_run_flags(model_dir: Path, output_dir: Path, max_steps: int) -> list:
+def tiny_run_flags(model_dir: Path | str, output_dir: Path, max_steps: int) -> list:
     """The CPU demo config, shrunk: one page x 2 completions of 8 tokens per step, 256 px pages."""
     return [
         "--config", REPO / "configs" / "tiny-cpu.yaml",
@@ -132,6 +132,11 @@ def test_two_steps_with_wandb_offline_then_resume_to_four(tmp_path, tiny_model_d
                 b"train_bench_data_folder", b"resolved_vllm_mode"):
         assert key in data, f"{key!r} not in {wandb_files[0]}"
 
+    # A step the first run logged but never checkpointed (as when a job is killed between saves): the
+    # resumed run trains step 3 again, and its record must replace this one, not sit beside it.
+    with (out / "metrics.jsonl").open("a") as fh:
+        fh.write(json.dumps({"step": 3, "reward": -1.0, "note": "lost with the killed job"}) + "\n")
+
     # Second invocation: the bare flag picks checkpoint-2 from the output dir and runs steps 3-4 only.
     second = run_cli([*tiny_run_flags(tiny_model_dir, out, 4), "--report_to", "wandb", "--resume_from_checkpoint"],
                      tmp_path)
@@ -144,6 +149,7 @@ def test_two_steps_with_wandb_offline_then_resume_to_four(tmp_path, tiny_model_d
     assert [h["step"] for h in state["log_history"] if "reward" in h] == [1, 2, 3, 4]
     records = read_metrics(out)
     assert training_steps(records) == [1, 2, 3, 4]  # appended: steps 1-2 were not trained again
+    assert not any(r.get("note") for r in records)  # the stale step-3 record was dropped at resume
     assert all("bench_reward/overall_pass_rate" in r for r in records if "reward" in r)
     assert json.loads((out / "run_summary.json").read_text())["global_step"] == 4
     assert len(offline_runs(out)) == 2
