@@ -70,6 +70,7 @@ MAX_EQUATION_CHARS = 20_000
 MAX_DEPTH = 100
 MAX_MATCH_STEPS = 20_000
 _CENTER = 0.345  # a glyph box's centre sits this far above its baseline, in units of its size
+_VLIST_END = 2.0 / 29.04  # KaTeX's vlists end in a zero-width-space span drawn 2 px wide
 
 
 class LatexError(ValueError):
@@ -128,8 +129,8 @@ _KATEX_SYMBOLS: dict[str, tuple[str, str]] = {
     "\\gets": ("←", _REL),
     "\\le": ("≤", _REL),
     "\\ge": ("≥", _REL),
-    "\\ne": ("≠", _REL),
-    "\\neq": ("≠", _REL),
+    "\\ne": ("\ue020=", _REL),  # KaTeX: \not= — an overlay slash glyph, then "="
+    "\\neq": ("\ue020=", _REL),
     "\\cdot": ("⋅", _BIN),
     "\\ast": ("∗", _BIN),
     "\\vert": ("∣", _ORD),
@@ -155,7 +156,6 @@ _KATEX_SYMBOLS: dict[str, tuple[str, str]] = {
     "\\rfloor": ("⌋", _CLOSE),
     "\\colon": (":", _PUNCT),
     "\\ldots": ("…", _INNER),
-    "\\dots": ("…", _INNER),
     "\\dotsc": ("…", _INNER),
     "\\dotso": ("…", _INNER),
     "\\cdots": ("⋯", _INNER),
@@ -249,7 +249,7 @@ _ACCENTS = {
     "\\ddot": ("¨", 0.0),
     "\\dddot": ("…", 0.0),
     "\\breve": ("˘", 0.0),
-    "\\bar": ("ˉ", 0.0),
+    "\\bar": ("ˉ", 0.0),  # drawn left-aligned with its base in KaTeX (see accent())
     "\\mathring": ("˚", 0.0),
     "\\tilde": ("~", 0.365),
     "\\vec": (None, 0.0),
@@ -807,6 +807,8 @@ class _Parser:
             if delimiter is None:
                 raise LatexError(f"missing delimiter after {name}")
             char = _delimiter_char(delimiter)
+            if char in _STACK_ALWAYS:
+                char = ""  # \\big| and friends: a stacked (SVG) bar in KaTeX, no glyph
             cls = _OPEN if name.endswith("l") else _CLOSE if name.endswith("r") else _REL if name.endswith("m") else _CHAR_CLASS.get(char, _ORD)
             return _Sym(char, cls) if char else _Space(0.0)
         if name == "\\begin":
@@ -842,11 +844,26 @@ class _Parser:
             return _Space(0.0)
         if name in ("\\displaylimits",):
             return _Space(0.0)
+        if name == "\\dots":
+            return _Sym(self._dots_for_next(), _INNER)
         entry = _EXTRA_COMMANDS.get(name) or _symbol_table().get(name)
         if entry is None:
             raise LatexError(f"undefined control sequence {name}")
         char, cls = entry
         return _Sym(char, cls)
+
+    def _dots_for_next(self) -> str:
+        """KaTeX's \\dots: centred (⋯) before a binary operator, relation or integral, else low (…)."""
+        following = self._peek()
+        if following is None:
+            return "…"
+        if following.startswith("\\"):
+            entry = _KATEX_SYMBOLS.get(following) or _symbol_table().get(following)
+            if following in ("\\int", "\\iint", "\\iiint", "\\oint"):
+                return "⋯"
+            return "⋯" if entry is not None and entry[1] in (_BIN, _REL) else "…"
+        char = _MATH_CHARS.get(following, following)
+        return "⋯" if _CHAR_CLASS.get(char) in (_BIN, _REL) else "…"
 
     def _left_right(self) -> _LeftRight:
         left = self._next()
@@ -959,9 +976,30 @@ _STRUCTURAL_COMMANDS = (
 )
 
 
+# KaTeX stretches these by stacking pieces (drawn as SVG, no text) as soon as they must be larger
+# than the normal glyph; the large-delimiter ones use bigger font glyphs up to 3 em first.
+_STACK_ALWAYS = set("∣∥↑↓↕⇑⇓⇕")
+_STACK_LARGE = set("()[]{}⌊⌋⌈⌉√")
+
+
+def _drawn_delimiter(char: str, body: "_Box", size: float) -> str:
+    """The character KaTeX's \\left/\\right delimiter shows around ``body`` ("" when it is an SVG)."""
+    if not char:
+        return char
+    axis = 0.25 * size
+    reach = max(body.height - axis, body.depth + axis)
+    needed = max(2 * reach * 0.901, 2 * reach - 0.5 * size)  # TeX's delimiterfactor/-shortfall
+    if char in _STACK_ALWAYS and needed > 1.0 * size:
+        return ""
+    if char in _STACK_LARGE and needed > 3.0 * size:
+        return ""
+    return char
+
+
 def _is_argument_free(name: str) -> bool:
-    """Whether the command ``name`` is a complete atom by itself (a symbol, operator or space)."""
-    return name not in _STRUCTURAL_COMMANDS
+    """Whether the command ``name`` may stand alone as an unbraced argument. KaTeX refuses
+    functions there ("Got function '\\sum' with no arguments as subscript"), operators included."""
+    return name not in _STRUCTURAL_COMMANDS and name not in _BIG_OPERATORS and name[1:] not in _FUNCTIONS
 
 
 def _delimiter_char(token: str) -> str:
@@ -969,6 +1007,8 @@ def _delimiter_char(token: str) -> str:
         return ""
     if token in ("<", ">"):
         return "⟨" if token == "<" else "⟩"
+    if not token.startswith("\\") and token not in "()[]|/":
+        raise LatexError(f"invalid delimiter {token!r}")
     if token.startswith("\\"):
         entry = _KATEX_SYMBOLS.get(token) or _symbol_table().get(token)
         if entry is None:
@@ -989,27 +1029,33 @@ _METRICS = {
 }
 _BIG_OP_SPACING = (0.111, 0.166, 0.2, 0.6, 0.1)
 
-# Approximate advance widths (em): KaTeX's page falls back to Times-like system fonts.
-_ITALIC_WIDTHS = dict(zip("abcdefghijklmnopqrstuvwxyz", (0.5, 0.5, 0.444, 0.5, 0.444, 0.278, 0.5, 0.5, 0.278, 0.278, 0.444, 0.278, 0.722, 0.5, 0.5, 0.5, 0.5, 0.389, 0.389, 0.278, 0.5, 0.444, 0.667, 0.444, 0.444, 0.389)))
-_ITALIC_WIDTHS.update(dict(zip("ABCDEFGHIJKLMNOPQRSTUVWXYZ", (0.611, 0.611, 0.667, 0.722, 0.611, 0.611, 0.722, 0.722, 0.333, 0.444, 0.667, 0.556, 0.833, 0.667, 0.722, 0.611, 0.722, 0.611, 0.5, 0.556, 0.722, 0.611, 0.833, 0.611, 0.556, 0.556))))
-_WIDE = 0.778
+# Advance widths (em) of the glyphs as KaTeX's render page shows them: its own fonts are not
+# loaded there, so Chromium falls back to Times-like system fonts (measured on Debian's Chromium).
+_ITALIC_WIDTHS = dict(zip("abcdefghijklmnopqrstuvwxyz", (0.5, 0.5, 0.444, 0.5, 0.444, 0.278, 0.5, 0.5, 0.278, 0.278, 0.444, 0.278, 0.722, 0.5, 0.5, 0.5, 0.5, 0.39, 0.39, 0.278, 0.5, 0.444, 0.667, 0.444, 0.444, 0.39)))
+_ITALIC_WIDTHS.update(zip("ABCDEFGHIJKLMNOPQRSTUVWXYZ", (0.611, 0.611, 0.667, 0.722, 0.611, 0.611, 0.722, 0.722, 0.333, 0.444, 0.667, 0.556, 0.833, 0.667, 0.722, 0.611, 0.722, 0.611, 0.5, 0.556, 0.722, 0.611, 0.833, 0.611, 0.556, 0.556)))
+_UPRIGHT_WIDTHS = dict(zip("abcdefghijklmnopqrstuvwxyz", (0.444, 0.5, 0.444, 0.5, 0.444, 0.333, 0.5, 0.5, 0.278, 0.278, 0.5, 0.278, 0.778, 0.5, 0.5, 0.5, 0.5, 0.333, 0.39, 0.278, 0.5, 0.5, 0.722, 0.5, 0.5, 0.444)))
+_UPRIGHT_WIDTHS.update(zip("ABCDEFGHIJKLMNOPQRSTUVWXYZ", (0.722, 0.667, 0.667, 0.722, 0.611, 0.556, 0.722, 0.722, 0.333, 0.39, 0.722, 0.611, 0.889, 0.722, 0.722, 0.556, 0.722, 0.667, 0.556, 0.611, 0.722, 0.722, 0.944, 0.722, 0.722, 0.611)))
+_SYMBOL_WIDTHS = {
+    **dict.fromkeys("0123456789", 0.5),
+    **dict(zip("αβγδϵεζηθϑικλμνξπρστυϕφχψωΓΔΘΛΞΠΣΥΦΨΩ", (0.525, 0.498, 0.394, 0.465, 0.616, 0.394, 0.405, 0.496, 0.491, 0.619, 0.278, 0.48, 0.433, 0.502, 0.444, 0.428, 0.501, 0.48, 0.493, 0.358, 0.459, 0.66, 0.553, 0.44, 0.621, 0.706, 0.578, 0.643, 0.722, 0.725, 0.643, 0.722, 0.582, 0.722, 0.731, 0.738, 0.743))),
+    **dict.fromkeys("+−=<>×≡¬", 0.564),
+    **dict.fromkeys("≤≥±≈", 0.549),
+    **dict.fromkeys("∼⊂⊃⊆⊇⇒⇐", 0.838),
+    **dict.fromkeys("∪∧∨", 0.732),
+    "∩": 0.722, "⋅": 0.318, "→": 1.0, "←": 1.0, "↔": 1.0, "∈": 0.871, "∉": 0.871, "∋": 0.871, "∣": 0.5, "∥": 0.5,
+    "\ue020": 0.365, "(": 0.333, ")": 0.333, "[": 0.333, "]": 0.333, "{": 0.48, "}": 0.48, "/": 0.278, ",": 0.25,
+    ".": 0.25, ";": 0.278, ":": 0.278, "!": 0.333, "′": 0.219, "∂": 0.494, "∇": 0.669, "∞": 0.713, "…": 1.0,
+    "⋯": 1.0, "⟨": 0.39, "⟩": 0.39, "ℓ": 0.479, "ℏ": 0.634, "∅": 0.871, "∀": 0.684, "∃": 0.632, "∑": 0.713,
+    "∏": 0.823, "∫": 0.274, "∮": 0.521, "⋃": 0.821, "⋂": 0.821, "∐": 0.757, "∬": 0.789,
+}
 _DEFAULT_WIDTH = 0.5
 
 
-def _char_width(char: str) -> float:
-    width = _ITALIC_WIDTHS.get(char)
-    if width is not None:
-        return width
-    cls = _CHAR_CLASS.get(char)
-    if cls in (_BIN, _REL):
-        return 0.564 if char in "+=<>−" else _WIDE
-    if cls in (_OPEN, _CLOSE):
-        return 0.333 if char in "()[]" else 0.48
-    if char in ",;.:!'′":
-        return 0.25
-    if "\u0370" <= char <= "\u03ff":
-        return 0.55 if char.islower() else 0.65
-    return _DEFAULT_WIDTH
+def _char_width(char: str, upright: bool = False) -> float:
+    width = (_UPRIGHT_WIDTHS if upright else _ITALIC_WIDTHS).get(char)
+    if width is None:
+        width = _SYMBOL_WIDTHS.get(char, _DEFAULT_WIDTH)
+    return width
 
 
 _ASCENDERS = set("bdfhklt0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ()[]{}|∣∥/\\∂δλ⟨⟩⌈⌉⌊⌋θβζξ!?′")
@@ -1026,10 +1072,24 @@ def _char_height_depth(char: str) -> tuple[float, float]:
     return height, depth
 
 
+# Styles: D, T, S, SS (display, text, script, scriptscript); a trailing "'" marks TeX's cramped
+# variant (denominators, subscripts, radicands, accented bases), where superscripts sit lower.
 _SIZE = {"D": 1.0, "T": 1.0, "S": 0.7, "SS": 0.5}
 _METRIC_SET = {"D": "text", "T": "text", "S": "script", "SS": "scriptscript"}
 _SUP_STYLE = {"D": "S", "T": "S", "S": "SS", "SS": "SS"}
 _FRAC_STYLE = {"D": "T", "T": "S", "S": "SS", "SS": "SS"}
+
+
+def _base(style: str) -> str:
+    return style.rstrip("'")
+
+
+def _cramped(style: str) -> str:
+    return style if style.endswith("'") else style + "'"
+
+
+def _keep_cramp(style: str, new_base: str) -> str:
+    return new_base + ("'" if style.endswith("'") else "")
 
 
 @dataclass
@@ -1087,8 +1147,8 @@ class _Layouter:
             following = classes[index + 1] if index + 1 < len(classes) else None
             if previous in (None, _BIN, _OP, _REL, _OPEN, _PUNCT) or following in (_REL, _CLOSE, _PUNCT):
                 classes[index] = _ORD
-        size = _SIZE[style]
-        scripted = style in ("S", "SS")
+        size = _SIZE[_base(style)]
+        scripted = _base(style) in ("S", "SS")
         result = _Box()
         x = 0.0
         previous_cls = None
@@ -1113,7 +1173,7 @@ class _Layouter:
         return result
 
     def node(self, node: object, style: str) -> _Box:
-        size = _SIZE[style]
+        size = _SIZE[_base(style)]
         if isinstance(node, _Sym):
             return self.char(node.char, node.cls, size)
         if isinstance(node, _Space):
@@ -1161,13 +1221,13 @@ class _Layouter:
         return _Box(width=width, height=height * size, depth=depth * size, glyphs=glyphs, is_char=len(char) == 1, cls=cls)
 
     def text(self, chunks: list, style: str) -> _Box:
-        size = _SIZE[style]
+        size = _SIZE[_base(style)]
         result = _Box()
         x = 0.0
         for chunk in chunks:
             if isinstance(chunk, str):
                 for c in chunk:
-                    w = _char_width(c) * size if not c.isspace() else 0.25 * size
+                    w = _char_width(c, upright=True) * size if not c.isspace() else 0.25 * size
                     if not c.isspace():
                         result.glyphs.append((c, x + w / 2, _CENTER * size))
                     x += w
@@ -1181,23 +1241,23 @@ class _Layouter:
 
     def scripts(self, node: _Scripts, style: str) -> _Box:
         base_node = node.base
-        if isinstance(base_node, _Op) and (node.limits if node.limits is not None else (base_node.limits and style == "D")):
+        if isinstance(base_node, _Op) and (node.limits if node.limits is not None else (base_node.limits and _base(style) == "D")):
             return self.limits(base_node, node.sub, node.sup, style)
         if isinstance(base_node, _Stack) and base_node.brace:
             return self.stack(base_node, style, extra=node)
         base = self.node(base_node, style)
-        size = _SIZE[style]
-        metrics = _METRICS[_METRIC_SET[style]]
-        script_style = _SUP_STYLE[style]
-        script_size = _SIZE[script_style]
-        script_metrics = _METRICS[_METRIC_SET[script_style]]
+        size = _SIZE[_base(style)]
+        metrics = _METRICS[_METRIC_SET[_base(style)]]
+        script_style = _keep_cramp(style, _SUP_STYLE[_base(style)])
+        script_size = _SIZE[_base(script_style)]
+        script_metrics = _METRICS[_METRIC_SET[_base(script_style)]]
         sup = self.node(node.sup, script_style) if node.sup is not None else None
-        sub = self.node(node.sub, script_style) if node.sub is not None else None
+        sub = self.node(node.sub, _cramped(script_style)) if node.sub is not None else None
         sup_shift = sub_shift = 0.0
         if not base.is_char:
             sup_shift = base.height - script_metrics["supDrop"] * script_size
             sub_shift = base.depth + script_metrics["subDrop"] * script_size
-        min_sup = metrics["sup1"] if style == "D" else metrics["sup2"]
+        min_sup = metrics["sup1"] if style == "D" else metrics["sup3"] if style.endswith("'") else metrics["sup2"]
         x_height = metrics["xHeight"] * size
         if sup is not None and sub is not None:
             sup_shift = max(sup_shift, min_sup * size, sup.depth + 0.25 * x_height)
@@ -1226,22 +1286,22 @@ class _Layouter:
             # An integral's superscript sits right of its subscript by the sign's italic correction.
             italic = 0.0
             if isinstance(base_node, _Op) and base_node.symbol and base_node.text in _INTEGRALS:
-                italic = (0.444 if style == "D" else 0.194) * size
+                italic = (0.444 if _base(style) == "D" else 0.194) * size
             result.glyphs.extend(sup.shifted(x + italic, sup_shift))
             width = max(width, x + italic + sup.width)
             height = max(height, sup.height + sup_shift)
-        result.width = width + 0.05 * size
+        # TeX's scriptspace, plus the 2 px column KaTeX's vlists end with on its render page.
+        result.width = width + 0.05 * size + _VLIST_END
         result.height, result.depth = height, depth
         return result
 
     def op(self, node: _Op, style: str) -> _Box:
-        size = _SIZE[style]
+        size = _SIZE[_base(style)]
         if node.symbol:
-            scale = 1.4 if style == "D" else 1.0
+            # Display style uses KaTeX's larger operator font for the vertical metrics, but the
+            # render page's fallback font draws the glyph at one width.
             box = self.char(node.text, _OP, size)
-            box.width *= scale
-            box.glyphs = [(c, x * scale, y) for c, x, y in box.glyphs]
-            box.height, box.depth = (1.0 * size, 0.5 * size) if style == "D" else (0.75 * size, 0.25 * size)
+            box.height, box.depth = (1.0 * size, 0.5 * size) if _base(style) == "D" else (0.75 * size, 0.25 * size)
         else:
             box = self.text([node.text], style)
             box.height, box.depth = 0.694 * size, 0.0
@@ -1251,10 +1311,10 @@ class _Layouter:
 
     def limits(self, node: _Op, sub_node: object, sup_node: object, style: str) -> _Box:
         base = self.op(node, style)
-        script_style = _SUP_STYLE[style]
-        size = _SIZE[style]
+        script_style = _keep_cramp(style, _SUP_STYLE[_base(style)])
+        size = _SIZE[_base(style)]
         sup = self.node(sup_node, script_style) if sup_node is not None else None
-        sub = self.node(sub_node, script_style) if sub_node is not None else None
+        sub = self.node(sub_node, _cramped(script_style)) if sub_node is not None else None
         width = max(base.width, sup.width if sup else 0.0, sub.width if sub else 0.0)
         result = _Box(width=width, height=base.height, depth=base.depth, cls=_OP)
         # KaTeX lists limits bottom to top: lower limit, operator, upper limit.
@@ -1280,7 +1340,7 @@ class _Layouter:
         den = self.node(node.den, inner_style)
         rule = metrics["rule"] * size if node.bar else 0.0
         axis = metrics["axis"] * size
-        if outer == "D":
+        if _base(outer) == "D":
             num_shift, den_shift = metrics["num1"] * size, metrics["denom1"] * size
             clearance = 3 * rule if node.bar else 7 * metrics["rule"] * size
         else:
@@ -1314,8 +1374,8 @@ class _Layouter:
         return _Box(width=x + 0.12 * size, height=num_shift + num.height, depth=den_shift + den.depth, glyphs=glyphs, cls=_INNER if node.left else _ORD)
 
     def sqrt(self, node: _Sqrt, style: str) -> _Box:
-        size = _SIZE[style]
-        body = self.node(node.body, style)
+        size = _SIZE[_base(style)]
+        body = self.node(node.body, _cramped(style))
         glyphs: list = []
         offset = 0.85 * size
         if node.index is not None:
@@ -1326,17 +1386,22 @@ class _Layouter:
         return _Box(width=offset + body.width, height=body.height + 0.2 * size, depth=body.depth, glyphs=glyphs)
 
     def accent(self, node: _Accent, style: str) -> _Box:
-        size = _SIZE[style]
-        body = self.node(node.body, style)
+        size = _SIZE[_base(style)]
+        body = self.node(node.body, _cramped(style))
         glyphs = list(body.glyphs)
         if node.char is not None and not node.under:
-            # The accent box is centred over the base, nudged right (KaTeX's skew for italic letters).
-            glyphs.append((node.char, body.width / 2 + 0.01 * size, (_CENTER + node.dy) * size))
+            # The accent box sits over the base, a hair higher (0.4 px in KaTeX), so the base's up
+            # neighbour is its accent. KaTeX's skew puts most accents a pixel or so right of the
+            # base's centre (so the accent is also the base's right neighbour); a bar is drawn
+            # from the base's left edge.
+            dx = -0.05 if node.char == "ˉ" else 0.03
+            glyphs.append((node.char, body.width / 2 + dx * size, (_CENTER + max(node.dy, 0.015)) * size))
         return _Box(width=body.width, height=body.height + 0.2 * size, depth=body.depth, glyphs=glyphs, is_char=body.is_char, cls=body.cls)
 
     def left_right(self, node: _LeftRight, style: str) -> _Box:
-        size = _SIZE[style]
+        size = _SIZE[_base(style)]
         body = self.row(node.body, style)
+        node = _LeftRight(_drawn_delimiter(node.left, body, size), node.body, _drawn_delimiter(node.right, body, size))
         glyphs: list = []
         x = 0.0
         if node.left:
@@ -1354,15 +1419,15 @@ class _Layouter:
         return _Box(width=x, height=height, depth=depth, glyphs=glyphs, cls=_INNER)
 
     def stack(self, node: _Stack, style: str, extra: _Scripts | None = None) -> _Box:
-        size = _SIZE[style]
+        size = _SIZE[_base(style)]
         body = self.node(node.body, style)
         over_node, under_node = node.over, node.under
         if extra is not None:
             over_node = extra.sup if extra.sup is not None else over_node
             under_node = extra.sub if extra.sub is not None else under_node
-        script_style = _SUP_STYLE[style]
+        script_style = _keep_cramp(style, _SUP_STYLE[_base(style)])
         over = self.node(over_node, script_style) if over_node is not None else None
-        under = self.node(under_node, script_style) if under_node is not None else None
+        under = self.node(under_node, _cramped(script_style)) if under_node is not None else None
         width = max(body.width, over.width if over else 0.0, under.width if under else 0.0)
         glyphs: list = []
         extra_gap = 0.3 * size if node.brace else 0.1 * size
@@ -1379,8 +1444,8 @@ class _Layouter:
         return _Box(width=width, height=height, depth=depth, glyphs=glyphs, cls=_REL if node.over is not None and not node.brace else _ORD)
 
     def array(self, node: _Array, style: str) -> _Box:
-        size = _SIZE[style]
-        cell_style = "D" if node.display else ("T" if style in ("D", "T") else style)
+        size = _SIZE[_base(style)]
+        cell_style = "D" if node.display else ("T" if _base(style) in ("D", "T") else _base(style))
         grid = [[self.row(cell, cell_style) for cell in row] for row in node.rows]
         if not grid:
             grid = [[_Box()]]
@@ -1400,6 +1465,8 @@ class _Layouter:
         offset = heights[0] - total_height / 2 - 0.25 * size  # centre on the axis
         glyphs: list = []
         x_left = 0.0
+        block = _Box(height=heights[0] - offset, depth=-(baselines[-1] - offset) + depths[-1])
+        node = _Array(node.rows, _drawn_delimiter(node.left, block, size), _drawn_delimiter(node.right, block, size), node.col_gap, node.row_step, node.display, node.align_pairs)
         if node.left:
             left = self.char(node.left, _OPEN, size)
             glyphs.extend(left.glyphs)
@@ -1445,6 +1512,8 @@ class Layout:
 
     glyphs: tuple[tuple[str, float, float], ...]
     error: str | None = None
+    key: str = ""  # the equation's tokens, whitespace dropped
+    rows: frozenset = frozenset()  # keys of every row inside it (see _row_keys)
     _neighbours: tuple | None = field(default=None, repr=False, compare=False)
     _counts: Counter | None = field(default=None, repr=False, compare=False)
     _by_char: dict | None = field(default=None, repr=False, compare=False)
@@ -1532,13 +1601,76 @@ def layout(source: str) -> Layout:
     with ``error`` set. Cached (equations repeat across tests and completions)."""
     try:
         nodes = _parse(source)
-        box = _Layouter().row(nodes, "D")
+        tags = [node for node in nodes if isinstance(node, _Tag)]
+        layouter = _Layouter()
+        box = layouter.row([node for node in nodes if not isinstance(node, _Tag)], "D")
+        for tag in tags:
+            # KaTeX positions a tag absolutely against the right end of the equation: its glyphs
+            # end where the equation ends, on the same baseline (so they overlap it).
+            tag_box = layouter.text(tag.chunks, "D")
+            box.glyphs.extend(tag_box.shifted(box.width - tag_box.width, 0.0))
     except LatexError as error:
         return Layout(glyphs=(), error=str(error))
     except RecursionError:
         return Layout(glyphs=(), error="nesting too deep")
     glyphs = tuple((char, x, y) for char, x, y in box.glyphs if char not in ("\u200b", " ", "\u00a0"))
-    return Layout(glyphs=glyphs)
+    tokens = [token for token in tokenize(source) if not token.isspace()]
+    return Layout(glyphs=glyphs, key=_ROW_SEPARATOR.join(tokens), rows=_row_keys(tokens))
+
+
+_ROW_SEPARATOR = "\x00"
+# Commands whose braced argument is not a math row in KaTeX's MathML.
+_RAW_ARGUMENT_COMMANDS = _TEXT_COMMANDS | _FONT_COMMANDS | _SPACE_WITH_ARGUMENT | {
+    "\\begin", "\\end", "\\color", "\\textcolor", "\\colorbox", "\\operatorname", "\\operatorname*",
+}
+_WRAPPERS_DROPPED = {"\\tag", "\\tag*", "\\label"}
+
+
+def _row_keys(tokens: list[str]) -> frozenset:
+    """Keys of the rows KaTeX's MathML wraps in an <mrow> of their own: the whole equation without
+    \\tag/\\label, every braced group, every environment's body and cells. olmOCR-bench passes a
+    candidate whose MathML contains the reference's; when that holds the reference is one of these
+    rows (a conservative stand-in for the MathML comparison, which needs no layout)."""
+    keys: set[str] = set()
+    # The equation without tags and labels (KaTeX puts the tag in a separate table cell).
+    kept: list[str] = []
+    i = 0
+    while i < len(tokens):
+        if tokens[i] in _WRAPPERS_DROPPED and i + 1 < len(tokens) and tokens[i + 1] == "{":
+            depth, j = 0, i + 1
+            while j < len(tokens):
+                depth += tokens[j] == "{"
+                depth -= tokens[j] == "}"
+                j += 1
+                if depth == 0:
+                    break
+            i = j
+            continue
+        if tokens[i] in ("\\nonumber", "\\notag"):
+            i += 1
+            continue
+        kept.append(tokens[i])
+        i += 1
+    keys.add(_ROW_SEPARATOR.join(kept))
+    # Braced groups (not raw arguments such as environment names, colours or text) and
+    # environment bodies and cells.
+    stack: list[tuple[bool, int]] = []
+    for index, token in enumerate(kept):
+        if token == "{":
+            previous = kept[index - 1] if index else ""
+            raw = previous in _RAW_ARGUMENT_COMMANDS or (previous == "}" and index >= 2 and "\\begin" in kept[max(0, index - 4) : index])
+            stack.append((raw, index + 1))
+        elif token == "}" and stack:
+            raw, start = stack.pop()
+            if not raw:
+                keys.add(_ROW_SEPARATOR.join(kept[start:index]))
+    text = _ROW_SEPARATOR.join(kept)
+    for body in re.findall(r"\\begin\x00\{\x00[^\x00]+\x00\}\x00(.*?)\x00\\end\x00\{", text):
+        keys.add(body)
+        for row in body.split("\x00\\\\\x00"):
+            keys.add(row)
+            keys.update(row.split("\x00&\x00"))
+    return frozenset(keys)
 
 
 def _compute_neighbours(glyphs: tuple) -> tuple:
@@ -1603,6 +1735,8 @@ def equation_contains(candidate: Layout, reference: Layout) -> bool:
     """
     if reference.error is not None or candidate.error is not None:
         return False
+    if reference.key and reference.key in candidate.rows:
+        return True  # the MathML-containment route (see _row_keys)
     ref_glyphs = reference.glyphs
     n = len(ref_glyphs)
     if n == 0:

@@ -32,10 +32,14 @@ _HTML_B = re.compile(r"</?b>")
 _HTML_I = re.compile(r"</?i>")
 _PAIRED_DOUBLE = re.compile(r"(\*\*|__)(.*?)\1")
 _PAIRED_SINGLE = re.compile(r"(\*|_)(.*?)\1")
-_WHITESPACE = re.compile(r"\s+")
+# Matches exactly the whitespace runs that "\s+" -> " " would change (runs of two or more, and
+# single non-space whitespace), so the many single spaces of ordinary text are left alone: the
+# same result as re.sub(r"\s+", " ", text), about twice as fast.
+_WHITESPACE = re.compile(r"\s\s+|[^\S ]")
 
-# One character in, one character out, so str.translate does step 6 in a single pass.
-_PLAIN_FORMS = str.maketrans(
+# Step 6: one character in, one character out. A replace per character present is much faster
+# than str.translate with a mapping (which looks up every character in Python).
+_PLAIN_FORMS = tuple(
     {
         "\u2018": "'",  # left single quotation mark
         "\u2019": "'",  # right single quotation mark
@@ -50,7 +54,7 @@ _PLAIN_FORMS = str.maketrans(
         "\u2012": "-",  # figure dash
         "\u2212": "-",  # minus sign
         "\u00b5": "\u03bc",  # micro sign -> Greek small mu
-    }
+    }.items()
 )
 
 
@@ -79,5 +83,7 @@ def normalize_text(text: str | None) -> str | None:
     if not text.isascii():
         if not unicodedata.is_normalized("NFC", text):
             text = unicodedata.normalize("NFC", text)
-        text = text.translate(_PLAIN_FORMS)
+        for fancy, plain in _PLAIN_FORMS:
+            if fancy in text:
+                text = text.replace(fancy, plain)
     return text

@@ -36,7 +36,7 @@ from .errors import TestLoadError
 from .loading import load_tests
 from .page import evaluate_page
 
-__all__ = ["main", "score_bench", "BenchScore", "UsageError", "output_files"]
+__all__ = ["main", "score_bench", "load_bench_tests", "BenchScore", "UsageError", "output_files"]
 
 BASELINE_GROUP = "baseline"
 
@@ -118,7 +118,9 @@ def output_files(outputs: Path, pdf: str, page: int) -> list[Path]:
     return [folder / name for _, name in sorted(found)]
 
 
-def _load_bench(bench: Path, skip_baseline: bool) -> list[tuple[BenchTest, str]]:
+def load_bench_tests(bench: Path, skip_baseline: bool = False) -> list[tuple[BenchTest, str]]:
+    """Every test of a bench folder with its group (JSONL file name, or ``baseline`` for the default
+    baseline tests added per PDF); raises :class:`UsageError` listing every invalid definition."""
     if not bench.is_dir():
         raise UsageError(f"bench folder {bench} does not exist or is not a folder; pass the folder holding the *.jsonl files")
     jsonl_files = sorted(bench.glob("*.jsonl"))
@@ -152,7 +154,7 @@ def _load_bench(bench: Path, skip_baseline: bool) -> list[tuple[BenchTest, str]]
 
 def score_bench(bench: Path, outputs: Path, *, skip_baseline: bool = False) -> BenchScore:
     """Score every test of ``bench`` on the transcriptions in ``outputs``; raises :class:`UsageError`."""
-    tests = _load_bench(bench, skip_baseline)
+    tests = load_bench_tests(bench, skip_baseline)
     if not outputs.is_dir():
         raise UsageError(f"outputs folder {outputs} does not exist or is not a folder; pass the folder of <pdf stem>_pg<page>_repeat<k>.md files")
     # Group tests by page so each transcription is read and prepared once for all its tests.
