@@ -41,8 +41,11 @@ def encode_examples(dataset, processor) -> list[dict]:
 
 
 def warm_start(model_dir: str | Path, bench_dir: str | Path, *, seed: int = 0, steps: int = 120,
-               learning_rate: float = 2e-3, log_every: int = 20) -> dict:
-    """Fine-tune the model in ``model_dir`` in place on ``bench_dir``'s references; returns a summary."""
+               learning_rate: float = 2e-3, image_dim: int = 448, log_every: int = 20) -> dict:
+    """Fine-tune the model in ``model_dir`` in place on ``bench_dir``'s references; returns a summary.
+
+    ``image_dim`` is the rendered page size; use the one the GRPO run will use (configs/tiny-cpu.yaml: 448).
+    """
     import torch
 
     from olmocr_rl.data.dataset import OlmOCRBenchDataset
@@ -51,7 +54,7 @@ def warm_start(model_dir: str | Path, bench_dir: str | Path, *, seed: int = 0, s
     random.seed(seed)
     torch.manual_seed(seed)
     model, processor = load_model_and_processor(str(model_dir), dtype=torch.float32)
-    dataset = OlmOCRBenchDataset(str(bench_dir), processor)
+    dataset = OlmOCRBenchDataset(str(bench_dir), processor, target_longest_image_dim=image_dim)
     examples = encode_examples(dataset, processor)
     if not examples:
         raise ValueError(f"{bench_dir}: no page has a claude_original/ reference to learn from")
