@@ -80,12 +80,13 @@ def tail_repeat_counts(text: str, cap: int) -> tuple[int, ...]:
 
 
 def _image_free_alnum_count(prepared: PreparedText) -> int:
-    without_images = _IMAGE_TAG.sub("", prepared.text)
-    return sum(1 for ch in without_images if ch.isalnum())
+    return PreparedText(_IMAGE_TAG.sub("", prepared.text)).alnum_count
 
 
 def _disallowed_characters(prepared: PreparedText) -> list[str]:
     """Up to ten disallowed characters, in order of appearance (enough for a verdict and a message)."""
+    if not prepared.text or max(prepared.text) < "\u3040":  # all below the first disallowed block
+        return []
     return [match.group() for match in islice(_DISALLOWED.finditer(prepared.text), 10)]
 
 

@@ -427,13 +427,94 @@ def _has_ancestor(element: _Element, name: str) -> bool:
     return False
 
 
+# --- a fast path for plain markup ----------------------------------------------------------------
+#
+# html.parser is a Python loop costing tens of µs a tag; a page-long HTML table has a thousand
+# tags. Markup made only of plain start/end tags, text and complete character references is
+# tokenized here with one regex instead, giving the same events; anything else (comments,
+# declarations, script/style, unusual tag syntax, a trailing incomplete reference) falls back to
+# html.parser.
+
+_FAST_TOKEN = re.compile(
+    r"<(?P<end>/)?(?P<name>[a-zA-Z][a-zA-Z0-9]*)"
+    r"(?P<attrs>(?:\s+[^\s\"'>/=]+(?:\s*=\s*(?:\"[^\"]*\"|'[^']*'|[^\s\"'=<>`]+))?)*)\s*(?P<close>/)?>"
+    r"|<(?=[a-zA-Z/!?])"  # a '<' that html.parser would read as markup but the pattern above did not
+)
+_FAST_ATTRIBUTE = re.compile(r"""([^\s"'>/=]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+)))?""")
+_REFERENCE = re.compile(r"&(?:#([0-9]+)|#([xX][0-9a-fA-F]+)|([a-zA-Z][-.a-zA-Z0-9]*));")
+_REFERENCE_START = re.compile(r"&[#a-zA-Z]")
+_CDATA_ELEMENTS = frozenset({"script", "style"})
+
+
+class _Fallback(Exception):
+    pass
+
+
+def _decode_references(data: str) -> str:
+    """Complete references (``&#65;``, ``&#x41;``, ``&amp;``) decoded; a literal ``&`` (not before
+    ``#`` or a letter) kept. Anything else — a reference without its ``;`` — has html.parser rules
+    of its own (one can even turn the rest of the document into text), so it falls back."""
+    if "&" not in data:
+        return data
+
+    def replace(match: re.Match) -> str:
+        decimal, hexadecimal, name = match.groups()
+        if decimal is not None or hexadecimal is not None:
+            return _numeric_reference(decimal if decimal is not None else hexadecimal)
+        character = html.entities.html5.get(name + ";")
+        return character if character is not None else "&" + name
+
+    if _REFERENCE_START.search(_REFERENCE.sub("", data)):
+        raise _Fallback
+    return _REFERENCE.sub(replace, data)
+
+
+def _feed_fast(builder: "_TreeBuilder", text: str) -> None:
+    """Drive ``builder`` with the events of plain markup; raises _Fallback on anything else."""
+    pos = 0
+    for match in _FAST_TOKEN.finditer(text):
+        name = match.group("name")
+        if name is None or name.lower() in _CDATA_ELEMENTS:
+            raise _Fallback
+        if match.start() > pos:
+            builder.handle_data(_decode_references(text[pos : match.start()]))
+        pos = match.end()
+        tag = name.lower()
+        if match.group("end"):
+            if match.group("attrs") or match.group("close"):
+                raise _Fallback
+            builder.handle_endtag(tag)
+            continue
+        attrs = []
+        for attribute in _FAST_ATTRIBUTE.finditer(match.group("attrs")):
+            key, double, single, bare = attribute.groups()
+            value = double if double is not None else single if single is not None else bare
+            attrs.append((key.lower(), None if value is None else html.unescape(value)))
+        if match.group("close"):
+            builder.handle_startendtag(tag, attrs)
+        else:
+            builder.handle_starttag(tag, attrs)
+    if pos < len(text):
+        builder.handle_data(_decode_references(text[pos:]))
+
+
+def _build_tree(text: str) -> "_TreeBuilder":
+    builder = _TreeBuilder()
+    try:
+        _feed_fast(builder, text)
+        return builder
+    except _Fallback:
+        builder = _TreeBuilder()
+        builder.feed(text)
+        builder.close()
+        return builder
+
+
 def parse_html_tables(text: str) -> tuple[TableData, ...]:
     """HTML tables of ``text`` (every ``<table>``, nested ones too), in document order."""
     if not _HAS_TABLE_TAG.search(text):
         return ()
-    builder = _TreeBuilder()
-    builder.feed(text)
-    builder.close()
+    builder = _build_tree(text)
     tables = []
     for table in builder.tables:
         rows = list(_iter_elements(table, "tr"))

@@ -82,7 +82,10 @@ class PresenceTest(BenchTest):
         if present:
             if found:
                 return True, ""
-            return False, f"expected '{_short(self.reference)}' (threshold {self.threshold:.3f}), best match ratio {score:.3f}"
+            if self.max_diffs == 0:
+                return False, f"expected '{_short(self.reference)}' (exact match required), not found"
+            # The score was computed with a cutoff, so only "below the threshold" is known here.
+            return False, f"expected '{_short(self.reference)}', best match ratio below the threshold {self.threshold:.3f}"
         if not found:
             return True, ""
         return False, f"expected '{_short(self.reference)}' to be absent (threshold {self.threshold:.3f}), but match ratio was {score:.3f}"
