@@ -461,7 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--bench", required=True, help="olmOCR-bench folder: *.jsonl test files + pdfs/")
     parser.add_argument("--outputs", default=None,
                         help="folder for the transcriptions (default outputs/eval/<model>__<bench>); "
-                             "files of the selected pages are overwritten")
+                             "the selected pages' earlier repeat files there are replaced")
     parser.add_argument("--num_samples", type=int, default=1,
                         help="K transcriptions per page (repeat1..repeatK); a test passes when more than "
                              "half of its page's K transcriptions pass it, as in olmOCR-bench")
