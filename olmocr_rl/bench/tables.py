@@ -123,7 +123,6 @@ def build_table(rows: Sequence[Sequence[CellSpec]]) -> TableData | None:
     """Lay cells out on a grid honouring spans and derive neighbour relations; None if no cell."""
     cell_text: dict[Cell, str] = {}
     headings: set[Cell] = set()
-    extent: dict[Cell, tuple[int, int, int, int]] = {}  # cell -> (row, col, rowspan, colspan)
     grid: list[list[Cell | None]] = []
     active: list[tuple[Cell, int] | None] = []  # per column: spanning cell and rows it still covers
     slots = 0
@@ -150,13 +149,20 @@ def build_table(rows: Sequence[Sequence[CellSpec]]) -> TableData | None:
                 continue
             spec = specs[spec_index]
             spec_index += 1
-            rowspan = min(max(1, spec.rowspan), MAX_ROWSPAN)
-            colspan = min(max(1, spec.colspan), MAX_COLSPAN)
             cell = (row_index, col)
             cell_text[cell] = spec.text
             if spec.is_heading:
                 headings.add(cell)
-            extent[cell] = (row_index, col, rowspan, colspan)
+            if spec.rowspan == 1 and spec.colspan == 1:  # the common case, kept cheap
+                if len(active) <= col:
+                    active.append(None)
+                else:
+                    active[col] = None
+                row_entries.append(cell)
+                col += 1
+                continue
+            rowspan = min(max(1, spec.rowspan), MAX_ROWSPAN)
+            colspan = min(max(1, spec.colspan), MAX_COLSPAN)
             if len(active) < col + colspan:
                 active.extend([None] * (col + colspan - len(active)))
             for offset in range(colspan):
@@ -189,36 +195,32 @@ def build_table(rows: Sequence[Sequence[CellSpec]]) -> TableData | None:
             del row[width:]
     height = len(grid)
 
+    # A cell's right neighbours are, in each row it spans, the next different cell to its right
+    # (empty slots skipped); its slots in a row are contiguous, so walking each row (and each
+    # column) once and pairing consecutive distinct cells gives every relation in O(slots).
     up: dict[Cell, set[Cell]] = {cell: set() for cell in cell_text}
     down: dict[Cell, set[Cell]] = {cell: set() for cell in cell_text}
     left: dict[Cell, set[Cell]] = {cell: set() for cell in cell_text}
     right: dict[Cell, set[Cell]] = {cell: set() for cell in cell_text}
-    for cell, (row0, col0, rowspan, colspan) in extent.items():
-        row1 = min(row0 + rowspan, height)  # exclusive; the grid may have been cut
-        col1 = min(col0 + colspan, width)
-        for row in range(row0, row1):
-            line = grid[row]
-            for col in range(col1, width):
-                other = line[col]
-                if other is not None and other != cell:
-                    right[cell].add(other)
-                    break
-            for col in range(col0 - 1, -1, -1):
-                other = line[col]
-                if other is not None and other != cell:
-                    left[cell].add(other)
-                    break
-        for col in range(col0, col1):
-            for row in range(row1, height):
-                other = grid[row][col]
-                if other is not None and other != cell:
-                    down[cell].add(other)
-                    break
-            for row in range(row0 - 1, -1, -1):
-                other = grid[row][col]
-                if other is not None and other != cell:
-                    up[cell].add(other)
-                    break
+    for line in grid:
+        previous = None
+        for entry in line:
+            if entry is None or entry == previous:
+                continue
+            if previous is not None:
+                right[previous].add(entry)
+                left[entry].add(previous)
+            previous = entry
+    for col in range(width):
+        previous = None
+        for row in range(height):
+            entry = grid[row][col]
+            if entry is None or entry == previous:
+                continue
+            if previous is not None:
+                down[previous].add(entry)
+                up[entry].add(previous)
+            previous = entry
 
     return TableData(
         cell_text=cell_text,
