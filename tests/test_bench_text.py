@@ -140,3 +140,27 @@ def test_prepared_text_views_are_cached_and_shared():
     assert prepared.normalized_lower == "hello world"
     assert prepared.alnum_count == 10
     assert prepare_text(prepared) is prepared
+
+
+def test_raw_text_shortcut_never_changes_a_verdict():
+    # Exact tests rule a text out from its raw form when the reference's longest ASCII word is
+    # missing and nothing in the text can merge words under normalisation. Compare with the
+    # shortcut switched off, on texts built to tempt it (markers, Kelvin sign, combining marks).
+    import random
+
+    rng = random.Random(4)
+    pieces = ["foo", "bar", "foobar", "Kx", "\u212ax", "e\u0301", " ", "\n", "**", "*", "_", "<b>", "</b>", "<br>", "’", "—", "10"]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        reference = "".join(rng.choice(["foo", "bar", "foobar", "Kx", " ", "10", "'", "-"]) for _ in range(rng.randint(1, 3)))
+        if not reference.strip() or not any(ch.isalnum() for ch in reference):
+            continue
+        kind = rng.choice(["present", "absent", "order"])
+        fields = {"before": reference, "after": "bar"} if kind == "order" else {"text": reference, "last_n": rng.choice([None, 8])}
+        try:
+            test = make(type=kind, **fields)
+        except ValueError:
+            continue
+        shortcut = test.run(text)[0]
+        object.__setattr__(test, "probes" if kind == "order" else "probe", (None, None) if kind == "order" else None)
+        assert test.run(text)[0] == shortcut, (kind, text, reference)

@@ -85,9 +85,8 @@ def _image_free_alnum_count(prepared: PreparedText) -> int:
 
 def _disallowed_characters(prepared: PreparedText) -> list[str]:
     """Up to ten disallowed characters, in order of appearance (enough for a verdict and a message)."""
-    if not prepared.text or max(prepared.text) < "\u3040":  # all below the first disallowed block
-        return []
-    return [match.group() for match in islice(_DISALLOWED.finditer(prepared.text), 10)]
+    # All disallowed characters are non-ASCII: scan only those (none at all for ASCII text).
+    return [match.group() for match in islice(_DISALLOWED.finditer(prepared.non_ascii), 10)]
 
 
 @dataclass(frozen=True, kw_only=True)

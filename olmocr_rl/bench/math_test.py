@@ -23,12 +23,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from typing import TYPE_CHECKING
+
 from rapidfuzz import fuzz
 
-from . import latex
 from .base import BenchTest
 from .errors import FieldError
 from .prepared import PreparedText
+
+if TYPE_CHECKING:
+    from . import latex
 
 __all__ = ["MathTest", "extract_equations", "MAX_CANDIDATES"]
 
@@ -85,6 +89,8 @@ class MathTest(BenchTest):
     FIELD_KINDS: ClassVar[dict[str, str]] = {"math": "str", "ignore_dollar_delimited": "bool"}
 
     def __post_init__(self) -> None:
+        from . import latex  # imported on first use: the layout engine is the package's largest module
+
         super().__post_init__()
         if not self.math.strip():
             raise FieldError("math", "must not be empty; give the reference equation in LaTeX")
@@ -94,6 +100,8 @@ class MathTest(BenchTest):
         self._set(reference_layout=latex.layout(self.math))
 
     def run_prepared(self, prepared: PreparedText) -> tuple[bool, str]:
+        from . import latex
+
         equations = prepared.equations(ignore_dollar_delimited=self.ignore_dollar_delimited)
         if not equations:
             return False, "no equations found in the text"

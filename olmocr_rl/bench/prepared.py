@@ -58,9 +58,30 @@ class PreparedText:
         return self.derived("normalized_lower", lambda p: p.normalized.lower())
 
     @property
+    def raw_runs_survive(self) -> bool:
+        """Whether every run of ASCII letters/digits in ``normalized`` occurs in the raw text.
+
+        True when the text has no ``*``, ``_`` or ``<`` (normalisation then deletes nothing between
+        characters: whitespace runs become one space, NFC and the plain-form replacements produce
+        no ASCII letter or digit) and no Kelvin sign (which NFC turns into "K"). Exact tests use it
+        to rule a text out without normalising it."""
+        return self.derived(
+            "raw_runs_survive", lambda p: not any(mark in p.text for mark in ("*", "_", "<", "\u212a"))
+        )
+
+    def cannot_contain(self, probe: str | None) -> bool:
+        """True if ``normalized`` certainly lacks ``probe`` (a run of ASCII letters/digits)."""
+        return bool(probe) and self.raw_runs_survive and probe not in self.text
+
+    @property
+    def non_ascii(self) -> str:
+        """The raw text's non-ASCII characters, in order (empty for ASCII text)."""
+        return self.derived("non_ascii", lambda p: "" if p.text.isascii() else _ASCII_RUNS.sub("", p.text))
+
+    @property
     def alnum_count(self) -> int:
         """Number of alphanumeric characters (``str.isalnum``) in the raw text."""
-        return self.derived("alnum_count", lambda p: _count_alnum(p.text))
+        return self.derived("alnum_count", lambda p: _count_alnum(p.text, p.non_ascii))
 
     def tables(self, *, include_markdown: bool) -> tuple:
         """Tables of the completion: markdown ones first (if asked), then HTML ones."""
@@ -84,13 +105,15 @@ class PreparedText:
         return f"PreparedText({head!r}, {len(self.text)} chars, cached={sorted(map(str, self._cache))})"
 
 
-def _count_alnum(text: str) -> int:
-    """``sum(ch.isalnum() for ch in text)``, in C: the regex class [^\\W_] is exactly the characters
-    for which str.isalnum() holds (\\w is isalnum() plus the underscore)."""
-    return len(_NOT_ALNUM.sub("", text))
+def _count_alnum(text: str, non_ascii: str) -> int:
+    """``sum(ch.isalnum() for ch in text)``: ASCII characters counted in C (bytes.translate), the
+    usually few non-ASCII ones with str.isalnum."""
+    ascii_bytes = text.encode("ascii", "ignore")
+    return len(ascii_bytes.translate(None, _ASCII_NOT_ALNUM)) + sum(map(str.isalnum, non_ascii))
 
 
-_NOT_ALNUM = re.compile(r"[\W_]+")
+_ASCII_NOT_ALNUM = bytes(i for i in range(128) if not chr(i).isalnum())
+_ASCII_RUNS = re.compile(r"[\x00-\x7f]+")
 
 
 def prepare_text(text: str | PreparedText) -> PreparedText:

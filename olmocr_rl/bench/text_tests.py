@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import re
+
 from .base import BenchTest, check_max_diffs_fits, threshold_for
 from .errors import FieldError
 from .fuzzy import first_match_start, last_match_start, partial_ratio_score
@@ -24,6 +26,16 @@ from .normalize import normalize_text
 from .prepared import PreparedText
 
 __all__ = ["PresenceTest", "OrderTest"]
+
+
+_ASCII_ALNUM_RUN = re.compile(r"[A-Za-z0-9]+")
+
+
+def _probe(reference: str) -> str | None:
+    """The longest run of ASCII letters/digits in ``reference``: if a text cannot contain it, it
+    cannot contain the reference (see ``PreparedText.cannot_contain``)."""
+    runs = _ASCII_ALNUM_RUN.findall(reference)
+    return max(runs, key=len) if runs else None
 
 
 def _short(text: str, limit: int = 40) -> str:
@@ -41,6 +53,7 @@ class PresenceTest(BenchTest):
 
     reference: str = field(init=False, repr=False, compare=False)
     threshold: float = field(init=False, repr=False, compare=False)
+    probe: str | None = field(init=False, repr=False, compare=False)
 
     TYPES: ClassVar[tuple[str, ...]] = ("present", "absent")
     FIELD_KINDS: ClassVar[dict[str, str]] = {"text": "str", "case_sensitive": "bool", "first_n": "int?", "last_n": "int?"}
@@ -56,7 +69,11 @@ class PresenceTest(BenchTest):
                 raise FieldError(name, f"must be a positive number of characters (or null), got {value}")
         reference = normalized if self.case_sensitive else normalized.lower()
         check_max_diffs_fits(self.max_diffs, reference, "text")
-        self._set(text=normalized, reference=reference, threshold=threshold_for(self.max_diffs, reference))
+        # Only an exact, case-sensitive search in a piece of the text can be ruled out from the raw
+        # text (first_n + last_n joins two pieces, which can make new runs).
+        joined = bool(self.first_n and self.last_n)
+        probe = _probe(reference) if self.max_diffs == 0 and self.case_sensitive and not joined else None
+        self._set(text=normalized, reference=reference, threshold=threshold_for(self.max_diffs, reference), probe=probe)
 
     def _window(self, prepared: PreparedText) -> str:
         content = prepared.normalized if self.case_sensitive else prepared.normalized_lower
@@ -70,8 +87,13 @@ class PresenceTest(BenchTest):
         return content
 
     def run_prepared(self, prepared: PreparedText) -> tuple[bool, str]:
-        window = self._window(prepared)
         present = self.type == "present"
+        if prepared.cannot_contain(self.probe):
+            # Not in the whole text, so in no window of it: the verdict needs no normalisation.
+            if present:
+                return False, f"expected '{_short(self.reference)}' (exact match required), not found"
+            return True, ""
+        window = self._window(prepared)
         needed = len(self.reference) - self.max_diffs
         if len(window) < needed:
             if present:
@@ -98,6 +120,8 @@ class OrderTest(BenchTest):
     before: str
     after: str
 
+    probes: tuple = field(init=False, repr=False, compare=False)
+
     TYPES: ClassVar[tuple[str, ...]] = ("order",)
     FIELD_KINDS: ClassVar[dict[str, str]] = {"before": "str", "after": "str"}
 
@@ -115,9 +139,14 @@ class OrderTest(BenchTest):
                     f"{self.max_diffs} is larger than half the '{name}' text it applies to ({len(value)} chars); "
                     f"lower it to at most {len(value) // 2}",
                 )
-        self._set(before=before, after=after)
+        probes = (_probe(before), _probe(after)) if self.max_diffs == 0 else (None, None)
+        self._set(before=before, after=after, probes=probes)
 
     def run_prepared(self, prepared: PreparedText) -> tuple[bool, str]:
+        if prepared.cannot_contain(self.probes[0]):
+            return False, f"'before' text '{_short(self.before)}' not found (max_diffs {self.max_diffs})"
+        if prepared.cannot_contain(self.probes[1]):
+            return False, f"'after' text '{_short(self.after)}' not found (max_diffs {self.max_diffs})"
         content = prepared.normalized
         first_before = first_match_start(self.before, content, self.max_diffs)
         if first_before is None:
