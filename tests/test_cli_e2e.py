@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -118,8 +119,9 @@ def test_two_steps_with_wandb_offline_then_resume_to_four(tmp_path, tiny_model_d
         assert per_type, sorted(record)
         assert record["timing/step_s"] > 0 and record["timing/generated_tokens"] > 0
 
-    # The console table (header printed once, one row per step).
-    assert first.stdout.count("reward") >= 1 and "s/step" in first.stdout
+    # The console table on stdout: its header once, then one row per step (step, reward, ...).
+    assert len(re.findall(r"^\s+step\s+reward\s.*s/step$", first.stdout, re.M)) == 1, first.stdout
+    assert [int(m) for m in re.findall(r"^\s+(\d+)\s+\d\.\d{3}\s", first.stdout, re.M)] == [1, 2], first.stdout
 
     # W&B offline: one run folder with its .wandb record file, holding the bench and timing keys and
     # the full flag set as config (keys are stored as plain strings in the protobuf records).

@@ -90,8 +90,10 @@ def test_model_from_s3_checkpoints_mirrored_then_resumed_on_a_fresh_machine(moto
 def test_training_finishes_when_the_s3_server_goes_away_mid_run(moto_s3, tmp_path, tiny_model_dir):
     save_uri = f"s3://{moto_s3.bucket}/runs/gone"
     out = tmp_path / "out"
-    flags = s3_flags(tiny_model_dir, out, save_uri, 3, tmp_path / "cache")
-    flags[flags.index("--save_steps") + 1] = 1  # checkpoint-1, -2, -3: the first upload succeeds, later ones cannot
+    # A checkpoint every step: checkpoint-1's upload succeeds, the server is stopped then, and the uploads
+    # of checkpoints 2-4 and of the final model cannot (4 steps leave a fast machine time to stop it).
+    flags = s3_flags(tiny_model_dir, out, save_uri, 4, tmp_path / "cache")
+    flags[flags.index("--save_steps") + 1] = 1
     log_path = tmp_path / "cli.log"
     with log_path.open("w") as log_file:
         proc = subprocess.Popen([sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, flags)], cwd=REPO,
@@ -117,9 +119,9 @@ def test_training_finishes_when_the_s3_server_goes_away_mid_run(moto_s3, tmp_pat
     assert "cannot reach the S3 endpoint" in log
     assert "Traceback" not in log
     # Training went on to the end, everything on local disk.
-    assert json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())["global_step"] == 3
+    assert json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())["global_step"] == 4
     assert (out / "model.safetensors").is_file()
-    assert json.loads((out / "run_summary.json").read_text())["global_step"] == 3
+    assert json.loads((out / "run_summary.json").read_text())["global_step"] == 4
 
 
 def test_resume_from_an_unreachable_s3_stops_before_the_model_loads(moto_s3, tmp_path):
