@@ -21,7 +21,13 @@ logger = logging.getLogger(__name__)
 
 
 def encode_examples(dataset, processor) -> list[dict]:
-    """Tokenise (prompt + image -> reference) pairs; labels cover only the answer and its EOS."""
+    """Tokenise (prompt + image -> reference) pairs; labels cover only the answer and its EOS.
+
+    The answer is tokenised on its own and appended to the prompt's ids, exactly as generation sees it
+    (tokenising prompt + answer as one string would let BPE merge across the boundary, e.g. "\n---").
+    """
+    import torch
+
     examples = []
     for i in range(len(dataset)):
         item = dataset[i]
@@ -29,13 +35,18 @@ def encode_examples(dataset, processor) -> list[dict]:
         if not reference:
             continue
         prompt_text = processor.apply_chat_template(item["prompt"], add_generation_prompt=True, tokenize=False)
-        full_text = prompt_text + reference.strip() + processor.tokenizer.eos_token
-        prompt_ids = processor(text=[prompt_text], images=[item["image"]], return_tensors="pt")["input_ids"]
-        encoded = processor(text=[full_text], images=[item["image"]], return_tensors="pt")
+        encoded = processor(text=[prompt_text], images=[item["image"]], return_tensors="pt")
+        answer = processor.tokenizer(reference.strip() + processor.tokenizer.eos_token, add_special_tokens=False,
+                                     return_tensors="pt")["input_ids"]
+        prompt_ids = encoded["input_ids"]
+        encoded["input_ids"] = torch.cat([prompt_ids, answer], dim=1)
+        encoded["attention_mask"] = torch.ones_like(encoded["input_ids"])
+        if "mm_token_type_ids" in encoded:  # marks image tokens for the 3-D rope positions, as in generation
+            types = encoded["mm_token_type_ids"]
+            encoded["mm_token_type_ids"] = torch.cat([types, torch.zeros_like(answer)], dim=1)
         labels = encoded["input_ids"].clone()
         labels[:, : prompt_ids.shape[1]] = -100
         encoded["labels"] = labels
-        encoded.pop("mm_token_type_ids", None)
         examples.append(dict(encoded))
     return examples
 
