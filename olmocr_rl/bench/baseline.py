@@ -70,12 +70,15 @@ def tail_repeat_counts(text: str, cap: int) -> tuple[int, ...]:
             counts.append(0)
             continue
         target = tail[-size:]
-        count = 0
-        pos = len(tail) - size
-        while pos >= 0 and count < cap and tail.startswith(target, pos):
-            count += 1
-            pos -= size
-        counts.append(count)
+        # "ends with m copies" holds for every m up to the count: binary search on m.
+        low, high = 1, min(cap, len(tail) // size)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if tail.endswith(target * middle):
+                low = middle
+            else:
+                high = middle - 1
+        counts.append(low)
     return tuple(counts)
 
 

@@ -13,6 +13,7 @@ threads racing to fill the same entry store equal values (harmless).
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any, Callable, TypeVar
 
 from .normalize import normalize_text
@@ -68,6 +69,16 @@ class PreparedText:
         return self.derived(
             "raw_runs_survive", lambda p: not any(mark in p.text for mark in ("*", "_", "<", "\u212a"))
         )
+
+    @property
+    def normalizes_by_spacing(self) -> bool:
+        """Whether ``normalized`` is the raw text with whitespace runs collapsed and the plain-form
+        character replacements applied, and nothing else: true for text without ``*``, ``_``, ``<``
+        that is already in NFC. Exact searches can then run on the raw text (see text_tests)."""
+        def compute(p: "PreparedText") -> bool:
+            return p.raw_runs_survive and (p.text.isascii() or unicodedata.is_normalized("NFC", p.text))
+
+        return self.derived("normalizes_by_spacing", compute)
 
     def cannot_contain(self, probe: str | None) -> bool:
         """True if ``normalized`` certainly lacks ``probe`` (a run of ASCII letters/digits)."""

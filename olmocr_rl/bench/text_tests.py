@@ -29,6 +29,21 @@ __all__ = ["PresenceTest", "OrderTest"]
 
 
 _ASCII_ALNUM_RUN = re.compile(r"[A-Za-z0-9]+")
+# What a character of a normalised reference can be in raw text that normalises only by spacing:
+# a space is any whitespace run, a plain quote or dash any of the forms normalisation maps to it.
+_RAW_FORMS = {
+    " ": r"\s+",
+    "'": "['\u2018\u2019\u201a]",
+    '"': '["\u201c\u201d\u201e]',
+    "-": "[-\u2013\u2014\u2011\u2012\u2212]",
+    "\u03bc": "[\u03bc\u00b5]",
+}
+
+
+def _raw_pattern(reference: str) -> re.Pattern[str]:
+    """A regex that finds ``reference`` in a raw text exactly where it occurs in the text's
+    normalised form, for texts with ``PreparedText.normalizes_by_spacing``."""
+    return re.compile("".join(_RAW_FORMS.get(ch) or re.escape(ch) for ch in reference))
 
 
 def _probe(reference: str) -> str | None:
@@ -54,6 +69,7 @@ class PresenceTest(BenchTest):
     reference: str = field(init=False, repr=False, compare=False)
     threshold: float = field(init=False, repr=False, compare=False)
     probe: str | None = field(init=False, repr=False, compare=False)
+    raw_pattern: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
 
     TYPES: ClassVar[tuple[str, ...]] = ("present", "absent")
     FIELD_KINDS: ClassVar[dict[str, str]] = {"text": "str", "case_sensitive": "bool", "first_n": "int?", "last_n": "int?"}
@@ -73,7 +89,16 @@ class PresenceTest(BenchTest):
         # text (first_n + last_n joins two pieces, which can make new runs).
         joined = bool(self.first_n and self.last_n)
         probe = _probe(reference) if self.max_diffs == 0 and self.case_sensitive and not joined else None
-        self._set(text=normalized, reference=reference, threshold=threshold_for(self.max_diffs, reference), probe=probe)
+        # An exact, case-sensitive search of the whole text can even skip normalisation.
+        whole = not (self.first_n or self.last_n)
+        raw_pattern = _raw_pattern(reference) if self.max_diffs == 0 and self.case_sensitive and whole else None
+        self._set(
+            text=normalized,
+            reference=reference,
+            threshold=threshold_for(self.max_diffs, reference),
+            probe=probe,
+            raw_pattern=raw_pattern,
+        )
 
     def _window(self, prepared: PreparedText) -> str:
         content = prepared.normalized if self.case_sensitive else prepared.normalized_lower
@@ -88,11 +113,19 @@ class PresenceTest(BenchTest):
 
     def run_prepared(self, prepared: PreparedText) -> tuple[bool, str]:
         present = self.type == "present"
-        if prepared.cannot_contain(self.probe):
+        if prepared.cannot_contain(self.probe) or (
+            self.raw_pattern is not None and prepared.normalizes_by_spacing and self.raw_pattern.search(prepared.text) is None
+        ):
             # Not in the whole text, so in no window of it: the verdict needs no normalisation.
             if present:
                 return False, f"expected '{_short(self.reference)}' (exact match required), not found"
             return True, ""
+        if self.raw_pattern is not None and prepared.normalizes_by_spacing:
+            # Found in the raw text, hence in the normalised text (which is then at least as long
+            # as the reference, so the short-text guard does not apply).
+            if present:
+                return True, ""
+            return False, f"expected '{_short(self.reference)}' to be absent (exact match), but it is present"
         window = self._window(prepared)
         needed = len(self.reference) - self.max_diffs
         if len(window) < needed:
