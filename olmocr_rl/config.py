@@ -105,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="case-insensitive regex searched in each JSONL basename; only matching files are used")
     g.add_argument("--bench_type_filter", action="append", default=None, metavar="TYPE",
                    help="keep only tests of this type (repeatable: --bench_type_filter table --bench_type_filter math)")
+    g.add_argument("--pages", default=None, metavar="REGEX",
+                   help="keep only pages whose name <pdf>:<page> (e.g. counting.pdf:2) matches this regex "
+                        "(train and eval sets)")
+    g.add_argument("--exclude_pages", default=None, metavar="REGEX",
+                   help="drop pages whose name matches this regex, e.g. to hold pages out for evaluate")
     g.add_argument("--max_train_samples", type=int, default=None, help="use only the first N pages (sorted)")
     g.add_argument("--max_eval_samples", type=int, default=10, help="use only the first N eval pages")
     g.add_argument("--target_longest_image_dim", type=int, default=1288, help="rendered page size (longest side, px)")
@@ -321,11 +326,13 @@ def validate(args: argparse.Namespace) -> Resolved:
             "(or --num_train_epochs)"
         )
         logger.warning(notices[-1])
-    if args.jsonl_filter:
-        try:
-            re.compile(args.jsonl_filter)
-        except re.error as exc:
-            raise ConfigError(f"--jsonl_filter {args.jsonl_filter!r} is not a valid regex: {exc}") from None
+    for flag in ("jsonl_filter", "pages", "exclude_pages"):
+        pattern = getattr(args, flag)
+        if pattern:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ConfigError(f"--{flag} {pattern!r} is not a valid regex: {exc}") from None
     if args.bench_type_filter:
         from olmocr_rl.bench import TEST_TYPES
 

@@ -39,6 +39,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from olmocr_rl.data.dataset import page_key, select_pages
+
 #: Temperature used when sampling K > 1 transcriptions and none is given (the training CLI's default).
 DEFAULT_SAMPLING_TEMPERATURE = 0.8
 #: Default cap on new tokens: a dense page of olmOCR-bench runs to ~2-3k tokens.
@@ -52,11 +54,6 @@ class EvaluateError(ValueError):
 # --- pages -----------------------------------------------------------------------------------------
 
 
-def page_key(pdf: str, page: int) -> str:
-    """The name ``--pages``/``--exclude_pages`` match: ``<pdf relative to pdfs/>:<1-based page>``."""
-    return f"{pdf}:{page}"
-
-
 def compile_page_regex(flag: str, pattern: str | None) -> re.Pattern | None:
     """``pattern`` compiled, None for None; EvaluateError naming the flag when it is not a regex."""
     if pattern is None:
@@ -65,19 +62,6 @@ def compile_page_regex(flag: str, pattern: str | None) -> re.Pattern | None:
         return re.compile(pattern)
     except re.error as exc:
         raise EvaluateError(f"{flag} {pattern!r} is not a valid regular expression ({exc})") from None
-
-
-def select_pages(keys: Sequence[str], pages: re.Pattern | None, exclude_pages: re.Pattern | None) -> list[int]:
-    """Indices of ``keys`` (page names, see :func:`page_key`) kept by the filters, in order.
-
-    A page is kept when ``pages`` is None or searches into its name, and ``exclude_pages`` is None or
-    does not. Pure; an empty result is the caller's to report.
-    """
-    return [
-        i
-        for i, key in enumerate(keys)
-        if (pages is None or pages.search(key)) and (exclude_pages is None or not exclude_pages.search(key))
-    ]
 
 
 def output_path(outputs: str | os.PathLike, pdf: str, page: int, repeat: int) -> Path:

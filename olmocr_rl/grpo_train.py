@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     train_dataset = OlmOCRBenchDataset(
         args.train_bench_data_folder, processor, max_samples=args.max_train_samples,
         target_longest_image_dim=args.target_longest_image_dim, jsonl_filter=args.jsonl_filter,
-        test_types=test_types,
+        test_types=test_types, pages=args.pages, exclude_pages=args.exclude_pages,
     )
     logger.info("train pages:\n%s", train_dataset.describe())
     eval_dataset = None
@@ -126,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         eval_dataset = OlmOCRBenchDataset(
             args.eval_bench_data_folder or args.train_bench_data_folder, processor,
             max_samples=args.max_eval_samples, target_longest_image_dim=args.target_longest_image_dim,
-            jsonl_filter=args.jsonl_filter, test_types=test_types,
+            jsonl_filter=args.jsonl_filter, test_types=test_types, pages=args.pages,
+            exclude_pages=args.exclude_pages,
         )
 
     # --- 5. rewards ----------------------------------------------------------------------------------

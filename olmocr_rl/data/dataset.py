@@ -14,6 +14,7 @@ by the string "pdf::page", and `__getitem__` raises instead of returning None.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 
 from torch.utils.data import Dataset
@@ -42,13 +43,32 @@ class BenchDataError(ValueError):
         )
 
 
+def page_key(pdf: str, page: int) -> str:
+    """A page's name for the page filters: ``<pdf relative to pdfs/>:<1-based page>``, e.g. ``counting.pdf:2``."""
+    return f"{pdf}:{page}"
+
+
+def select_pages(keys: Sequence[str], pages=None, exclude_pages=None) -> list[int]:
+    """Indices of ``keys`` (see :func:`page_key`) kept by the filters, in order.
+
+    A page is kept when ``pages`` (a compiled regex or None) searches into its name and
+    ``exclude_pages`` does not. Pure; an empty result is the caller's to report.
+    """
+    return [
+        i
+        for i, key in enumerate(keys)
+        if (pages is None or pages.search(key)) and (exclude_pages is None or not exclude_pages.search(key))
+    ]
+
+
 class OlmOCRBenchDataset(Dataset):
     """Pages of an olmOCR-bench folder (`*.jsonl` + `pdfs/`, optional `claude_original/`) as prompts.
 
     One sample per distinct (pdf, page), carrying the ids of all its tests from every JSONL file,
     sorted by (pdf, page); `max_samples` keeps the first N after sorting. `jsonl_filter` is a regex
     searched (case-insensitively) in JSONL file names; `test_types` keeps only tests of those types
-    (`--bench_type_filter`) and drops pages left with none. `processor` is kept for olmOCR
+    (`--bench_type_filter`) and drops pages left with none. `pages` / `exclude_pages` are regexes
+    searched in page names (`page_key`: "counting.pdf:2") to keep or drop pages (held-out splits). `processor` is kept for olmOCR
     compatibility and not used: TRL applies it. Pages are rendered on access through
     `render_cache` (default: the process-wide cache), so the G requests TRL makes for one page in a
     step render it once.
@@ -74,6 +94,8 @@ class OlmOCRBenchDataset(Dataset):
         test_types: Sequence[str] | None = None,
         *,
         render_cache: PageRenderCache | None = None,
+        pages: str | None = None,
+        exclude_pages: str | None = None,
     ) -> None:
         if max_samples is not None and (isinstance(max_samples, bool) or not isinstance(max_samples, int) or max_samples < 1):
             raise ValueError(f"max_samples must be a positive integer or None, got {max_samples!r}")
@@ -94,7 +116,19 @@ class OlmOCRBenchDataset(Dataset):
                 [BenchProblem(self.bench_data_folder, None, None, "the JSONL files hold no tests; add tests or pick another folder")],
             )
 
-        pages = scan.pages[:max_samples] if max_samples is not None else scan.pages
+        selected = scan.pages
+        if pages is not None or exclude_pages is not None:
+            include = re.compile(pages) if pages is not None else None
+            exclude = re.compile(exclude_pages) if exclude_pages is not None else None
+            keep = select_pages([page_key(p.pdf, p.page) for p in scan.pages], include, exclude)
+            selected = [scan.pages[i] for i in keep]
+            if not selected:
+                raise BenchDataError(self.bench_data_folder, [BenchProblem(
+                    self.bench_data_folder, None, None,
+                    f"the page filters (pages={pages!r}, exclude_pages={exclude_pages!r}) leave no page; "
+                    "page names look like counting.pdf:2")])
+        dropped_by_page_filter = len(scan.pages) - len(selected)
+        pages = selected[:max_samples] if max_samples is not None else selected
         problems: list[BenchProblem] = []
         self.samples: list[dict] = []
         for page in pages:
@@ -124,9 +158,10 @@ class OlmOCRBenchDataset(Dataset):
             pages_with_reference=sum(sample["claude_original"] is not None for sample in self.samples),
             dropped_tests_by_type=scan.dropped_tests_by_type,
             dropped_pages_by_type=scan.dropped_pages_by_type,
-            dropped_pages_by_max_samples=len(scan.pages) - len(pages),
+            dropped_pages_by_max_samples=len(selected) - len(pages),
         )
         self.summary: dict = self._summary.as_dict()
+        self.summary["dropped_pages_by_page_filter"] = dropped_by_page_filter
 
     def __len__(self) -> int:
         return len(self.samples)
