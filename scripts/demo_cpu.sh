@@ -7,7 +7,7 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="$(bash "$repo_root/scripts/setup_env.sh" | tail -n 1)"
 cd "$repo_root"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export WANDB_MODE="${WANDB_MODE:-offline}"
+export WANDB_MODE="${WANDB_MODE:-offline}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 model_dir="${OLMOCR_RL_DEMO_MODEL:-models/tiny-sft}"
 if [[ ! -f "$model_dir/config.json" ]]; then
   echo "[demo] building the tiny model in $model_dir (random weights + supervised warm start on bench_data_sample)"
