@@ -52,10 +52,12 @@ def encode_examples(dataset, processor) -> list[dict]:
 
 
 def warm_start(model_dir: str | Path, bench_dir: str | Path, *, seed: int = 0, steps: int = 120,
-               learning_rate: float = 2e-3, image_dim: int = 448, log_every: int = 20) -> dict:
+               learning_rate: float = 2e-3, image_dim: int = 448, pages: str | None = None,
+               log_every: int = 20) -> dict:
     """Fine-tune the model in ``model_dir`` in place on ``bench_dir``'s references; returns a summary.
 
     ``image_dim`` is the rendered page size; use the one the GRPO run will use (configs/tiny-cpu.yaml: 448).
+    ``pages`` is a page-name regex (as ``--pages`` of the training CLI) restricting what is learned.
     """
     import torch
 
@@ -65,7 +67,7 @@ def warm_start(model_dir: str | Path, bench_dir: str | Path, *, seed: int = 0, s
     random.seed(seed)
     torch.manual_seed(seed)
     model, processor = load_model_and_processor(str(model_dir), dtype=torch.float32)
-    dataset = OlmOCRBenchDataset(str(bench_dir), processor, target_longest_image_dim=image_dim)
+    dataset = OlmOCRBenchDataset(str(bench_dir), processor, target_longest_image_dim=image_dim, pages=pages)
     examples = encode_examples(dataset, processor)
     if not examples:
         raise ValueError(f"{bench_dir}: no page has a claude_original/ reference to learn from")
@@ -92,7 +94,7 @@ def warm_start(model_dir: str | Path, bench_dir: str | Path, *, seed: int = 0, s
             print(f"[sft] step {step + 1}/{steps} loss {sum(recent) / len(recent):.3f} ({time.time() - start:.0f}s)")
     model.eval()
     model.save_pretrained(model_dir)
-    summary = {"sft_bench": str(bench_dir), "sft_steps": steps, "sft_seed": seed, "sft_learning_rate": learning_rate,
+    summary = {"sft_bench": str(bench_dir), "sft_pages": pages, "sft_steps": steps, "sft_seed": seed, "sft_learning_rate": learning_rate,
                "sft_pages": len(examples), "sft_final_loss": sum(losses[-log_every:]) / len(losses[-log_every:])}
     info_file = Path(model_dir) / "olmocr_rl_tiny_model.json"
     info = json.loads(info_file.read_text()) if info_file.is_file() else {}

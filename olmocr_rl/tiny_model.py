@@ -248,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="after building, warm-start with supervised training on BENCH_DIR/claude_original "
                              "(its references also join the tokenizer corpus)")
     parser.add_argument("--sft_steps", type=int, default=None, help="optimizer steps of the warm start (default 120)")
+    parser.add_argument("--sft_pages", default=None, metavar="REGEX",
+                        help="warm-start only on pages whose name <pdf>:<page> matches (as the CLI's --pages)")
     parser.add_argument("--sft_image_dim", type=int, default=448,
                         help="rendered page size for the warm start; match the GRPO run's --target_longest_image_dim")
     args = parser.parse_args(argv)
@@ -272,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         from olmocr_rl.sft import warm_start
 
         kwargs = {} if args.sft_steps is None else {"steps": args.sft_steps}
-        warm_start(out, args.sft, seed=args.seed, image_dim=args.sft_image_dim, **kwargs)
+        warm_start(out, args.sft, seed=args.seed, image_dim=args.sft_image_dim, pages=args.sft_pages, **kwargs)
     return 0
 
 

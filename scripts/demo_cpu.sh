@@ -11,6 +11,6 @@ export WANDB_MODE="${WANDB_MODE:-offline}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1
 model_dir="${OLMOCR_RL_DEMO_MODEL:-models/tiny-sft}"
 if [[ ! -f "$model_dir/config.json" ]]; then
   echo "[demo] building the tiny model in $model_dir (random weights + supervised warm start on bench_data_sample)"
-  "$python" -m olmocr_rl.tiny_model "$model_dir" --sft bench_data_sample
+  "$python" -m olmocr_rl.tiny_model "$model_dir" --sft bench_data_sample --sft_pages simple_lines --sft_steps 40
 fi
 exec "$python" -m olmocr_rl.grpo_train --config configs/tiny-cpu.yaml --model_name "$model_dir" "$@"
