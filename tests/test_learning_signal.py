@@ -57,8 +57,28 @@ def test_grpo_raises_the_bench_pass_rate_and_the_flipped_sign_does_not(warm_mode
     assert 0.2 < sum(rates[:10]) / 10 < 0.9, "the warm start should pass some tests but not all"
     gain = _window_gain(rates)
     assert gain > MARGIN, f"GRPO did not raise the pass rate: {rates}"
+    _check_report(tmp_path / "plain")
 
     flipped = _pass_rates(warm_model, tmp_path / "flipped", "--reward_bench", "-1")
     assert flipped[0] == rates[0], "same seed, same start: the first step samples the same completions"
     assert _window_gain(flipped) < gain - MARGIN, f"the flipped sign learned as well: {flipped}"
     assert _window_gain(flipped) <= 0.0, f"the flipped sign raised the pass rate: {flipped}"
+
+
+def _check_report(run_dir: Path) -> None:
+    """The run's plots, from its real logged history: files exist, non-empty, with the right panels."""
+    from PIL import Image
+
+    from olmocr_rl.report import write_report
+
+    result = write_report([run_dir])
+    drawn = set(next(iter(result.drawn.values())))
+    for panel in ("reward", "pass_rate_by_type", "pass_rate_by_jsonl", "zero_signal", "completion_length",
+                  "clipped_ratio", "learning_rate"):
+        assert panel in drawn, (panel, sorted(drawn))
+    assert "kl" not in drawn  # beta is 0: no KL logged, no KL panel
+    for image in result.images:
+        assert image.stat().st_size > 1000
+        assert Image.open(image).size[0] > 100
+    summary = result.summary.read_text()
+    assert "last 10" in summary.lower() or "last-10" in summary.lower() or "last10" in summary.lower()
