@@ -83,8 +83,16 @@ class _BoolFlag(argparse.Action):
 
 
 
+class _OneLineErrorParser(argparse.ArgumentParser):
+    """A parse error is one ``error: ...`` line (exit 2), not argparse's usage block above it."""
+
+    def error(self, message: str):
+        hint = f" ({self.prog} --help lists every flag)" if "unrecognized" in message else ""
+        self.exit(2, f"error: {message}{hint}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _OneLineErrorParser(
         prog="python -m olmocr_rl.grpo_train",
         description=(
             "GRPO fine-tuning of a vision-language OCR model (Qwen2.5-VL family) on an olmOCR-bench folder, "

@@ -12,8 +12,6 @@ build datasets -> build rewards -> build the trainer (plain TRL GRPO, or OlmoRL 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import logging
 import os
@@ -43,35 +41,11 @@ def _fail(message: str, code: int = 2) -> int:
     return code
 
 
-def _parse_flags(argv: list[str] | None):
-    """``parse_args``, but a parse error yields its one message instead of argparse's usage dump.
-
-    Returns the namespace, or the error text (argparse already knows what was wrong; the 40-line
-    usage block above it buries that). ``--help`` still prints and exits 0.
-    """
-    captured = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(captured):
-            args = parse_args(argv)
-    except SystemExit as exc:
-        if exc.code in (0, None):
-            sys.stderr.write(captured.getvalue())
-            raise
-        text = captured.getvalue()
-        errors = [line.split(": error: ", 1)[1] for line in text.splitlines() if ": error: " in line]
-        return errors[-1] if errors else (text.strip().splitlines() or ["invalid flags"])[-1]
-    sys.stderr.write(captured.getvalue())  # anything else printed while parsing (a YAML warning...)
-    return args
-
-
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
 
     # --- 1. flags ---------------------------------------------------------------------------------
-    args = _parse_flags(argv)
-    if isinstance(args, str):
-        hint = " (python -m olmocr_rl.grpo_train --help lists every flag)" if "unrecognized" in args else ""
-        return _fail(args + hint)
+    args = parse_args(argv)  # a parse error prints one `error:` line and exits 2
     try:
         resolved = validate(args)
     except ConfigError as exc:
@@ -161,8 +135,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # --- 7. train (resume), save ---------------------------------------------------------------------
     trainer.train(resume_from_checkpoint=resume)
-    trainer.save_model(args.output_dir)  # model + processor together (the Trainer saves processing_class)
-    if trainer.is_world_process_zero():
+    trainer.save_model(args.output_dir)
+    if trainer.is_world_process_zero():  # the processor beside the final model, whatever the Trainer saved
         processor.save_pretrained(args.output_dir)
     _finish(trainer, args)
     return 0
