@@ -27,8 +27,8 @@ def contains(candidate: str, reference: str) -> bool:
         (r"\left( x_{i} \right)", r"(x_i)", True),
         (r"\mathcal{I}_{i}", r"I_i", True),  # fonts are not glyph identity
         (r"\operatorname{Ann}_{R}", r"\text{Ann}_R", True),
-        (r"\lambda_{g}=\lambda_{g^{\prime}}", r"\lambda_g = \lambda_{g'}", True),
-        (r"\lambda_{g}=\lambda_{g^{\prime}}", r"\lambda_{g}=\lambda_{g^{'}}", False),  # a prime of a prime's level
+        (r"\mu_{h}=\mu_{h^{\prime}}", r"\mu_h = \mu_{h'}", True),
+        (r"\mu_{h}=\mu_{h^{\prime}}", r"\mu_{h}=\mu_{h^{'}}", False),  # a prime of a prime's level
         (r"a^{2}+b^{2}=c^{2}", r"a^{2}+b^{2}=c^{2}, \quad n \geq 1", True),  # embedded in a larger equation
         (r"E=m c^{2}", r"\mathcal{L} = \int (E = m c^{2}) dx", True),
         (r"\frac{a}{b}", r"a/b", False),
@@ -87,7 +87,7 @@ def test_agreement_with_katex_on_the_fixture_corpus():
         if ours != katex_verdict:
             mismatches.add((reference, candidate))
     assert mismatches <= known, sorted(mismatches - known)[:5]
-    assert len(fixture["pairs"]) > 2000 and len(known) < 0.01 * len(fixture["pairs"])
+    assert len(fixture["pairs"]) > 1500 and len(known) < 0.01 * len(fixture["pairs"])
     for reference in fixture["invalid_references"]:
         assert latex.syntax_problem(reference) is not None, reference
 
