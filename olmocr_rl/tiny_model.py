@@ -54,22 +54,9 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant{{ '\\n' }}{% endif %}"
 )
 
-# Built-in tokenizer corpus: the OCR prompt vocabulary, front matter, markdown/HTML/LaTeX pieces and
+# Built-in tokenizer corpus (after the prompt and a front matter block, see base_corpus): markdown/HTML/LaTeX pieces and
 # plain English, so that transcriptions tokenize into words rather than bytes.
-_BASE_CORPUS = """\
-Attached is one page of a document that you must process. Just return the plain text representation
-of this document as if you were reading it naturally. Convert equations to LateX and tables to HTML.
-If there are any figures or charts, label them with the following markdown syntax
-![Alt text describing the contents of the figure](page_startx_starty_width_height.png)
-Return your output as markdown, with a front matter section on top specifying values for the
-primary_language, is_rotation_valid, rotation_correction, is_table, and is_diagram parameters.
----
-primary_language: en
-is_rotation_valid: True
-rotation_correction: 0
-is_table: False
-is_diagram: False
----
+_BASE_CORPUS_TEXT = """\
 # Title ## Section ### Subsection **bold** *italic* - item 1. item
 <table><thead><tr><th>Name</th><th>Value</th></tr></thead><tbody><tr><td>alpha</td><td>1.5</td></tr></tbody></table>
 | Year | Revenue | Cost |
@@ -106,6 +93,17 @@ SHAPES = {
         max_pixels=28 * 28 * 2560,
     ),
 }
+
+
+def base_corpus() -> str:
+    """The built-in corpus: the v4 prompt, a front matter block, then markdown/HTML/LaTeX and prose."""
+    from olmocr_rl.data.front_matter import PageResponse, format_front_matter
+    from olmocr_rl.data.prompts import build_no_anchoring_v4_yaml_prompt
+
+    front_matter = format_front_matter(PageResponse(
+        primary_language="en", is_rotation_valid=True, rotation_correction=0, is_table=False, is_diagram=False,
+        natural_text=None))
+    return build_no_anchoring_v4_yaml_prompt() + "\n" + front_matter + "\n" + _BASE_CORPUS_TEXT
 
 
 def train_tokenizer(corpus: Iterable[str], vocab_size: int = 2048):
@@ -168,7 +166,7 @@ def build_tiny_model(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    corpus = [_BASE_CORPUS] + list(extra_corpus)
+    corpus = [base_corpus()] + list(extra_corpus)
     tokenizer = _wrap_tokenizer(train_tokenizer(corpus, vocab_size=vocab_size))
     ids = {tok: tokenizer.convert_tokens_to_ids(tok) for tok in SPECIAL_TOKENS}
 
