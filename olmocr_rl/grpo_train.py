@@ -5,8 +5,8 @@
         --reward_bench --reward_front_matter --reward_eos --num_generations 28 --gradient_accumulation_steps 28
 
 The phases, in order: parse and validate flags (before anything heavy loads) -> validate the bench
-folder -> find the checkpoint to resume from (local, or pulled from S3) -> load model and processor ->
-build datasets -> build rewards -> build the trainer (plain TRL GRPO, or OlmoRL with --olmorl) -> train
+folder -> find the checkpoint to resume from (local, or pulled from S3) -> build datasets -> load model
+and processor -> build rewards -> build the trainer (plain TRL GRPO, or OlmoRL with --olmorl) -> train
 -> save model + processor.
 """
 
@@ -76,7 +76,28 @@ def main(argv: list[str] | None = None) -> int:
     except StorageError as exc:  # resuming was asked for and S3 cannot be read: starting over would be wrong
         return _fail(f"--resume_from_checkpoint: {exc}", code=1)
 
-    # --- 3. model and processor --------------------------------------------------------------------
+    # --- 3. datasets, before the model: a page filter that leaves no page fails fast ------------------
+    from olmocr_rl.data.dataset import BenchDataError, OlmOCRBenchDataset
+
+    try:  # validate_bench checked the files; what can still fail is a page filter that leaves no page
+        train_dataset = OlmOCRBenchDataset(
+            args.train_bench_data_folder, max_samples=args.max_train_samples,
+            target_longest_image_dim=args.target_longest_image_dim, jsonl_filter=args.jsonl_filter,
+            test_types=test_types, pages=args.pages, exclude_pages=args.exclude_pages,
+        )
+        eval_dataset = None
+        if args.eval_steps is not None:
+            eval_dataset = OlmOCRBenchDataset(
+                args.eval_bench_data_folder or args.train_bench_data_folder,
+                max_samples=args.max_eval_samples, target_longest_image_dim=args.target_longest_image_dim,
+                jsonl_filter=args.jsonl_filter, test_types=test_types, pages=args.pages,
+                exclude_pages=args.exclude_pages,
+            )
+    except BenchDataError as exc:
+        return _fail(" ".join(line.strip() for line in str(exc).splitlines()), code=1)
+    logger.info("train pages:\n%s", train_dataset.describe())
+
+    # --- 4. model and processor --------------------------------------------------------------------
     from olmocr_rl.models import ModelLoadError, load_model_and_processor
 
     try:
@@ -85,24 +106,6 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc), code=1)
     except OSError as exc:  # hub id not reachable offline, missing files
         return _fail(f"cannot load --model_name {args.model_name}: {exc}", code=1)
-
-    # --- 4. datasets ---------------------------------------------------------------------------------
-    from olmocr_rl.data.dataset import OlmOCRBenchDataset
-
-    train_dataset = OlmOCRBenchDataset(
-        args.train_bench_data_folder, processor, max_samples=args.max_train_samples,
-        target_longest_image_dim=args.target_longest_image_dim, jsonl_filter=args.jsonl_filter,
-        test_types=test_types, pages=args.pages, exclude_pages=args.exclude_pages,
-    )
-    logger.info("train pages:\n%s", train_dataset.describe())
-    eval_dataset = None
-    if args.eval_steps is not None:
-        eval_dataset = OlmOCRBenchDataset(
-            args.eval_bench_data_folder or args.train_bench_data_folder, processor,
-            max_samples=args.max_eval_samples, target_longest_image_dim=args.target_longest_image_dim,
-            jsonl_filter=args.jsonl_filter, test_types=test_types, pages=args.pages,
-            exclude_pages=args.exclude_pages,
-        )
 
     # --- 5. rewards ----------------------------------------------------------------------------------
     from olmocr_rl.rewards import build_reward_functions

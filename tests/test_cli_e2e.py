@@ -234,6 +234,17 @@ def test_bad_bench_folder_lists_every_problem_and_exits_1(tmp_path):
     assert not out.exists()  # nothing made, no model loaded
 
 
+def test_page_filter_that_leaves_no_page_is_one_error_before_the_model_loads(tmp_path):
+    out = tmp_path / "out"
+    result = run_cli(["--train_bench_data_folder", BENCH, "--output_dir", out, "--model_name", tmp_path / "no-model",
+                      *GOOD_GEOMETRY[1:], "--reward_bench", "--pages", "no_such_page"], tmp_path)
+    assert result.returncode == 1, failure(result)
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "leave no page" in errors[0] and "no_such_page" in errors[0], result.stderr
+    assert "no-model" not in result.stderr  # stopped before trying to load the (missing) model
+
+
 def test_help_lists_every_reward_flag(tmp_path):
     result = run_cli(["--help"], tmp_path)
     assert result.returncode == 0, failure(result)
