@@ -31,6 +31,9 @@ logger = logging.getLogger(__name__)
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 VLLM_MODES = ("auto", "colocate", "server", "none")
+VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
+#: Upper bound on a page prompt's text tokens (instructions, chat markup, vision start/end).
+PROMPT_TEXT_TOKENS = 512
 
 
 class ConfigError(ValueError):
@@ -185,11 +188,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = p.add_argument_group("generation backend")
     g.add_argument("--vllm_mode", choices=VLLM_MODES, default="auto",
-                   help="colocate (vLLM in the trainer), server (trl vllm-serve), none (HF generate); "
-                        "auto = colocate when vLLM and a GPU are present, else none")
+                   help="colocate (vLLM in the trainer process; GPU, or vLLM's CPU build), server (trl vllm-serve), "
+                        "none (HF generate); auto = colocate when vLLM and a CUDA GPU are present, else none "
+                        "(on CPU, HF generate is faster than starting an engine; the choice is logged)")
     g.add_argument("--vllm_server_host", default="0.0.0.0", help="vLLM server host (server mode)")
     g.add_argument("--vllm_server_port", type=int, default=8000, help="vLLM server port (server mode)")
-    g.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.15, help="GPU share for colocated vLLM")
+    g.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.15,
+                   help="share of the GPU's memory for the colocated vLLM engine (weights + KV cache); checked "
+                        "against the model's size before it loads")
+    g.add_argument("--vllm_max_model_length", type=int, default=None, metavar="TOKENS",
+                   help="colocated vLLM's context (prompt + completion); default: the page's largest image-token "
+                        f"count at --target_longest_image_dim + {PROMPT_TEXT_TOKENS} text tokens + "
+                        "--max_completion_length (not the model's 128k, whose KV cache would not fit)")
+    g.add_argument("--vllm_tensor_parallel_size", type=int, default=1,
+                   help="GPUs per colocated vLLM engine (must divide the number of training processes)")
+    g.add_argument("--vllm_enable_sleep_mode", action=_BoolFlag, default=False,
+                   help="offload the colocated engine's weights and KV cache while the trainer runs its "
+                        "optimizer step (frees GPU memory, costs a weight reload per step; CUDA only)")
+    g.add_argument("--vllm_dtype", choices=VLLM_DTYPES, default="auto",
+                   help="dtype of the colocated vLLM engine; auto = the trainer's (bfloat16 on GPU, float32 on "
+                        "CPU), so vLLM's log-probs match the trainer's")
+    g.add_argument("--vllm_block_image_tokens", action=_BoolFlag, default=True,
+                   help="never let vLLM sample <|image_pad|> / <|video_pad|> (one sampled pad token breaks the "
+                        "training forward); passed as vLLM bad_words in colocate and server mode")
 
     g = p.add_argument_group("logging, checkpoints, resume")
     g.add_argument("--logging_steps", type=int, default=5, help="log every N optimizer steps")
@@ -217,6 +238,7 @@ class Resolved:
     num_processes: int
     reward_spec: dict[str, float | str | None]
     notices: list[str]
+    vllm_max_model_length: int | None = None  # colocated engine's context (derived when not given)
 
 
 def _yaml_defaults(parser: argparse.ArgumentParser, path: str) -> dict[str, Any]:
@@ -407,20 +429,7 @@ def validate(args: argparse.Namespace) -> Resolved:
             )
 
     # Generation backend.
-    mode = args.vllm_mode
-    have_vllm, have_gpu = _vllm_available(), _cuda_available()
-    if mode in ("auto", "colocate") and not (have_vllm and have_gpu):
-        why = "vLLM is not installed" if not have_vllm else "no CUDA GPU is visible"
-        if mode == "colocate":
-            notices.append(f"--vllm_mode colocate asked for, but {why}: generating with HF generate (vllm_mode none)")
-        else:
-            notices.append(f"vllm_mode auto: {why}, generating with HF generate (install the gpu extra for vLLM)")
-        mode = "none"
-    elif mode == "auto":
-        mode = "colocate"
-    if mode == "server" and not have_vllm:
-        raise ConfigError("--vllm_mode server needs vLLM installed in the trainer's environment (pip install '.[gpu]'); "
-                          "or use --vllm_mode none")
+    mode, vllm_max_model_length = _resolve_generation_backend(args, num_processes, notices)
     args.report_to = [r.strip() for r in str(args.report_to).split(",") if r.strip() and r.strip() != "none"] \
         if not isinstance(args.report_to, list) else args.report_to
     for r in args.report_to:
@@ -435,7 +444,84 @@ def validate(args: argparse.Namespace) -> Resolved:
                               "to take the newest checkpoint in --output_dir)")
     if args.s3_save_path and not str(args.s3_save_path).startswith("s3://"):
         raise ConfigError(f"--s3_save_path {args.s3_save_path!r}: expected s3://bucket/prefix")
-    return Resolved(vllm_mode=mode, num_processes=num_processes, reward_spec=spec, notices=notices)
+    return Resolved(vllm_mode=mode, num_processes=num_processes, reward_spec=spec, notices=notices,
+                    vllm_max_model_length=vllm_max_model_length)
+
+
+def max_image_tokens(longest_side: int) -> int:
+    """Most image tokens a page rendered at ``longest_side`` px can take in Qwen2.5-VL (square page).
+
+    The processor rounds each side to a multiple of 28 px (14 px patches merged 2 x 2) and gives one
+    token per 28 x 28 block.
+    """
+    blocks = math.ceil(longest_side / 28)
+    return blocks * blocks
+
+
+def default_vllm_max_model_length(longest_side: int, max_completion_length: int) -> int:
+    """The context a page rollout can need: image tokens + prompt text + completion."""
+    return max_image_tokens(longest_side) + PROMPT_TEXT_TOKENS + max_completion_length
+
+
+def _resolve_generation_backend(args: argparse.Namespace, num_processes: int, notices: list[str]) -> tuple[str, int]:
+    """(colocate | server | none, vLLM max model length) from --vllm_mode and what this machine has."""
+    mode = args.vllm_mode
+    have_vllm, have_gpu = _vllm_available(), _cuda_available()
+    if mode == "auto":
+        if have_vllm and have_gpu:
+            mode = "colocate"
+            notices.append("vllm_mode auto: vLLM and a CUDA GPU found, generating with colocated vLLM")
+        else:
+            why = "vLLM is not installed" if not have_vllm else "no CUDA GPU is visible"
+            hint = ("install the gpu extra for vLLM" if not have_vllm else
+                    "on CPU HF generate is faster than starting an engine; --vllm_mode colocate runs vLLM's CPU build")
+            notices.append(f"vllm_mode auto: {why}, generating with HF generate ({hint})")
+            mode = "none"
+    elif mode in ("colocate", "server") and not have_vllm:
+        raise ConfigError(
+            f"--vllm_mode {mode} needs vLLM importable in the trainer's environment: pip install '.[gpu]' on a GPU "
+            "machine, or `bash scripts/setup_env.sh --vllm` for vLLM's CPU build (.venv-vllm); or use --vllm_mode none"
+        )
+    elif mode == "colocate" and not have_gpu:
+        notices.append("vllm_mode colocate without a CUDA GPU: running vLLM's CPU engine")
+
+    for name in ("vllm_tensor_parallel_size",):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name} must be >= 1 (got {getattr(args, name)})")
+    if not 0 < args.vllm_gpu_memory_utilization <= 1:
+        raise ConfigError(f"--vllm_gpu_memory_utilization must be in (0, 1] (got {args.vllm_gpu_memory_utilization})")
+    if mode == "colocate" and num_processes % args.vllm_tensor_parallel_size:
+        raise ConfigError(
+            f"--vllm_tensor_parallel_size {args.vllm_tensor_parallel_size} must divide the number of training "
+            f"processes ({num_processes}): each group of that many processes shares one colocated engine"
+        )
+    if mode == "colocate" and args.vllm_enable_sleep_mode and not have_gpu:
+        raise ConfigError("--vllm_enable_sleep_mode needs a CUDA GPU (vLLM's CPU engine cannot sleep); drop the flag")
+
+    derived = default_vllm_max_model_length(args.target_longest_image_dim, args.max_completion_length)
+    max_len = args.vllm_max_model_length
+    if max_len is None:
+        max_len = derived
+    elif max_len <= args.max_completion_length:
+        raise ConfigError(
+            f"--vllm_max_model_length {max_len} leaves no room for the prompt: it must exceed "
+            f"--max_completion_length {args.max_completion_length} by the page prompt (up to "
+            f"{derived - args.max_completion_length} tokens at {args.target_longest_image_dim} px); use {derived}"
+        )
+    elif max_len < derived and mode == "colocate":
+        notices.append(
+            f"WARNING: --vllm_max_model_length {max_len} is below the {derived} tokens a square "
+            f"{args.target_longest_image_dim} px page + {args.max_completion_length} completion tokens can take; "
+            "a longer prompt makes vLLM refuse the request"
+        )
+    return mode, max_len
+
+
+def vllm_engine_dtype(args: argparse.Namespace) -> str:
+    """The colocated engine's dtype: --vllm_dtype, or the trainer's own (bf16 on CUDA, fp32 on CPU)."""
+    if args.vllm_dtype != "auto":
+        return args.vllm_dtype
+    return "bfloat16" if _cuda_available() else "float32"
 
 
 def _resolve_reward_jsonl(name: str, value: str, train_folder: str) -> str:
@@ -450,8 +536,11 @@ def _resolve_reward_jsonl(name: str, value: str, train_folder: str) -> str:
     )
 
 
-def build_grpo_config(args: argparse.Namespace, resolved: Resolved, reward_weights: list[float]):
-    """Map flags to TRL's GRPOConfig, with olmOCR's values where no flag exists (reference §1.4)."""
+def build_grpo_config(args: argparse.Namespace, resolved: Resolved, reward_weights: list[float], tokenizer=None):
+    """Map flags to TRL's GRPOConfig, with olmOCR's values where no flag exists (reference §1.4).
+
+    ``tokenizer`` names the vision pad tokens that a vLLM backend must never sample.
+    """
     import torch
     from trl import GRPOConfig
 
@@ -498,10 +587,18 @@ def build_grpo_config(args: argparse.Namespace, resolved: Resolved, reward_weigh
         vllm_importance_sampling_correction=args.vllm_importance_sampling_correction,
         vllm_importance_sampling_mode=args.vllm_importance_sampling_mode,
         vllm_importance_sampling_clip_max=args.vllm_importance_sampling_cap,
+        vllm_max_model_length=resolved.vllm_max_model_length,
+        vllm_tensor_parallel_size=args.vllm_tensor_parallel_size,
+        vllm_enable_sleep_mode=args.vllm_enable_sleep_mode,
         generation_kwargs=args.generation_kwargs,
         log_completions=args.log_completions,
         num_completions_to_print=args.num_completions_to_print,
     )
+    if resolved.vllm_mode != "none" and tokenizer is not None:
+        from olmocr_rl.vllm_rollout import vllm_sampling_kwargs
+
+        kwargs["generation_kwargs"] = vllm_sampling_kwargs(args.generation_kwargs, tokenizer,
+                                                           args.vllm_block_image_tokens)
     if args.eval_steps is not None:
         kwargs.update(eval_strategy="steps", eval_steps=args.eval_steps)
     if args.dataloader_num_workers == 0:

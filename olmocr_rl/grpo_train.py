@@ -122,18 +122,19 @@ def main(argv: list[str] | None = None) -> int:
     logger.info("rewards: %s", ", ".join(f"{n} x {w:g}" for n, w in zip(reward_names, reward_weights)))
 
     # --- 6. trainer ----------------------------------------------------------------------------------
-    grpo_config = build_grpo_config(args, resolved, reward_weights)
+    grpo_config = build_grpo_config(args, resolved, reward_weights, tokenizer=processor.tokenizer)
     if "wandb" in args.report_to:
         _init_wandb(args, resolved)
     if args.olmorl:
         from olmocr_rl.olmorl_trainer import OlmoRLGRPOTrainer as trainer_cls
     else:
         from trl import GRPOTrainer as trainer_cls
-    trainer = trainer_cls(
-        model=model, args=grpo_config, processing_class=processor, reward_funcs=reward_funcs,
-        train_dataset=train_dataset.to_trl_dataset(),
-        eval_dataset=eval_dataset.to_trl_dataset() if eval_dataset is not None else None,
-    )
+    with _rollout_backend(args, resolved):
+        trainer = trainer_cls(
+            model=model, args=grpo_config, processing_class=processor, reward_funcs=reward_funcs,
+            train_dataset=train_dataset.to_trl_dataset(),
+            eval_dataset=eval_dataset.to_trl_dataset() if eval_dataset is not None else None,
+        )
     _add_callbacks(trainer, args, reward_names, reward_logger)
 
     # --- 7. train (resume), save ---------------------------------------------------------------------
@@ -143,6 +144,18 @@ def main(argv: list[str] | None = None) -> int:
         processor.save_pretrained(args.output_dir)
     _finish(trainer, args)
     return 0
+
+
+def _rollout_backend(args, resolved):
+    """vLLM backends get our prompt/dtype fixes (olmocr_rl.vllm_rollout); HF generation needs nothing."""
+    import contextlib
+
+    if resolved.vllm_mode == "none":
+        return contextlib.nullcontext()
+    from olmocr_rl.config import vllm_engine_dtype
+    from olmocr_rl.vllm_rollout import page_vllm_generation
+
+    return page_vllm_generation({"dtype": vllm_engine_dtype(args)})
 
 
 def _init_wandb(args, resolved) -> None:

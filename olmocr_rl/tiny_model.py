@@ -220,11 +220,25 @@ def build_tiny_model(
         file = out / name
         if file.is_file():
             file.write_text(file.read_text().replace('"ImageOnlyQwen2_5_VLProcessor"', '"Qwen2_5_VLProcessor"'))
+    _add_video_processor(out / "processor_config.json")
     (out / "olmocr_rl_tiny_model.json").write_text(
         json.dumps({"seed": seed, "shape": shape, "vocab_size": len(tokenizer),
                     "parameters": sum(p.numel() for p in model.parameters())}, indent=2) + "\n"
     )
     return out
+
+
+def _add_video_processor(processor_config: Path) -> None:
+    """Declare a video processor beside the image processor, as released Qwen2.5-VL folders do.
+
+    Stock loaders (transformers' ``AutoProcessor`` where torchvision exists, vLLM's processor) refuse a
+    Qwen2.5-VL folder without one. It mirrors the image processor's sizes; the tiny model never sees video.
+    """
+    config = json.loads(processor_config.read_text())
+    image = config["image_processor"]
+    video = {k: v for k, v in image.items() if k != "image_processor_type"}
+    config["video_processor"] = {**video, "video_processor_type": "Qwen2VLVideoProcessor"}
+    processor_config.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from olmocr_rl.config import ConfigError, build_parser, parse_args, validate
@@ -167,9 +169,13 @@ def test_guide_command_lines(bench):
                        "--loss_type", "grpo", "--scale_rewards", "true", "--reward_bench_macroavg",
                        str(bench / "test1.jsonl"), "--vllm_mode", "colocate"])
     assert args.num_generations == 8
+    if importlib.util.find_spec("vllm") is None:  # an explicit colocate that cannot run is an error, not HF
+        with pytest.raises(ConfigError, match=r"--vllm_mode colocate needs vLLM importable"):
+            validate(args)
+        args.vllm_mode = "none"
     resolved = validate(args)
     assert args.scale_rewards == "group"
-    assert resolved.vllm_mode in ("none", "colocate")
+    assert resolved.vllm_mode == ("none" if importlib.util.find_spec("vllm") is None else "colocate")
     # The same line with the guide's `--loss_type "policy"` stops with the list of loss types.
     args.loss_type = "policy"
     with pytest.raises(ConfigError, match="choose one of grpo, bnpo"):

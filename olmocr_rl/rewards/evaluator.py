@@ -6,11 +6,13 @@ them (CPU/wall <= 1.0, docs/rewards.md). A process pool is therefore used when m
 
 Pool design:
 * created lazily on the first batch and reused across calls (and GRPO steps);
-* started with ``fork`` on Linux: nothing is re-imported and no script is re-run in the workers, which
-  only run pure Python and rapidfuzz (never CUDA, never torch), as PyTorch's DataLoader workers do in the
-  same trainer process. ``spawn`` is the default elsewhere, and ``OLMOCR_RL_REWARD_START_METHOD`` chooses
-  ``spawn`` / ``forkserver`` explicitly (those re-import the main module in every worker, so a script
-  must keep its work under ``if __name__ == "__main__":``);
+* the start method is chosen when the pool starts (the first batch, after the model and any vLLM engine
+  are up): ``fork`` on Linux while the process has no CUDA context and no vLLM engine (nothing is
+  re-imported, workers only run pure Python and rapidfuzz); ``forkserver`` once CUDA is initialised or
+  vLLM is imported, because forking a process that holds CUDA, NCCL or vLLM's threads can deadlock the
+  child; ``spawn`` off Linux (fork is unsafe on macOS). ``OLMOCR_RL_REWARD_START_METHOD`` chooses one
+  explicitly. ``spawn`` / ``forkserver`` re-import the main module in the workers, so a script must keep
+  its work under ``if __name__ == "__main__":``;
 * tasks name tests by :class:`PageKey` (file paths + ids) and each worker keeps its own
   :class:`PageTestCache`, so test objects are never pickled per call and any start method works;
 * a page's completions go to the workers in a few chunks, so each worker constructs a page's tests at
@@ -68,8 +70,21 @@ def resolve_workers(workers: int | None = None) -> int:
 
 
 def default_start_method() -> str:
-    """``fork`` on Linux (fast, re-imports nothing), ``spawn`` elsewhere (fork is unsafe on macOS)."""
-    return "fork" if sys.platform.startswith("linux") else "spawn"
+    """``fork`` on Linux while it is safe, ``forkserver`` once CUDA or vLLM is up, ``spawn`` off Linux."""
+    if not sys.platform.startswith("linux"):
+        return "spawn"  # fork is unsafe on macOS
+    return "forkserver" if _fork_unsafe() else "fork"
+
+
+def _fork_unsafe() -> bool:
+    """True when this process holds state a forked child must not inherit: a CUDA context or vLLM."""
+    if any(name == "vllm" or name.startswith("vllm.") for name in list(sys.modules)):
+        return True
+    torch = sys.modules.get("torch")  # never import torch here: an unimported torch has no CUDA context
+    try:
+        return bool(torch is not None and torch.cuda.is_initialized())
+    except Exception:  # noqa: BLE001 - a torch build without CUDA support
+        return False
 
 
 def score_texts(cache: PageTestCache, key: PageKey, texts: Sequence[str], raw_completion: bool) -> list[PageScore]:
@@ -117,8 +132,9 @@ class BenchEvaluator:
 
     def __init__(self, workers: int | None = None, start_method: str | None = None):
         self.workers = resolve_workers(workers)
-        self.start_method = start_method or os.environ.get(START_METHOD_ENV) or default_start_method()
-        if self.start_method not in multiprocessing.get_all_start_methods():
+        # None: decided by default_start_method() when the pool starts (CUDA/vLLM may come up before that).
+        self.start_method = start_method or os.environ.get(START_METHOD_ENV) or None
+        if self.start_method is not None and self.start_method not in multiprocessing.get_all_start_methods():
             raise ValueError(
                 f"reward pool start method {self.start_method!r} is not available here; "
                 f"choose one of {multiprocessing.get_all_start_methods()} (${START_METHOD_ENV})"
@@ -143,9 +159,9 @@ class BenchEvaluator:
 
     def _run_in_pool(self, chunks, raw_completion: bool) -> list[list[PageScore]]:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(
-                max_workers=self.workers, mp_context=multiprocessing.get_context(self.start_method)
-            )
+            method = self.start_method or default_start_method()
+            logger.info("reward worker pool: %d processes, start method %s", self.workers, method)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context(method))
         futures = [self._pool.submit(_score_in_worker, key, texts, raw_completion) for key, _indices, texts in chunks]
         return [future.result() for future in futures]
 
@@ -161,7 +177,7 @@ class BenchEvaluator:
             "reward worker pool failed %d times in a row (last: %s); scoring in the trainer process from now on. "
             "Likely causes: workers killed for memory (lower %s), or, with the %r start method, a main script "
             "whose work is not under `if __name__ == \"__main__\":` (it re-runs in every worker).",
-            self._failures, reason, WORKERS_ENV, self.start_method,
+            self._failures, reason, WORKERS_ENV, self.start_method or default_start_method(),
         )
 
     def close(self) -> None:

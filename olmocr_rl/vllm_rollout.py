@@ -1,0 +1,144 @@
+"""vLLM rollouts that sample from the prompt the trainer scores, in the trainer's dtype.
+
+TRL 1.16 hands vLLM the page prompt as token ids with each image already expanded into its run of
+``<|image_pad|>`` tokens (one per merged vision patch), plus the image. vLLM's Qwen2.5-VL processor
+expands image placeholders itself, so in colocate mode it replaces the first pad of the run with a
+whole run again: a prompt with 12 image tokens reaches the model with 23, 11 of them read as text, and
+every rollout is sampled from a different prompt than the one the trainer scores (upstream: TRL issues
+#6294 / #6401). Server mode is different: TRL places the image features on the runs of its own prompt
+ids, so the expanded form is right there. More that the pinned TRL does not do for us:
+
+* vLLM may sample an image or video pad token (TRL masks them only for HF generation); the next
+  training forward then finds more image tokens than image features and the run dies. They are banned
+  through vLLM's ``bad_words`` in both modes (``--vllm_block_image_tokens``, on by default).
+* TRL builds the colocated engine without a dtype, and vLLM's ``auto`` turns a float32 checkpoint into
+  bfloat16, so its log-probs disagree with a float32 trainer. The engine runs in ``--vllm_dtype``
+  (default: the trainer's dtype).
+* After a weight sync TRL resets vLLM's prefix cache but not its encoder cache, so a page seen again
+  (a later epoch, or one page trained repeatedly) gets vision features from the old weights; the
+  encoder cache is reset with every colocated sync.
+* vLLM's CPU backend repacks linear weights for oneDNN, which drops the ``weight_loader`` that TRL's
+  weight sync needs; on CPU the repacking is switched off (plain ``torch.nn.functional.linear``).
+
+All of it is one small subclass of TRL's ``VLLMGeneration``, swapped in only while the trainer is
+built (:func:`page_vllm_generation`); a TRL release that fixes the prompt form makes
+:meth:`PageVLLMGeneration.generate` a no-op to delete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Iterator, Sequence
+
+logger = logging.getLogger(__name__)
+
+#: Placeholder tokens of Qwen2-VL-family tokenizers that only the processor may place in a prompt.
+VISION_PAD_TOKENS = ("<|image_pad|>", "<|video_pad|>")
+
+
+def collapse_image_runs(prompt_ids: Sequence[int], pad_ids: Sequence[int]) -> list[int]:
+    """``prompt_ids`` with every run of one pad token shortened to a single token.
+
+    This is the form a vLLM multimodal processor expects from a token prompt: one placeholder per image,
+    which it expands to the image's feature count. Runs of different pad tokens stay separate.
+    """
+    pads = set(pad_ids)
+    out: list[int] = []
+    for token in prompt_ids:
+        if token in pads and out and out[-1] == token:
+            continue
+        out.append(token)
+    return out
+
+
+def vision_pad_tokens(tokenizer) -> list[str]:
+    """The vision placeholder tokens this tokenizer knows (as strings, the form vLLM's ``bad_words`` takes)."""
+    found = []
+    for token in VISION_PAD_TOKENS:
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        if token_id is not None and token_id != tokenizer.unk_token_id:
+            found.append(token)
+    return found
+
+
+def vllm_sampling_kwargs(user_kwargs: dict | None, tokenizer, block_image_tokens: bool) -> dict | None:
+    """``--generation_kwargs`` for a vLLM backend, with the vision pad tokens added to ``bad_words``."""
+    kwargs = dict(user_kwargs or {})
+    if block_image_tokens:
+        banned = vision_pad_tokens(tokenizer)
+        existing = list(kwargs.get("bad_words") or [])
+        kwargs["bad_words"] = existing + [t for t in banned if t not in existing]
+    return kwargs or None
+
+
+def _disable_cpu_weight_repacking() -> None:
+    """vLLM CPU only: keep linear layers as plain parameters so TRL's colocated weight sync can load them."""
+    import vllm._custom_ops as ops
+
+    ops._supports_onednn = False
+
+
+def _generation_class():
+    """Build the subclass lazily: importing TRL's vLLM module imports vLLM."""
+    from trl.generation import vllm_generation as trl_vllm
+
+    class PageVLLMGeneration(trl_vllm.VLLMGeneration):
+        """TRL's vLLM backend with the fixes described in this module's docstring."""
+
+        #: extra ``vllm.LLM`` arguments for the colocated engine (e.g. ``dtype``), set by the factory.
+        engine_kwargs: dict[str, Any] = {}
+
+        def _init_vllm(self):
+            import torch
+
+            if self.mode == "colocate" and not torch.cuda.is_available():
+                _disable_cpu_weight_repacking()
+            base_llm = trl_vllm.LLM
+            extra = dict(self.engine_kwargs)
+
+            def llm_with_engine_kwargs(*args, **kwargs):
+                logger.info("colocated vLLM engine: %s", ", ".join(f"{k}={v}" for k, v in sorted(extra.items())))
+                return base_llm(*args, **{**kwargs, **extra})
+
+            trl_vllm.LLM = llm_with_engine_kwargs  # TRL builds the engine by this module-level name
+            try:
+                super()._init_vllm()
+            finally:
+                trl_vllm.LLM = base_llm
+
+        def sync_weights(self):
+            super().sync_weights()
+            if self.mode == "colocate":
+                # TRL resets only the prefix cache; vLLM also keeps the vision tower's outputs per image, and a
+                # page seen again (next epoch, or a repeated page) would be read with the old weights' features.
+                self.llm.llm_engine.reset_encoder_cache()
+
+        def generate(self, prompts, images, num_generations, profiler=None):
+            if self.mode == "colocate" and images is not None:
+                pad_ids = [self.processing_class.image_token_id]
+                video_id = getattr(self.processing_class, "video_token_id", None)
+                if video_id is not None:
+                    pad_ids.append(video_id)
+                prompts = [collapse_image_runs(ids, pad_ids) for ids in prompts]
+            # The trainer keeps its own (expanded) prompt ids; only vLLM's view of the prompt changes.
+            return super().generate(prompts, images, num_generations, profiler=profiler)
+
+    return PageVLLMGeneration
+
+
+@contextlib.contextmanager
+def page_vllm_generation(engine_kwargs: dict[str, Any] | None = None) -> Iterator[type]:
+    """While the trainer is built, make TRL's GRPOTrainer use :class:`PageVLLMGeneration`.
+
+    ``engine_kwargs`` go to ``vllm.LLM`` for the colocated engine (TRL passes no dtype of its own).
+    """
+    from trl.trainer import grpo_trainer
+
+    generation_cls = type("PageVLLMGeneration", (_generation_class(),), {"engine_kwargs": dict(engine_kwargs or {})})
+    original = grpo_trainer.VLLMGeneration
+    grpo_trainer.VLLMGeneration = generation_cls
+    try:
+        yield generation_cls
+    finally:
+        grpo_trainer.VLLMGeneration = original
