@@ -16,7 +16,7 @@ ids, so the expanded form is right there. More that the pinned TRL does not do f
   (default: the trainer's dtype).
 * After a weight sync TRL resets vLLM's prefix cache but not its encoder cache, so a page seen again
   (a later epoch, or one page trained repeatedly) gets vision features from the old weights; the
-  encoder cache is reset with every colocated sync.
+  encoder cache is reset with every sync (colocated engine, or the server's ``/reset_encoder_cache``).
 * vLLM's CPU backend repacks linear weights for oneDNN, which drops the ``weight_loader`` that TRL's
   weight sync needs; on CPU the repacking is switched off (plain ``torch.nn.functional.linear``).
 
@@ -109,10 +109,17 @@ def _generation_class():
 
         def sync_weights(self):
             super().sync_weights()
+            # TRL resets only the prefix cache; vLLM also keeps the vision tower's outputs per image, and a
+            # page seen again (next epoch, or a repeated page) would be read with the old weights' features.
             if self.mode == "colocate":
-                # TRL resets only the prefix cache; vLLM also keeps the vision tower's outputs per image, and a
-                # page seen again (next epoch, or a repeated page) would be read with the old weights' features.
                 self.llm.llm_engine.reset_encoder_cache()
+            elif self.accelerator.is_main_process:
+                # `trl vllm-serve` runs vLLM's server in dev mode, which has this endpoint (empty reply).
+                url = f"{self.vllm_client.base_url}/reset_encoder_cache"
+                response = self.vllm_client.session.post(url)
+                if response.status_code != 200:
+                    raise RuntimeError(f"vLLM server: POST {url} answered {response.status_code} {response.text[:200]}; "
+                                       "start it with `trl vllm-serve` (vLLM's dev mode endpoints)")
 
         def generate(self, prompts, images, num_generations, profiler=None):
             if self.mode == "colocate" and images is not None:

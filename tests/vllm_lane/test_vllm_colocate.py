@@ -1,0 +1,95 @@
+"""The training CLI with ``--vllm_mode colocate`` on the real vLLM engine (CPU build), fp32.
+
+Three steps at a large learning rate (1e-3), so that a weight sync that did not happen, or vision
+features cached from the old weights, would show as a log-prob gap from step 2 on. Each run records
+the prompt token ids the trainer scores and the ones vLLM expanded (tests/vllm_lane/record_rollouts.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from safetensors.torch import load_file
+
+from lane import BENCH, failure, read_metrics, run_recorded
+
+ARMS = {"plain": [], "olmorl": ["--olmorl"]}
+MAX_LOGP_GAP = 1e-3
+
+
+def colocate_flags(model, out, *, steps=3, generations=4, image_dim=448, completion=128) -> list:
+    return [
+        "--train_bench_data_folder", BENCH, "--model_name", model, "--output_dir", out, "--reward_bench",
+        "--num_generations", generations, "--per_device_train_batch_size", generations,
+        "--gradient_accumulation_steps", 1, "--max_steps", steps, "--max_completion_length", completion,
+        "--vllm_mode", "colocate", "--report_to", "none", "--no-log_completions", "--logging_steps", 1,
+        "--target_longest_image_dim", image_dim, "--learning_rate", 1e-3, "--warmup_steps", 0,
+        "--save_steps", 100000, "--seed", 0,
+    ]
+
+
+def vision_pad_ids(model_dir) -> set[int]:
+    config = json.loads((model_dir / "config.json").read_text())
+    return {config["image_token_id"], config["video_token_id"]}
+
+
+def check_prompts_and_pads(records, pads, steps):
+    assert [r["step"] for r in records] == list(range(steps))
+    for record in records:
+        # what vLLM sampled from is token for token what the trainer scores
+        assert record["vllm_prompt_ids"] == record["trainer_prompt_ids"]
+        for completion in record["completion_ids"]:
+            assert not pads & set(completion), "vLLM sampled a vision pad token"
+
+
+@pytest.mark.parametrize("arm", list(ARMS))
+def test_random_model_long_completions_never_sample_image_tokens(tiny_model_dir, tmp_path, arm):
+    """The random policy samples <|image_pad|> about once per 1,000 tokens; >= 1,500 forced tokens a completion."""
+    out = tmp_path / "out"
+    flags = colocate_flags(tiny_model_dir, out, completion=1600) + [
+        "--generation_kwargs", json.dumps({"min_tokens": 1500})] + ARMS[arm]
+    result, records = run_recorded(tmp_path, flags)
+    assert result.returncode == 0, failure(result)
+    check_prompts_and_pads(records, vision_pad_ids(tiny_model_dir), steps=3)
+    lengths = [len(c) for r in records for c in r["completion_ids"]]
+    assert min(lengths) >= 1500 and sum(lengths) >= 3 * 4 * 1500
+    assert [r["step"] for r in read_metrics(out)] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("arm", list(ARMS))
+def test_warm_model_vllm_logprobs_equal_the_trainers_at_every_step(sft_model_dir, tmp_path, arm):
+    out = tmp_path / "out"
+    result, records = run_recorded(tmp_path, colocate_flags(sft_model_dir, out) + ["--pages", "simple_lines"] + ARMS[arm])
+    assert result.returncode == 0, failure(result)
+    assert "colocated vLLM engine: dtype=float32" in result.stderr
+    check_prompts_and_pads(records, vision_pad_ids(sft_model_dir), steps=3)
+    metrics = read_metrics(out)
+    gaps = [m["sampling/sampling_logp_difference/mean"] for m in metrics]
+    assert len(gaps) == 3 and max(gaps) <= MAX_LOGP_GAP, gaps
+    # The large learning rate moved the weights, so steps 2-3 would show a missing sync.
+    before, after = load_file(sft_model_dir / "model.safetensors"), load_file(out / "model.safetensors")
+    moved = max((after[k] - before[k]).abs().max().item() for k in before)
+    assert moved > 1e-3
+    print(f"{arm}: mean |vLLM - trainer| log-prob per step {gaps}; "
+          f"max {[m['sampling/sampling_logp_difference/max'] for m in metrics]}")
+
+
+def test_real_qwen25_vl_processor_config_gives_the_same_prompt(sft_model_dir, tmp_path):
+    """Released Qwen2.5-VL image settings (min 3,136 / max 12,845,056 px, 14 px patches, merge 2), 1288 px page."""
+    model = tmp_path / "model"
+    shutil.copytree(sft_model_dir, model)
+    config_file = model / "processor_config.json"
+    config = json.loads(config_file.read_text())
+    for part in ("image_processor", "video_processor"):
+        config[part]["size"] = {"shortest_edge": 3136, "longest_edge": 12845056}
+    config_file.write_text(json.dumps(config, indent=2))
+    out = tmp_path / "out"
+    flags = colocate_flags(model, out, steps=1, generations=2, image_dim=1288, completion=16) + ["--pages", "simple_lines"]
+    result, records = run_recorded(tmp_path, flags)
+    assert result.returncode == 0, failure(result)
+    check_prompts_and_pads(records, vision_pad_ids(model), steps=1)
+    image_tokens = records[0]["trainer_prompt_ids"][0].count(json.loads((model / "config.json").read_text())["image_token_id"])
+    assert image_tokens > 1000  # a full-size page, not the tiny preset's 16
+    assert read_metrics(out)[0]["sampling/sampling_logp_difference/mean"] <= MAX_LOGP_GAP
