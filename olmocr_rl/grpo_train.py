@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.olmorl:
         from olmocr_rl.olmorl_trainer import OlmoRLGRPOTrainer as trainer_cls
     else:
-        from trl import GRPOTrainer as trainer_cls
+        from olmocr_rl.completions_log import PlainGRPOTrainer as trainer_cls
     trainer = trainer_cls(
         model=model, args=grpo_config, processing_class=processor, reward_funcs=reward_funcs,
         train_dataset=train_dataset.to_trl_dataset(),

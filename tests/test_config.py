@@ -174,3 +174,13 @@ def test_guide_command_lines(bench):
     args.loss_type = "policy"
     with pytest.raises(ConfigError, match="choose one of grpo, bnpo"):
         validate(args)
+
+
+def test_log_multimodal_is_off_unless_asked(bench, tmp_path):
+    """TRL's own default gathers and logs page images every generation; ours does only with the flag."""
+    from olmocr_rl.config import build_grpo_config
+
+    for extra, expected in (((), False), (("--log_multimodal",), True)):
+        args = _args(bench, "--output_dir", str(tmp_path / "out"), "--report_to", "none", *extra)
+        config = build_grpo_config(args, validate(args), [1.0])
+        assert config.log_multimodal is expected and config.log_completions is True
