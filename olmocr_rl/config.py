@@ -196,7 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--save_steps", type=int, default=25, help="checkpoint every N optimizer steps")
     g.add_argument("--save_total_limit", type=int, default=30, help="keep at most N checkpoints")
     g.add_argument("--eval_steps", type=int, default=None, help="evaluate every N steps (default: no evaluation)")
-    g.add_argument("--report_to", default="wandb", help="comma list: wandb, tensorboard, none")
+    g.add_argument("--report_to", default="wandb",
+                   help="comma list: wandb, tensorboard, none. wandb needs an API key (`wandb login`, WANDB_API_KEY) "
+                        "or WANDB_MODE=offline; it is checked before the model loads")
     g.add_argument("--wandb_project", default="olmocr-grpo-v5", help="W&B project")
     g.add_argument("--wandb_run_name", default=None, help="W&B run name")
     g.add_argument("--log_completions", action=_BoolFlag, default=True,

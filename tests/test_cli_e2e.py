@@ -6,7 +6,7 @@ offline W&B run; then ``--resume_from_checkpoint`` continues from step 2 to 4. A
 its default but the batch geometry (and a short completion length) trains an epoch and logs the W&B
 completions table; ``--log_multimodal`` adds the page images. Plus the paths that must stop before any
 model loads: bad flags (one ``error:`` line, exit 2), a bad bench folder (its problems listed, exit 1),
-and ``--help``.
+W&B without an API key (one line, exit 1), and ``--help``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -269,6 +270,75 @@ def test_olmorl_completions_table_with_page_images_in_wandb(tmp_path, tiny_model
         assert len(cell) == 1 and cell[0]["_type"] == "image-file" and cell[0]["path"].endswith(".png")
         assert max(cell[0]["width"], cell[0]["height"]) == 256  # --target_longest_image_dim
     assert b"media/images/" in next(runs[0].glob("*.wandb")).read_bytes()
+
+
+# ---------------------------------------------------------------------------------------------
+# W&B without credentials: one line, before the model loads
+
+
+def isolated_wandb_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """No W&B variable from the caller, and a HOME (netrc, W&B settings) of the test's own."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in cli_env(tmp_path).items() if not k.startswith("WANDB_") and k != "NETRC"}
+    env.update(HOME=str(home), WANDB_CONFIG_DIR=str(home / ".config" / "wandb"),
+               WANDB_DATA_DIR=str(tmp_path / "wandb_data"), WANDB_CACHE_DIR=str(tmp_path / "wandb_cache"))
+    env.update(extra)
+    return env
+
+
+NO_KEY_COMMAND = ["--train_bench_data_folder", BENCH, "--reward_bench", "--num_generations", 4,
+                  "--per_device_train_batch_size", 4, "--gradient_accumulation_steps", 1,
+                  "--max_completion_length", 16, "--max_steps", 6, "--vllm_mode", "none"]
+
+
+def test_no_wandb_key_is_one_error_line_before_the_model_loads(tmp_path):
+    out = tmp_path / "out"
+    started = time.monotonic()
+    result = run_cli([*NO_KEY_COMMAND, "--model_name", tmp_path / "no-model", "--output_dir", out], tmp_path,
+                     env=isolated_wandb_env(tmp_path), cwd=tmp_path)  # cwd: no wandb/settings of the repo's
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1, failure(result)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --report_to wandb: no W&B API key found"), failure(result)
+    for way_out in ("`wandb login`", "WANDB_API_KEY", "WANDB_MODE=offline", "--report_to none"):
+        assert way_out in lines[0]
+    assert result.stdout == ""
+    assert not out.exists() and "no-model" not in result.stderr  # stopped before data, output folder, model
+    assert elapsed < 30, f"{elapsed:.1f} s: the check should not wait for anything"
+
+
+HOST = "wandb.example.test"
+KEY = "k" * 40
+
+
+@pytest.mark.parametrize("setup", ["api_key", "netrc", "disabled", "bad_key"])
+def test_wandb_credentials_check_accepts_every_source_wandb_reads(tmp_path, setup):
+    """A key in the environment or in the netrc entry of the W&B host (WANDB_BASE_URL), or W&B off: the run
+    goes on (and here stops at the missing model); a malformed key is one line that says so."""
+    extra = {"WANDB_BASE_URL": f"https://{HOST}"}
+    if setup == "api_key":
+        extra["WANDB_API_KEY"] = KEY
+    elif setup == "netrc":
+        netrc = tmp_path / "home" / ".netrc"
+        netrc.parent.mkdir(parents=True)
+        netrc.write_text(f"machine {HOST}\n  login user\n  password {KEY}\n")
+        netrc.chmod(0o600)
+    elif setup == "disabled":
+        extra["WANDB_MODE"] = "disabled"
+    else:
+        extra["WANDB_API_KEY"] = "too-short"
+    model = tmp_path / "no-model"
+    result = run_cli([*NO_KEY_COMMAND, "--model_name", model, "--output_dir", tmp_path / "out"], tmp_path,
+                     env=isolated_wandb_env(tmp_path, **extra), cwd=tmp_path)
+    assert result.returncode == 1, failure(result)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, failure(result)
+    if setup == "bad_key":
+        assert errors[0].startswith("error: --report_to wandb: WANDB_API_KEY invalid"), errors
+        assert "WANDB_MODE=offline" in errors[0] and str(model) not in result.stderr
+    else:
+        assert "W&B" not in errors[0] and str(model) in errors[0], errors  # got as far as loading the model
 
 
 # ---------------------------------------------------------------------------------------------
