@@ -37,7 +37,9 @@ def setup_logging() -> None:
 
 
 def _fail(message: str, code: int = 2) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    """One ``error:`` line on stderr (a multi-line message, e.g. from the hub client, is joined)."""
+    line = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    print(f"error: {line}", file=sys.stderr)
     return code
 
 
