@@ -176,6 +176,12 @@ def test_guide_command_lines(bench):
         validate(args)
 
 
+def test_default_batch_geometry_on_one_process_names_the_fix(bench):
+    """olmOCR's defaults (batch 1 x accumulation 8, 28 generations) fit 7 processes, not one."""
+    with pytest.raises(ConfigError, match=r"Use --gradient_accumulation_steps 28 \(any multiple of 28\)"):
+        validate(parse_args(["--train_bench_data_folder", str(bench), "--reward_bench"]))
+
+
 def test_log_multimodal_is_off_unless_asked(bench, tmp_path):
     """TRL's own default gathers and logs page images every generation; ours does only with the flag."""
     from olmocr_rl.config import build_grpo_config
