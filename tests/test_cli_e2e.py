@@ -342,12 +342,13 @@ def test_wandb_credentials_check_accepts_every_source_wandb_reads(tmp_path, setu
 
 
 def test_default_model_name_offline_is_one_error_line(tmp_path):
-    """--model_name's default (Qwen2.5-VL-7B from the hub) with no hub and an empty cache."""
+    """--model_name's default (Qwen2.5-VL-7B from the hub) with no hub and an empty cache, and
+    --output_dir's default (outputs/grpo_test, below the working directory)."""
     env = {k: v for k, v in cli_env(tmp_path).items() if k not in ("HF_HUB_CACHE", "TRANSFORMERS_CACHE")}
     env["HF_HOME"] = str(tmp_path / "hf_home")
-    result = run_cli(["--train_bench_data_folder", BENCH, "--output_dir", tmp_path / "out", *DEFAULT_RUN_FLAGS],
-                     tmp_path, env=env)
+    result = run_cli(["--train_bench_data_folder", BENCH, *DEFAULT_RUN_FLAGS], tmp_path, env=env, cwd=tmp_path)
     assert result.returncode == 1, failure(result)
+    assert (tmp_path / "outputs" / "grpo_test").is_dir()  # made before the model loads
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "'Qwen/Qwen2.5-VL-7B-Instruct'" in errors[0], failure(result)
