@@ -217,12 +217,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--save_steps", type=int, default=25, help="checkpoint every N optimizer steps")
     g.add_argument("--save_total_limit", type=int, default=30, help="keep at most N checkpoints")
     g.add_argument("--eval_steps", type=int, default=None, help="evaluate every N steps (default: no evaluation)")
-    g.add_argument("--report_to", default="wandb", help="comma list: wandb, tensorboard, none")
+    g.add_argument("--report_to", default="wandb",
+                   help="comma list: wandb, tensorboard, none. wandb needs an API key (`wandb login`, WANDB_API_KEY) "
+                        "or WANDB_MODE=offline; it is checked before the model loads")
     g.add_argument("--wandb_project", default="olmocr-grpo-v5", help="W&B project")
     g.add_argument("--wandb_run_name", default=None, help="W&B run name")
     g.add_argument("--log_completions", action=_BoolFlag, default=True,
-                   help="log sample completions (console table, W&B table) every logging step")
+                   help="log the sampled completions every logging step: a console table, OUTPUT_DIR/completions/"
+                        "*.parquet and the W&B table 'completions' (prompt text, completion, rewards, advantage, page)")
     g.add_argument("--num_completions_to_print", type=int, default=2, help="sample completions printed per log")
+    g.add_argument("--log_multimodal", action=_BoolFlag, default=False,
+                   help="log the page image beside each sampled completion in the W&B completions table "
+                        "(gathers the page images across ranks at every generation)")
     g.add_argument("--s3_save_path", default=None, help="s3://bucket/prefix mirrored after every save")
     g.add_argument("--resume_from_checkpoint", nargs="?", const=True, default=None,
                    help="resume: bare flag = newest checkpoint in --output_dir (pulled from --s3_save_path "
@@ -592,6 +598,7 @@ def build_grpo_config(args: argparse.Namespace, resolved: Resolved, reward_weigh
         vllm_enable_sleep_mode=args.vllm_enable_sleep_mode,
         generation_kwargs=args.generation_kwargs,
         log_completions=args.log_completions,
+        log_multimodal=args.log_multimodal,  # TRL's default is True: page images gathered every generation
         num_completions_to_print=args.num_completions_to_print,
     )
     if resolved.vllm_mode != "none" and tokenizer is not None:

@@ -4,10 +4,10 @@
     python -m olmocr_rl.grpo_train --train_bench_data_folder bench/ --model_name Qwen/Qwen2.5-VL-7B-Instruct \\
         --reward_bench --reward_front_matter --reward_eos --num_generations 28 --gradient_accumulation_steps 28
 
-The phases, in order: parse and validate flags (before anything heavy loads) -> validate the bench
-folder -> find the checkpoint to resume from (local, or pulled from S3) -> build datasets -> load model
-and processor -> build rewards -> build the trainer (plain TRL GRPO, or OlmoRL with --olmorl) -> train
--> save model + processor.
+The phases, in order: parse and validate flags (before anything heavy loads) -> check W&B's credentials
+(with --report_to wandb) -> validate the bench folder -> find the checkpoint to resume from (local, or
+pulled from S3) -> build datasets -> load model and processor -> build rewards -> build the trainer
+(plain TRL GRPO, or OlmoRL with --olmorl) -> train -> save model + processor.
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ def setup_logging() -> None:
 
 
 def _fail(message: str, code: int = 2) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    """One ``error:`` line on stderr (a multi-line message, e.g. from the hub client, is joined)."""
+    line = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    print(f"error: {line}", file=sys.stderr)
     return code
 
 
@@ -52,6 +54,13 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc))
     for notice in resolved.notices:
         logger.info(notice)
+    if "wandb" in args.report_to and global_rank() == 0:  # the W&B run lives on the global main process only
+        from olmocr_rl.wandb_check import wandb_credentials_problem
+
+        os.environ.setdefault("WANDB_PROJECT", args.wandb_project)  # before W&B reads its settings
+        problem = wandb_credentials_problem()
+        if problem:
+            return _fail(problem, code=1)
 
     # --- 2. bench data, checked before any model loads ---------------------------------------------
     from olmocr_rl.validate_bench import validate_bench_folder
@@ -124,11 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     # --- 6. trainer ----------------------------------------------------------------------------------
     grpo_config = build_grpo_config(args, resolved, reward_weights, tokenizer=processor.tokenizer)
     if "wandb" in args.report_to:
-        _init_wandb(args, resolved)
+        problem = _init_wandb(args, resolved)
+        if problem:
+            return _fail(problem, code=1)
     if args.olmorl:
         from olmocr_rl.olmorl_trainer import OlmoRLGRPOTrainer as trainer_cls
     else:
-        from trl import GRPOTrainer as trainer_cls
+        from olmocr_rl.completions_log import PlainGRPOTrainer as trainer_cls
     with _rollout_backend(args, resolved):
         trainer = trainer_cls(
             model=model, args=grpo_config, processing_class=processor, reward_funcs=reward_funcs,
@@ -158,18 +169,25 @@ def _rollout_backend(args, resolved):
     return page_vllm_generation({"dtype": vllm_engine_dtype(args)})
 
 
-def _init_wandb(args, resolved) -> None:
-    """W&B on the global main process only, with the full flag set as its config."""
+def _init_wandb(args, resolved) -> str | None:
+    """W&B on the global main process only, with the full flag set as its config; a problem as one line."""
     if global_rank() != 0:
-        return
+        return None
     import wandb
+    from wandb.errors import Error as WandbError
+
+    from olmocr_rl.wandb_check import WAYS_OUT
 
     os.environ.setdefault("WANDB_PROJECT", args.wandb_project)
     config = {k: v for k, v in vars(args).items()}
     config["resolved_vllm_mode"] = resolved.vllm_mode
     config["num_processes"] = resolved.num_processes
-    wandb.init(project=args.wandb_project, name=args.wandb_run_name, config=config,
-               dir=args.output_dir, resume="allow")
+    try:
+        wandb.init(project=args.wandb_project, name=args.wandb_run_name, config=config,
+                   dir=args.output_dir, resume="allow")
+    except WandbError as exc:  # credentials the early check could not judge (another wandb version), server errors
+        return f"--report_to wandb: W&B could not start a run ({' '.join(str(exc).split())}); {WAYS_OUT}"
+    return None
 
 
 def _add_callbacks(trainer, args, reward_names: list[str], reward_logger) -> None:

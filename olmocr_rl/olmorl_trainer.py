@@ -23,7 +23,8 @@ and generation are exactly TRL's. Exact equivalence with ``olmorl_objective`` ne
 ``steps_per_generation == gradient_accumulation_steps`` (TRL's default); otherwise TRL itself
 approximates each window's token count by the generation batch's count scaled by GA/steps_per_generation.
 With vLLM's importance-sampling correction on (GPU runs), each token's term is additionally multiplied
-by TRL's vLLM/trainer ratio, as in plain TRL.
+by TRL's vLLM/trainer ratio, as in plain TRL. The completions table (``--log_completions``) is logged as
+for plain GRPO, through :class:`olmocr_rl.completions_log.CompletionsLogMixin`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
+from olmocr_rl.completions_log import CompletionsLogMixin
 from olmocr_rl.olmorl import EPS_HIGH, EPS_LOW, group_advantages, nonzero_signal_groups
 
 __all__ = [
@@ -128,7 +130,7 @@ def olmorl_group_plan(
     return advantages, keep_rows
 
 
-class OlmoRLGRPOTrainer(GRPOTrainer):
+class OlmoRLGRPOTrainer(CompletionsLogMixin, GRPOTrainer):
     """``trl.GRPOTrainer`` with the OlmoRL objective (see the module docstring).
 
     Build its ``args`` with ``GRPOConfig(..., **olmorl_config_overrides())``; any contradicting value

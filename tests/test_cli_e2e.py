@@ -2,9 +2,11 @@
 
 The tiny local model trains on ``bench_data_sample/`` on CPU with W&B in offline mode: 2 steps, a
 checkpoint with model and processor together, ``bench_reward/...`` keys in metrics.jsonl and in the
-offline W&B run; then ``--resume_from_checkpoint`` continues from step 2 to 4. Plus the paths that must
-stop before any model loads: bad flags (one ``error:`` line, exit 2), a bad bench folder (its problems
-listed, exit 1), and ``--help``.
+offline W&B run; then ``--resume_from_checkpoint`` continues from step 2 to 4. A run with every flag at
+its default but the batch geometry (and a short completion length) trains an epoch and logs the W&B
+completions table; ``--log_multimodal`` adds the page images. Plus the paths that must stop before any
+model loads: bad flags (one ``error:`` line, exit 2), a bad bench folder (its problems listed, exit 1),
+W&B without an API key (one line, exit 1), and ``--help``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -41,10 +44,11 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
     }
 
 
-def run_cli(args: list, tmp_path: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+def run_cli(args: list, tmp_path: Path, timeout: int = 600, env: dict[str, str] | None = None,
+            cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, args)],
-        cwd=REPO, env=cli_env(tmp_path), capture_output=True, text=True, timeout=timeout,
+        cwd=cwd, env=env if env is not None else cli_env(tmp_path), capture_output=True, text=True, timeout=timeout,
     )
 
 
@@ -158,6 +162,200 @@ def test_two_steps_with_wandb_offline_then_resume_to_four(tmp_path, tiny_model_d
 
 
 # ---------------------------------------------------------------------------------------------
+# the defaults: only the required flags and a batch geometry the tiny model runs on CPU
+
+# --max_completion_length 16 instead of 8000: the tiny model's samples rarely end, and 8000 tokens per
+# sample would take the test from seconds to hours on CPU. Every other flag keeps its default.
+DEFAULT_RUN_FLAGS = ["--reward_bench", "--num_generations", 4, "--per_device_train_batch_size", 4,
+                     "--gradient_accumulation_steps", 1, "--max_completion_length", 16]
+PROMPT_START = "Attached is one page of a document that you must process."
+
+
+def wandb_tables(run: Path) -> list[dict]:
+    """The completions tables an offline W&B run holds (files/media/table/completions_*.table.json)."""
+    return [json.loads(path.read_text()) for path in sorted((run / "files" / "media" / "table").glob("completions_*.table.json"))]
+
+
+def console_tables(stdout: str) -> dict[int, str]:
+    """TRL's console completions tables (rich panels titled "Step N") by step; the last one printed wins."""
+    panels = re.findall(r"^╭─+ Step (\d+) ─+╮$(.*?)^╰─+╯$", stdout, re.M | re.S)
+    return {int(step): body for step, body in panels}
+
+
+@pytest.mark.slow
+def test_default_flags_train_an_epoch_with_wandb_and_its_completions_table(tmp_path, tiny_model_dir):
+    """As a new user runs it: --report_to wandb, --log_completions, --logging_steps 5, --warmup_steps 100,
+    --vllm_mode auto, 1288 px pages, gradient checkpointing, one epoch (no --max_steps) ... all defaults."""
+    from olmocr_rl.config import _cuda_available, _vllm_available
+
+    out = tmp_path / "out"
+    env = {**cli_env(tmp_path), "COLUMNS": "200"}  # rich's console width: page names printed whole
+    result = run_cli(["--train_bench_data_folder", BENCH, "--model_name", tiny_model_dir, "--output_dir", out,
+                      *DEFAULT_RUN_FLAGS], tmp_path, env=env)
+    assert result.returncode == 0, failure(result)
+    log = result.stdout + result.stderr
+    assert "Traceback" not in log
+    if not (_vllm_available() and _cuda_available()):
+        assert "vllm_mode auto:" in log and "generating with HF generate" in log, log[-3000:]
+
+    # One epoch of the 10 sample pages (one page x 4 samples per step), logged every 5 steps, with the
+    # learning rate still in its 100-step linear warmup to 2e-6 (the rate of step s is set after s-1 steps).
+    assert json.loads((out / "run_summary.json").read_text())["global_step"] == 10
+    records = [r for r in read_metrics(out) if "reward" in r]
+    assert [r["step"] for r in records] == [5, 10]
+    for record in records:
+        assert record["learning_rate"] == pytest.approx(2e-6 * (record["step"] - 1) / 100)
+        assert 0.0 <= record["bench_reward/overall_pass_rate"] <= 1.0
+
+    # The defaults reached TRL's config (and so the run above).
+    import torch
+
+    config = torch.load(out / "training_args.bin", weights_only=False)
+    assert config.report_to == ["wandb"] and config.log_completions is True and config.log_multimodal is False
+    assert config.num_completions_to_print == 2 and config.logging_steps == 5
+    assert config.gradient_checkpointing is True and config.lr_scheduler_type == "linear"
+    assert config.warmup_steps == 100 and config.learning_rate == 2e-6 and config.seed == 42
+    assert config.loss_type == "bnpo" and config.scale_rewards == "group" and config.beta == 0.0
+    assert config.temperature == 0.8 and config.top_p == 1.0 and config.num_iterations == 1
+    assert config.save_steps == 25 and config.save_total_limit == 30 and config.dataloader_num_workers == 0
+    assert config.max_steps == -1 and config.num_train_epochs == 1
+
+    # The console table at each log step: --num_completions_to_print 2 rows, the prompt as its text.
+    tables = console_tables(result.stdout)
+    assert sorted(tables) == [5, 10], result.stdout[-4000:]
+    for body in tables.values():
+        assert re.search(r"┃ Prompt\s+┃ Completion\s+┃ olmocr_bench_reward ┃ Advantage ┃ page\s+┃", body), body
+        assert len(re.findall(r"│ \S+\.pdf:\d+ +│ │$", body, re.M)) == 2, body
+        assert PROMPT_START in body and "{'type'" not in body
+
+    # The offline W&B run holds the completions table of each log step: 4 rows (the step's samples),
+    # prompt and completion as text, the page's name, no image column (--log_multimodal is off).
+    runs = offline_runs(out)
+    assert len(runs) == 1, runs
+    data = next(runs[0].glob("*.wandb")).read_bytes()
+    assert b"media/table/completions_" in data and b"completions.table.json" in data
+    assert b"olmocr-grpo-v5" in data  # the default --wandb_project
+    tables = wandb_tables(runs[0])
+    assert len(tables) >= 2, sorted(runs[0].rglob("*"))
+    for table in tables:
+        assert table["columns"] == ["step", "prompt", "completion", "olmocr_bench_reward", "page", "advantage"]
+        assert len(table["data"]) == 4
+        for step, prompt, completion, reward, page, advantage in table["data"]:
+            assert step in (5, 10) and isinstance(completion, str) and 0.0 <= reward <= 1.0
+            assert prompt.startswith(PROMPT_START) and prompt.endswith("\n<image>")
+            assert re.fullmatch(r".+\.pdf:\d+", page), page
+    # TRL's parquet copy of the same table.
+    assert (out / "completions" / "completions_00005.parquet").is_file()
+
+
+@pytest.mark.slow
+def test_olmorl_completions_table_with_page_images_in_wandb(tmp_path, tiny_model_dir):
+    """--log_multimodal: each W&B row carries its page image (OlmoRL's trainer logs the table too)."""
+    out = tmp_path / "out"
+    result = run_cli([*tiny_run_flags(tiny_model_dir, out, 2), "--report_to", "wandb", "--olmorl",
+                      "--log_completions", "--log_multimodal", "--num_completions_to_print", 1], tmp_path)
+    assert result.returncode == 0, failure(result)
+    assert sorted(console_tables(result.stdout)) == [1, 2]
+    runs = offline_runs(out)
+    tables = wandb_tables(runs[0])
+    assert tables and all(t["columns"][-1] == "image" and len(t["data"]) == 2 for t in tables), tables
+    # A table with media is logged as a run artifact: its JSON (staged in W&B's data folder until
+    # `wandb sync`) refers to each row's page as an image file, and the run holds those PNG files.
+    staged = [json.loads(p.read_text()) for p in (tmp_path / "wandb_home").rglob("staging/*")
+              if p.is_file() and p.read_bytes().startswith(b'{"_type": "table"')]
+    assert staged and all(table["columns"][-1] == "image" for table in staged), staged
+    images = [row[-1] for table in staged for row in table["data"]]
+    assert len(images) >= 4, staged
+    for cell in images:  # TRL logs each row's images as a list: here the one page
+        assert len(cell) == 1 and cell[0]["_type"] == "image-file" and cell[0]["path"].endswith(".png")
+        assert max(cell[0]["width"], cell[0]["height"]) == 256  # --target_longest_image_dim
+    assert b"media/images/" in next(runs[0].glob("*.wandb")).read_bytes()
+
+
+# ---------------------------------------------------------------------------------------------
+# W&B without credentials: one line, before the model loads
+
+
+def isolated_wandb_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """No W&B variable from the caller, and a HOME (netrc, W&B settings) of the test's own."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in cli_env(tmp_path).items() if not k.startswith("WANDB_") and k != "NETRC"}
+    env.update(HOME=str(home), WANDB_CONFIG_DIR=str(home / ".config" / "wandb"),
+               WANDB_DATA_DIR=str(tmp_path / "wandb_data"), WANDB_CACHE_DIR=str(tmp_path / "wandb_cache"))
+    env.update(extra)
+    return env
+
+
+NO_KEY_COMMAND = ["--train_bench_data_folder", BENCH, "--reward_bench", "--num_generations", 4,
+                  "--per_device_train_batch_size", 4, "--gradient_accumulation_steps", 1,
+                  "--max_completion_length", 16, "--max_steps", 6, "--vllm_mode", "none"]
+
+
+def test_no_wandb_key_is_one_error_line_before_the_model_loads(tmp_path):
+    out = tmp_path / "out"
+    started = time.monotonic()
+    result = run_cli([*NO_KEY_COMMAND, "--model_name", tmp_path / "no-model", "--output_dir", out], tmp_path,
+                     env=isolated_wandb_env(tmp_path), cwd=tmp_path)  # cwd: no wandb/settings of the repo's
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1, failure(result)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --report_to wandb: no W&B API key found"), failure(result)
+    for way_out in ("`wandb login`", "WANDB_API_KEY", "WANDB_MODE=offline", "--report_to none"):
+        assert way_out in lines[0]
+    assert result.stdout == ""
+    assert not out.exists() and "no-model" not in result.stderr  # stopped before data, output folder, model
+    assert elapsed < 30, f"{elapsed:.1f} s: the check should not wait for anything"
+
+
+HOST = "wandb.example.test"
+KEY = "k" * 40
+
+
+@pytest.mark.parametrize("setup", ["api_key", "netrc", "disabled", "bad_key"])
+def test_wandb_credentials_check_accepts_every_source_wandb_reads(tmp_path, setup):
+    """A key in the environment or in the netrc entry of the W&B host (WANDB_BASE_URL), or W&B off: the run
+    goes on (and here stops at the missing model); a malformed key is one line that says so."""
+    extra = {"WANDB_BASE_URL": f"https://{HOST}"}
+    if setup == "api_key":
+        extra["WANDB_API_KEY"] = KEY
+    elif setup == "netrc":
+        netrc = tmp_path / "home" / ".netrc"
+        netrc.parent.mkdir(parents=True)
+        netrc.write_text(f"machine {HOST}\n  login user\n  password {KEY}\n")
+        netrc.chmod(0o600)
+    elif setup == "disabled":
+        extra["WANDB_MODE"] = "disabled"
+    else:
+        extra["WANDB_API_KEY"] = "too-short"
+    model = tmp_path / "no-model"
+    result = run_cli([*NO_KEY_COMMAND, "--model_name", model, "--output_dir", tmp_path / "out"], tmp_path,
+                     env=isolated_wandb_env(tmp_path, **extra), cwd=tmp_path)
+    assert result.returncode == 1, failure(result)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, failure(result)
+    if setup == "bad_key":
+        assert errors[0].startswith("error: --report_to wandb: WANDB_API_KEY invalid"), errors
+        assert "WANDB_MODE=offline" in errors[0] and str(model) not in result.stderr
+    else:
+        assert "W&B" not in errors[0] and str(model) in errors[0], errors  # got as far as loading the model
+
+
+def test_default_model_name_offline_is_one_error_line(tmp_path):
+    """--model_name's default (Qwen2.5-VL-7B from the hub) with no hub and an empty cache, and
+    --output_dir's default (outputs/grpo_test, below the working directory)."""
+    env = {k: v for k, v in cli_env(tmp_path).items() if k not in ("HF_HUB_CACHE", "TRANSFORMERS_CACHE")}
+    env["HF_HOME"] = str(tmp_path / "hf_home")
+    result = run_cli(["--train_bench_data_folder", BENCH, *DEFAULT_RUN_FLAGS], tmp_path, env=env, cwd=tmp_path)
+    assert result.returncode == 1, failure(result)
+    assert (tmp_path / "outputs" / "grpo_test").is_dir()  # made before the model loads
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "'Qwen/Qwen2.5-VL-7B-Instruct'" in errors[0], failure(result)
+    assert result.stderr.rstrip().splitlines()[-1] == errors[0]  # the hub client's advice joined into it
+
+
+# ---------------------------------------------------------------------------------------------
 # stops before any model loads
 
 
@@ -249,6 +447,6 @@ def test_help_lists_every_reward_flag(tmp_path):
     result = run_cli(["--help"], tmp_path)
     assert result.returncode == 0, failure(result)
     for flag in (*OLMOCR_REWARD_FLAGS, "--config", "--resume_from_checkpoint", "--s3_save_path", "--report_to",
-                 "--num_completions", "--macro_average", "--olmorl", "--bench_raw_completion"):
+                 "--num_completions", "--macro_average", "--olmorl", "--bench_raw_completion", "--log_multimodal"):
         assert flag in result.stdout, flag
     assert result.stderr == ""

@@ -180,3 +180,19 @@ def test_guide_command_lines(bench):
     args.loss_type = "policy"
     with pytest.raises(ConfigError, match="choose one of grpo, bnpo"):
         validate(args)
+
+
+def test_default_batch_geometry_on_one_process_names_the_fix(bench):
+    """olmOCR's defaults (batch 1 x accumulation 8, 28 generations) fit 7 processes, not one."""
+    with pytest.raises(ConfigError, match=r"Use --gradient_accumulation_steps 28 \(any multiple of 28\)"):
+        validate(parse_args(["--train_bench_data_folder", str(bench), "--reward_bench"]))
+
+
+def test_log_multimodal_is_off_unless_asked(bench, tmp_path):
+    """TRL's own default gathers and logs page images every generation; ours does only with the flag."""
+    from olmocr_rl.config import build_grpo_config
+
+    for extra, expected in (((), False), (("--log_multimodal",), True)):
+        args = _args(bench, "--output_dir", str(tmp_path / "out"), "--report_to", "none", *extra)
+        config = build_grpo_config(args, validate(args), [1.0])
+        assert config.log_multimodal is expected and config.log_completions is True
