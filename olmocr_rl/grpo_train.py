@@ -109,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     # --- 4. model and processor --------------------------------------------------------------------
     from olmocr_rl.models import ModelLoadError, load_model_and_processor
 
+    if resolved.vllm_mode == "colocate":
+        problem = colocate_memory_problem(args, resolved)
+        if problem:
+            return _fail(problem, code=1)
     try:
         model, processor = load_model_and_processor(args.model_name, cache_dir=args.cache_dir)
     except ModelLoadError as exc:
@@ -155,6 +159,37 @@ def main(argv: list[str] | None = None) -> int:
         processor.save_pretrained(args.output_dir)
     _finish(trainer, args)
     return 0
+
+
+def colocate_memory_problem(args, resolved) -> str | None:
+    """On a CUDA GPU: do the colocated engine and the trainer fit (olmocr_rl.colocate_memory)? From the config only."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None  # vLLM's CPU engine takes its KV cache from RAM (VLLM_CPU_KVCACHE_SPACE)
+    from transformers import AutoConfig
+
+    from olmocr_rl.colocate_memory import check_fit, model_facts
+    from olmocr_rl.config import vllm_engine_dtype
+    from olmocr_rl.models import MODEL_CLASSES, ModelLoadError, resolve_model_path
+
+    try:
+        config = AutoConfig.from_pretrained(resolve_model_path(args.model_name, cache_dir=args.cache_dir))
+    except (OSError, ValueError, ModelLoadError) as exc:  # the model load right after reports it properly
+        logger.warning("colocate memory check skipped: no config for %s (%s)", args.model_name, exc)
+        return None
+    if config.model_type not in MODEL_CLASSES:
+        return None  # load_model_and_processor names the supported types
+    gpu_bytes = torch.cuda.get_device_properties(int(os.environ.get("LOCAL_RANK", "0"))).total_memory
+    problem = check_fit(
+        model_facts(config), gpu_bytes=gpu_bytes, utilization=args.vllm_gpu_memory_utilization,
+        max_model_length=resolved.vllm_max_model_length, engine_dtype=vllm_engine_dtype(args),
+        reference_model=args.beta > 0, single_process=resolved.num_processes == 1,
+        tensor_parallel=args.vllm_tensor_parallel_size,
+    )
+    if problem is None:
+        logger.info("colocate memory check: vLLM engine and trainer fit on the %.0f GiB GPU", gpu_bytes / 2**30)
+    return problem
 
 
 def _rollout_backend(args, resolved):

@@ -74,7 +74,13 @@ else
   site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   cp "$repo_root/scripts/vllm_cpu/olmocr_rl_vllm_cpu_shim.py" "$site/"
   echo "import olmocr_rl_vllm_cpu_shim" > "$site/olmocr_rl_vllm_cpu_shim.pth"
-  if ! "$venv/bin/python" -c 'import torchvision, vllm; from transformers import Qwen2_5_VLForConditionalGeneration' >&2; then
+  # vLLM's command line (`vllm serve`, which `trl vllm-serve` runs) asks for the version of a
+  # distribution named "vllm"; the CPU build is named vllm-cpu. Metadata alone makes both work.
+  alias_dir="$site/vllm-0.31.0+cpu.dist-info"
+  mkdir -p "$alias_dir"
+  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.31.0+cpu\nSummary: name alias of vllm-cpu 0.31.0 (olmocr_rl setup_env.sh --vllm)\n' > "$alias_dir/METADATA"
+  : > "$alias_dir/RECORD"
+  if ! "$venv/bin/python" -c 'import importlib.metadata as m, torchvision, vllm; from transformers import Qwen2_5_VLForConditionalGeneration; m.version("vllm")' >&2; then
     echo "error: vLLM, torchvision or transformers does not import in $venv (see above)" >&2
     exit 1
   fi
