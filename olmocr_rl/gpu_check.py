@@ -15,6 +15,7 @@ reward time share. The first step of each run is warm-up and is left out of the 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -98,6 +99,38 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _run_arm(cli: list[str]) -> tuple[int, float]:
+    """Run the training CLI in this process; (exit code, peak GiB: GPU allocated, or process RSS on CPU)."""
+    import torch
+
+    from olmocr_rl import grpo_train
+
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    code = grpo_train.main(cli)
+    if torch.cuda.is_available():
+        return code, torch.cuda.max_memory_allocated() / 2**30
+    return code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+
+
+def _arm_process(cli: list[str], results) -> None:
+    results.put(_run_arm(cli))
+
+
+def _run_arm_in_own_process(cli: list[str]) -> tuple[int, float]:
+    """:func:`_run_arm` in a fresh spawned process (its engine and memory go away with it)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    process = context.Process(target=_arm_process, args=(cli, results))
+    process.start()
+    process.join()
+    if process.exitcode != 0 or results.empty():
+        return process.exitcode or 1, float("nan")
+    return results.get()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m olmocr_rl.gpu_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", choices=("tiny", "3b", "7b"), default=None,
@@ -114,7 +147,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from olmocr_rl import grpo_train
     from olmocr_rl.tiny_model import build_tiny_model
 
     cuda = torch.cuda.is_available()
@@ -138,11 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[gpu_check] device {device_name}; model {shape} ({params / 1e6:.1f}M params) built in {build_s:.0f}s",
           flush=True)
 
-    try:
-        import vllm  # noqa: F401
-
+    if importlib.util.find_spec("vllm") is not None:  # not imported here: each arm's process starts its engine
         backend, min_tokens = "vllm-colocate", {"min_tokens": length}
-    except ImportError:
+    else:
         backend, min_tokens = "hf-generate", {"min_new_tokens": length}
     print(f"[gpu_check] generation backend: {backend}", flush=True)
 
@@ -161,17 +191,16 @@ def main(argv: list[str] | None = None) -> int:
         ]
         if arm == "olmorl":
             cli.append("--olmorl")
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
         print(f"[gpu_check] arm {arm}: python -m olmocr_rl.grpo_train {' '.join(cli)}", flush=True)
-        code = grpo_train.main(cli)
+        if backend == "vllm-colocate":
+            # A colocated engine holds GPU memory and torch.distributed state until its process ends: two
+            # arms' engines in one process would measure the second next to the first's leftovers.
+            code, peak = _run_arm_in_own_process(cli)
+        else:
+            code, peak = _run_arm(cli)
         if code != 0:
             print(f"[gpu_check] arm {arm} failed with exit code {code}", file=sys.stderr)
             return code
-        if cuda:
-            peak = torch.cuda.max_memory_allocated() / 2**30
-        else:
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
         rows.append(summarise(out_dir / "metrics.jsonl", params=params, peak_flops=_peak_flops(device_name),
                               peak_mem_gb=peak, arm=arm))
         if cuda:

@@ -237,6 +237,15 @@ def _add_callbacks(trainer, args, reward_names: list[str], reward_logger) -> Non
         DetailedRewardLoggingCallback.attach(trainer, reward_logger)  # bench_reward/* keys; goes first
     trainer.add_callback(MetricsFileCallback(Path(args.output_dir) / "metrics.jsonl"))
     trainer.add_callback(ProgressTableCallback())
+    if "wandb" in args.report_to:  # olmOCR's W&B names: bench_reward/* at top level (same place in the order)
+        from transformers.integrations import WandbCallback
+
+        from olmocr_rl.training_callbacks import olmocr_wandb_callback
+
+        callbacks = trainer.callback_handler.callbacks
+        for index, callback in enumerate(callbacks):
+            if type(callback) is WandbCallback:
+                callbacks[index] = olmocr_wandb_callback()
     if args.s3_save_path:
         from olmocr_rl.storage import S3SyncCallback
 

@@ -6,6 +6,9 @@
   checkpoint (they are trained again), so each step is recorded by one run.
 - :class:`ProgressTableCallback` prints one row per training log: step, reward, its std, bench pass
   rate overall and per test type, fraction of zero-signal groups, and seconds per step.
+- :func:`olmocr_wandb_callback` is transformers' W&B callback with olmOCR's metric names: the
+  ``bench_reward/...`` keys go to W&B at top level, as olmOCR logs them, so its dashboards carry over;
+  every other key keeps the Trainer's ``train/`` prefix.
 """
 
 from __future__ import annotations
@@ -101,3 +104,25 @@ class ProgressTableCallback(TrainerCallback):
         row += [f"{_fmt(logs.get(f'bench_reward/{t}/pass_rate'), pct=True):>8}" for t in self._types]
         row += [f"{_fmt(zero):>8}", f"{step_time:8.2f}"]
         self.print(" ".join(row))
+
+
+#: Key prefixes that W&B gets at top level (olmOCR's names) instead of under the Trainer's ``train/``.
+TOP_LEVEL_WANDB_PREFIXES = ("bench_reward/",)
+
+
+def olmocr_wandb_callback():
+    """A ``WandbCallback`` whose ``bench_reward/...`` keys land at top level, in the same W&B step."""
+    from transformers.integrations import WandbCallback
+
+    class OlmOCRWandbCallback(WandbCallback):
+        def on_log(self, args, state, control, model=None, logs=None, **kwargs):
+            logs = logs or {}
+            top = {k: v for k, v in logs.items() if k.startswith(TOP_LEVEL_WANDB_PREFIXES)}
+            if top and self._wandb is not None and state.is_world_process_zero:
+                if not self._initialized:
+                    self.setup(args, state, model)
+                self._wandb.log(top, commit=False)  # committed by the Trainer's log call below
+            rest = {k: v for k, v in logs.items() if k not in top}
+            super().on_log(args, state, control, model=model, logs=rest, **kwargs)
+
+    return OlmOCRWandbCallback()
