@@ -491,9 +491,8 @@ def _resolve_generation_backend(args: argparse.Namespace, num_processes: int, no
     elif mode == "colocate" and not have_gpu:
         notices.append("vllm_mode colocate without a CUDA GPU: running vLLM's CPU engine")
 
-    for name in ("vllm_tensor_parallel_size",):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name} must be >= 1 (got {getattr(args, name)})")
+    if args.vllm_tensor_parallel_size < 1:
+        raise ConfigError(f"--vllm_tensor_parallel_size must be >= 1 (got {args.vllm_tensor_parallel_size})")
     if not 0 < args.vllm_gpu_memory_utilization <= 1:
         raise ConfigError(f"--vllm_gpu_memory_utilization must be in (0, 1] (got {args.vllm_gpu_memory_utilization})")
     if mode == "colocate" and num_processes % args.vllm_tensor_parallel_size:

@@ -8,8 +8,12 @@ a fixed completion length (EOS suppressed by a minimum length), once with plain 
 
 Prints one table and writes it as JSON (``--out``): seconds per step split into generation / reward /
 training (log-probs, forward/backward, optimizer), generated and trained tokens per second, a model
-FLOP utilisation estimate (6·N·trained tokens / step time / peak bf16 FLOP/s), peak memory, and the
+FLOP utilisation (below), peak memory, and the
 reward time share. The first step of each run is warm-up and is left out of the means.
+
+Three MFU columns: ``mfu_6n`` is the usual 6 · N · trained tokens estimate; ``mfu`` counts the step's
+real training FLOPs (language model, vision tower on its patches, attention; ``olmocr_rl.flops``)
+against the whole step's time, and ``train_mfu`` the same FLOPs against the training phase alone.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 70e12}
 
 COLUMNS = ["arm", "step_s", "generate_s", "reward_s", "train_s", "gen_tok_per_s", "train_tok_per_s",
-           "mfu", "peak_mem_gb", "reward_share"]
+           "mfu_6n", "mfu", "train_mfu", "peak_mem_gb", "reward_share"]
 
 
 #: A nominal CPU peak for the CPU run's MFU column: 64 fp32 FLOP per cycle per core (2 AVX-512 FMA units)
@@ -72,6 +76,7 @@ def summarise(metrics_file: Path, *, params: int, peak_flops: float, peak_mem_gb
     train_s = _mean(r["timing/train_s"] for r in measured)
     gen_tokens = _mean(r["timing/generated_tokens"] for r in measured)
     trained_tokens = _mean(trained)
+    flops = _mean(r.get("timing/model_flops") for r in measured)  # true training FLOPs (olmocr_rl.flops)
     return {
         "arm": arm,
         "step_s": step_s,
@@ -80,7 +85,10 @@ def summarise(metrics_file: Path, *, params: int, peak_flops: float, peak_mem_gb
         "train_s": train_s,
         "gen_tok_per_s": gen_tokens / generate_s if generate_s > 0 else float("nan"),
         "train_tok_per_s": trained_tokens / train_s if train_s > 0 else float("nan"),
-        "mfu": 6 * params * trained_tokens / step_s / peak_flops if step_s > 0 else float("nan"),
+        "mfu_6n": 6 * params * trained_tokens / step_s / peak_flops if step_s > 0 else float("nan"),
+        "mfu": flops / step_s / peak_flops if step_s > 0 else float("nan"),
+        "train_mfu": flops / train_s / peak_flops if train_s > 0 else float("nan"),
+        "model_flops": flops,
         "peak_mem_gb": peak_mem_gb,
         "reward_share": reward_s / step_s if step_s > 0 else float("nan"),
         "steps_measured": len(measured),

@@ -7,6 +7,8 @@ step's wall time and, at every log, adds per-step means to the logs (this proces
 
     timing/step_s  timing/generate_s  timing/reward_s  timing/train_s  timing/reward_share
     timing/generated_tokens          (completion tokens sampled per step on this process)
+    timing/model_flops               (forward + backward FLOPs of training on this process's samples,
+                                      from their token, image-token and patch counts: olmocr_rl.flops)
 
 ``train_s`` = step − generation − rewards: old/reference log-probs, forward/backward and the
 optimizer step.
@@ -25,6 +27,7 @@ class _Totals:
         self.generate_s = 0.0
         self.reward_s = 0.0
         self.generated_tokens = 0
+        self.model_flops = 0.0
 
     def reset(self):
         self.__init__()
@@ -35,14 +38,16 @@ def instrument_trainer(trainer) -> "StepTimingCallback":
     totals = _Totals()
 
     generate = trainer._generate
+    count_flops = _flops_counter(trainer)
 
     @functools.wraps(generate)
     def timed_generate(*args, **kwargs):
         start = time.perf_counter()
         out = generate(*args, **kwargs)
         totals.generate_s += time.perf_counter() - start
-        completion_ids = out[1]
+        prompt_ids, completion_ids = out[0], out[1]
         totals.generated_tokens += sum(len(ids) for ids in completion_ids)
+        totals.model_flops += count_flops(prompt_ids, completion_ids)
         return out
 
     calculate_rewards = trainer._calculate_rewards
@@ -58,6 +63,26 @@ def instrument_trainer(trainer) -> "StepTimingCallback":
     trainer._generate = timed_generate
     trainer._calculate_rewards = timed_rewards
     return StepTimingCallback(totals)
+
+
+def _flops_counter(trainer):
+    """``(prompt_ids, completion_ids) -> training FLOPs`` for the trainer's model (0 where it cannot count)."""
+    from olmocr_rl.flops import ArchFlops, training_flops
+
+    config = trainer.model.config
+    try:
+        arch = ArchFlops.from_config(config)
+    except Exception:  # noqa: BLE001 - a model family the counter does not know: the column stays 0
+        return lambda prompt_ids, completion_ids: 0.0
+    image_token_id = getattr(config, "image_token_id", None)
+    # A generation batch is trained num_iterations times (GRPO's mu).
+    passes = getattr(trainer.args, "num_iterations", 1) or 1
+
+    def count(prompt_ids, completion_ids) -> float:
+        shapes = [(len(p), sum(1 for t in p if t == image_token_id), len(c)) for p, c in zip(prompt_ids, completion_ids)]
+        return passes * training_flops(arch, shapes)
+
+    return count
 
 
 class StepTimingCallback(TrainerCallback):
@@ -87,5 +112,6 @@ class StepTimingCallback(TrainerCallback):
         logs["timing/train_s"] = max(0.0, self.step_s - t.generate_s - t.reward_s) / n
         logs["timing/reward_share"] = t.reward_s / self.step_s if self.step_s > 0 else 0.0
         logs["timing/generated_tokens"] = t.generated_tokens / n
+        logs["timing/model_flops"] = t.model_flops / n
         self.step_s, self.steps = 0.0, 0
         t.reset()
