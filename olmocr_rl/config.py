@@ -149,6 +149,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dataloader worker processes (0: render in the trainer, where the page cache serves all G "
                         "samples of a page; workers pickle every copy back, measured slower in docs/data.md)")
 
+    g = p.add_argument_group("speed (exact: the same numbers as the stock model)")
+    g.add_argument("--share_page_encoding", action=_BoolFlag, default=True,
+                   help="encode each distinct page image once per forward and reuse its features for the G "
+                        "copies of the page (generation prefill and training)")
+    g.add_argument("--batched_vision_attention", action=_BoolFlag, default=None,
+                   help="run the vision tower's window attention as one batched call per window size instead "
+                        "of transformers' per-window loop (SDPA/eager; flash attention is already batched). "
+                        "Default: on with a CUDA GPU, where the loop's ~100 kernel launches per image and layer "
+                        "dominate; off on CPU, where it measured no faster (scripts/bench/bench_vision.py)")
+
     g = p.add_argument_group("GRPO")
     g.add_argument("--num_generations", "--num_completions", dest="num_generations", type=int, default=28,
                    help="completions sampled per page (group size G); --num_completions is an alias")

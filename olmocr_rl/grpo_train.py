@@ -119,6 +119,16 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc), code=1)
     except OSError as exc:  # hub id not reachable offline, missing files
         return _fail(f"cannot load --model_name {args.model_name}: {exc}", code=1)
+    from olmocr_rl.vision_speedups import apply_vision_speedups
+
+    batched_attention = args.batched_vision_attention
+    if batched_attention is None:
+        import torch
+
+        batched_attention = torch.cuda.is_available()
+    for speedup in apply_vision_speedups(model, share_pages=args.share_page_encoding,
+                                         batched_attention=batched_attention):
+        logger.info("vision tower: %s", speedup)
 
     # --- 5. rewards ----------------------------------------------------------------------------------
     from olmocr_rl.rewards import build_reward_functions
