@@ -5,7 +5,7 @@
 #   docker build --platform linux/amd64 -t olmocr-grpo .
 #   docker run --gpus all --ipc=host olmocr-grpo bash scripts/beaker/task.sh ...
 #
-# The GPU stack is pinned exactly as in DESIGN.md: TRL's private methods are subclassed, and vLLM
+# The GPU stack is pinned exactly as in docs/design.md: TRL's private methods are subclassed, and vLLM
 # 0.31 pins torch 2.13 and transformers < 5.18.
 ARG CUDA_IMAGE=nvidia/cuda:12.9.1-cudnn-devel-ubuntu24.04
 FROM ${CUDA_IMAGE}

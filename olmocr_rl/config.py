@@ -1,8 +1,8 @@
 """Flags of ``python -m olmocr_rl.grpo_train``: parsing, YAML merge, validation, and the GRPOConfig.
 
-Every flag of olmOCR's trainer keeps its name, type, default and meaning (reference §1.2), with the
-fixes DESIGN.md lists: booleans can be switched off (``--no-X`` or ``--X false``), ``exo`` is not a
-loss, ``--lr_schedule constant`` changes only the scheduler, evaluation runs when ``--eval_steps`` asks.
+Every flag of olmOCR's trainer keeps its name, type, default and meaning, with the fixes listed in
+docs/design.md ("Where olmocr_rl differs"): booleans can be switched off (``--no-X`` or ``--X false``),
+``exo`` is not a loss, ``--lr_schedule constant`` changes only the scheduler, evaluation runs when ``--eval_steps`` asks.
 ``--config FILE.yaml`` supplies flag values (keys = flag names); the command line overrides the file.
 
 Validation happens here, before any model loads: a bad combination raises :class:`ConfigError`
@@ -552,7 +552,7 @@ def _resolve_reward_jsonl(name: str, value: str, train_folder: str) -> str:
 
 
 def build_grpo_config(args: argparse.Namespace, resolved: Resolved, reward_weights: list[float], tokenizer=None):
-    """Map flags to TRL's GRPOConfig, with olmOCR's values where no flag exists (reference §1.4).
+    """Map flags to TRL's GRPOConfig, with olmOCR's values where no flag exists (docs/design.md).
 
     ``tokenizer`` names the vision pad tokens that a vLLM backend must never sample.
     """

@@ -12,7 +12,7 @@ Weights load in bf16 on a GPU and fp32 on CPU; flash-attention 2 is used when it
 GPU is present, SDPA otherwise.
 
 Processor: the stock ``Qwen2_5_VLProcessor`` (``AutoProcessor``) where torchvision is importable (GPU
-boxes). On CPU machines torchvision cannot be installed beside the CPU torch build (DESIGN.md), and
+boxes). On CPU machines torchvision cannot be installed beside the CPU torch build (docs/design.md), and
 transformers then cannot build the stock processor (it wants a video processor), so an image-only
 subclass is used: same tokenizer, same PIL image processor, no video.
 """

@@ -8,7 +8,7 @@ same kind (torch stays differentiable):
 3. ``olmorl_objective``      PPO's clipped surrogate with clip-higher (ε_low 0.2, ε_high 0.272),
                              averaged over *tokens* of all answers (no per-answer mean, no length bias).
 
-Worked numbers (DESIGN.md, "The OlmoRL objective")::
+Worked numbers (docs/design.md, "The OlmoRL objective, with worked numbers")::
 
     >>> group_advantages(np.array([1., 0., 0., 1.]), G=4, normalize_std=False)
     array([ 0.5, -0.5, -0.5,  0.5])
@@ -108,7 +108,7 @@ def group_advantages(rewards: Any, G: int, normalize_std: bool) -> Any:
     Returns:
         Advantages of shape (P*G,), same kind (numpy/torch) and float dtype as ``rewards``.
 
-    The std is the *population* std (divide by G, ddof=0): DESIGN.md's worked numbers fix it,
+    The std is the *population* std (divide by G, ddof=0): the worked numbers in docs/design.md fix it,
     (1,0,0,1) -> (1,-1,-1,1) needs std 0.5, which is the population std of that group (the sample std
     would be 0.577 and give ±0.87). A group whose rewards are all identical gets exactly 0 (not a
     rounding residue), with or without std normalisation.

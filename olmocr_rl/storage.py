@@ -1,6 +1,6 @@
 """S3 storage for training runs: ``s3://`` model download, checkpoint mirroring, resume.
 
-Four jobs, all through boto3 (no ``s5cmd`` binary; DESIGN.md "differs" items 6-7):
+Four jobs, all through boto3 (no ``s5cmd`` binary; docs/design.md, "Where olmocr_rl differs", items 6-7):
 
 * ``download_s3_prefix("s3://bucket/models/qwen")`` -> a local folder, cached and reused once complete
   (used for ``--model_name s3://...``);
@@ -36,7 +36,7 @@ from transformers import TrainerCallback
 
 logger = logging.getLogger(__name__)
 
-# s5cmd's excludes in olmOCR's sync (reference §1.8), plus our own in-flight download names.
+# The excludes of olmOCR's s5cmd sync, plus our own in-flight download names.
 DEFAULT_EXCLUDE: tuple[str, ...] = ("*.lock", ".git/*")
 PARTIAL_SUFFIX = ".olmocr_rl-part"
 CACHE_MARKER = ".olmocr_rl_s3_complete.json"

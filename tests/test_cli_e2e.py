@@ -24,7 +24,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench_data_sample"
 
-# Every reward flag of olmOCR's trainer (reference §1.2), written out here so a flag that disappears
+# Every reward flag of olmOCR's trainer (docs/design.md), written out here so a flag that disappears
 # from the CLI fails the --help test.
 OLMOCR_REWARD_FLAGS = (
     "--reward_bench", "--reward_bench_macroavg", "--reward_medoid", "--reward_bench_edit_distance",

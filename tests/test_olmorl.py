@@ -1,4 +1,4 @@
-"""The OlmoRL maths against DESIGN.md's worked numbers, on numpy and torch alike."""
+"""The OlmoRL maths against the worked numbers in docs/design.md, on numpy and torch alike."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def as_np(x):
     return x.detach().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
-# DESIGN.md item 1: three G=4 groups, advantages without and with std normalisation (rounded to 2 places
+# docs/design.md, OlmoRL item 1: three G=4 groups, advantages without and with std normalisation (rounded to 2 places
 # there; the exact values are k/sqrt(3) for the skewed groups, since their population std is sqrt(3)/4).
 S3 = 1 / math.sqrt(3)
 ADVANTAGE_ROWS = [
@@ -90,7 +90,7 @@ def test_integer_rewards_are_accepted(backend):
     np.testing.assert_allclose(as_np(group_advantages(r, 4, False)), [0.5, -0.5, -0.5, 0.5])
 
 
-# DESIGN.md item 2: groups whose rewards are all identical are dropped; the bench reward is a pass fraction,
+# docs/design.md, OlmoRL item 2: groups whose rewards are all identical are dropped; the bench reward is a pass fraction,
 # so a group of 0.5s is dropped although its mean lies inside (0, 1).
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_nonzero_signal_groups_design_example(backend):
@@ -109,7 +109,7 @@ def test_nonzero_signal_groups_is_exact_equality(backend):
     assert as_np(nonzero_signal_groups(rewards, G=2)).tolist() == [True, False]
 
 
-# DESIGN.md item 4: answers of 1 and 3 tokens with per-token terms 1.0 and 0.2,0.2,0.2 give
+# docs/design.md, OlmoRL item 4: answers of 1 and 3 tokens with per-token terms 1.0 and 0.2,0.2,0.2 give
 # (1.0 + 0.6) / 4 = 0.4, where a per-answer mean would give (1.0 + 0.2) / 2 = 0.6.
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_token_level_normalisation_0_4_not_0_6(backend):
@@ -122,7 +122,7 @@ def test_token_level_normalisation_0_4_not_0_6(backend):
     assert per_answer_mean.mean() == pytest.approx(0.6, abs=1e-12)
 
 
-# DESIGN.md item 3: A > 0 and ratio 1.25: clip-higher (eps_high 0.272) leaves it alone (1.25A, with gradient),
+# docs/design.md, OlmoRL item 3: A > 0 and ratio 1.25: clip-higher (eps_high 0.272) leaves it alone (1.25A, with gradient),
 # a symmetric 0.2 clips it to 1.2A with no gradient.
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("eps_high,term,grad", [(EPS_HIGH, 1.25, 1.25), (0.2, 1.2, 0.0)])

@@ -1,4 +1,4 @@
-"""The non-bench olmOCR rewards on hand-worked examples (reference §1.6 (c)-(h))."""
+"""The non-bench olmOCR rewards on hand-worked examples (docs/rewards.md)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ Public API::
     passed, why = tests[0].run(page_text)                  # one test
     results = evaluate_page(page_tests, page_text)         # all tests of a page, shared work, never raises
 
-Semantics follow olmOCR-bench (olmocr 0.4.27 / HEAD, reference §3), including its normalisation
+Semantics follow olmOCR-bench (olmocr 0.4.27 / HEAD; docs/bench.md), including its normalisation
 (:func:`normalize_text`), thresholds ``1 - max_diffs/len`` and rapidfuzz scores; differences are
 listed in the docstring of the module concerned (present/absent's short-text guard in ``text_tests``,
 the near-match search in ``fuzzy``, table span clamping in ``tables``, browser-free math in ``latex``).

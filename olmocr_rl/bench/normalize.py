@@ -2,7 +2,7 @@
 
 Applied once to each reference string when a test is loaded and once to a completion before
 text tests run (``PreparedText`` caches it). The steps and their order follow olmOCR-bench
-(reference §3.1) so that scores agree character for character:
+(docs/bench.md) so that scores agree character for character:
 
 1. ``<br>`` and ``<br/>`` (exactly these spellings) become a space;
 2. ``**x**`` and ``__x__`` lose their markers (non-greedy, within a line), ``<b>``/``</b>``/``<i>``/

@@ -5,7 +5,7 @@
     print(dataset.describe())
     item = dataset[0]   # prompt, image, pdf_path, page, jsonl_file, jsonl_files, test_ids, claude_original
 
-Follows olmOCR's dataset (reference §2) with these deliberate differences: a page gets the tests of
+Follows olmOCR's dataset (docs/data.md) with these deliberate differences: a page gets the tests of
 every JSONL file that names it (`jsonl_files`), bad data stops construction with every problem
 listed instead of being skipped with a warning, pages are ordered by (pdf, page number) rather than
 by the string "pdf::page", and `__getitem__` raises instead of returning None.

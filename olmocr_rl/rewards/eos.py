@@ -1,4 +1,4 @@
-"""The EOS reward: 1.0 when a completion ends with the tokenizer's end-of-sequence token (reference §1.6 (d)).
+"""The EOS reward: 1.0 when a completion ends with the tokenizer's end-of-sequence token (olmOCR's EOS reward, docs/rewards.md).
 
 In practice it rewards finishing before ``max_completion_length``: TRL's ``completion_ids`` keep the first
 EOS and drop what follows, so a truncated completion ends on some other token.

@@ -8,7 +8,7 @@ and ``test_ids``. Looking them up must be cheap at every GRPO step, so two bound
 * the constructed tests per :class:`PageKey` (constructing a test normalises its strings and may parse its
   reference equation, so a page seen again, e.g. in a second epoch, reuses them).
 
-Decisions (olmOCR's behaviour where it has one, see reference §1.6 and §8):
+Decisions (olmOCR's behaviour where it has one; docs/rewards.md and docs/design.md):
 
 * an id found in none of the files is left out of the denominator and reported in ``missing_ids``;
 * an id present in several of the page's files is taken from the first file listed;

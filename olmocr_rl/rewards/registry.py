@@ -18,7 +18,7 @@ from olmocr_rl.rewards.front_matter_reward import reward_front_matter
 from olmocr_rl.rewards.similarity import bench_edit_distance_reward, medoid_reward
 from olmocr_rl.rewards.structure import reward_element_count, reward_rect_tables
 
-# olmOCR's order (reference §1.3 step 9); the CLI flag of each is ``--reward_<key>``.
+# olmOCR's order (docs/design.md, "Compatibility with olmOCR's trainer"); the CLI flag of each is ``--reward_<key>``.
 REWARD_FLAGS: tuple[str, ...] = (
     "bench",
     "bench_macroavg",
