@@ -1,8 +1,9 @@
-"""The CPU install: pinned stack, no torchvision and no CUDA torch in the core or dev set."""
+"""The CPU install: pinned stack, no torchvision and no CUDA torch in the core or dev set; a self-contained repo."""
 
 from __future__ import annotations
 
 import importlib.metadata as md
+import re
 import tomllib
 
 import torch
@@ -34,3 +35,16 @@ def test_environment_has_the_cpu_stack():
         assert torch.cuda.is_available(), "torchvision is installed in a CPU environment"
     if not torch.cuda.is_available():
         assert torch.version.cuda is None, f"a CUDA build of torch on a machine without a GPU: {torch.__version__}"
+
+
+def test_the_repository_stands_alone():
+    """Product code, scripts, configs and docs never point at design files outside the repository."""
+    root = REPO_ROOT
+    outside = re.compile(r"shared/spec|DESIGN\.md|olmocr-reference|reference §")
+    files = [p for pattern in ("olmocr_rl/**/*.py", "scripts/**/*", "configs/**/*", "docs/**/*.md", "*.md",
+                               "pyproject.toml", "Dockerfile")
+             for p in root.glob(pattern) if p.is_file() and p.suffix not in (".png", ".pdf")]
+    assert len(files) > 50
+    offenders = [f"{p.relative_to(root)}:{n}" for p in files
+                 for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if outside.search(line)]
+    assert not offenders, offenders
