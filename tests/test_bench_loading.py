@@ -81,7 +81,7 @@ def test_error_message_names_file_line_and_field(tmp_path):
         ({"type": "math", "math": "x \\label{eq}"}, "math", "\\label"),
         ({"type": "baseline", "max_repeats": 0}, "max_repeats", "at least 1"),
         ({"type": "format", "text": "x", "format": "underline"}, "format", "heading, bold, italic"),
-        ({"type": "footnote", "marker": "a b"}, "marker", "whitespace"),
+        ({"type": "footnote", "marker": "a b"}, "marker", "cannot contain whitespace"),
         ({"type": "footnote", "marker": "1", "appears_before_marker": "--"}, "appears_before_marker", "letters or digits"),
         ({"type": "colour"}, "type", "unknown test type 'colour'"),
         ({}, "type", "missing"),

@@ -99,12 +99,12 @@ def test_span_relations_need_html():
 
 def test_markdown_tables_can_be_ignored():
     test = table_test(cell="5", left="4", ignore_markdown_tables=True)
-    assert test.run(MARKDOWN) == (False, "no tables found in the text")
+    assert test.run(MARKDOWN) == (False, "No tables found in the content")
     assert table_test(cell="5", left="4").run(MARKDOWN)[0]
 
 
 def test_no_tables_and_explanations():
-    assert table_test(cell="x").run("plain text") == (False, "no tables found in the text")
+    assert table_test(cell="x").run("plain text") == (False, "No tables found in the content")
     passed, why = table_test(cell="Ann", right="85").run(HTML)
     assert not passed and "right" in why and "'90'" in why
 

@@ -53,7 +53,7 @@ class FootnoteTest(BenchTest):
         if not self.marker:
             raise FieldError("marker", "must not be empty; give the footnote marker, e.g. \"1\" or \"*\"")
         if any(ch.isspace() for ch in self.marker):
-            raise FieldError("marker", f"must not contain whitespace, got {self.marker!r}")
+            raise FieldError("marker", f"cannot contain whitespace, got {self.marker!r}")
         derived: dict[str, object] = {}
         for name in ("appears_before_marker", "appears_after_marker"):
             value = getattr(self, name)

@@ -119,7 +119,7 @@ class TableTest(BenchTest):
     def run_prepared(self, prepared: PreparedText) -> tuple[bool, str]:
         tables = prepared.tables(include_markdown=not self.ignore_markdown_tables)
         if not tables:
-            return False, "no tables found in the text"
+            return False, "No tables found in the content"
         reasons: list[str] = []
         for table in tables:
             for cell in self._matching_cells(table):
