@@ -35,11 +35,12 @@ PAGES = ["flat0", "alpha", "flat1", "beta", "flat2", "gamma", "flat3", "delta"]
 GROUPS_PER_STEP = 4  # one generation batch: 4 pages x G=2 on 1 process, or 2 pages x G on each of 2
 
 
-def _dataset():
+def _dataset(copies: int = 1):
     from datasets import Dataset
 
     prompt = [{"role": "user", "content": [{"type": "text", "text": "Transcribe."}, {"type": "image"}]}]
-    return Dataset.from_list([{"prompt": prompt, "image": _page_image(p), "page": p} for p in PAGES])
+    pages = [f"{p}{'' if c == 0 else f'_{c}'}" for c in range(copies) for p in PAGES]
+    return Dataset.from_list([{"prompt": prompt, "image": _page_image(p), "page": p} for p in pages])
 
 
 def _reward(calls: list):
@@ -75,7 +76,7 @@ class ActiveTracingTrainer(TracingTrainer):
 
 
 def _train(model_dir: str, out_dir: str, per_device_batch: int, active: bool, max_steps: int = 4,
-           save_steps: int | None = None, resume: str | None = None, num_iterations: int = 2):
+           save_steps: int | None = None, resume: str | None = None, num_iterations: int = 2, copies: int = 1):
     from trl import GRPOConfig
 
     from olmocr_rl.models import load_model_and_processor
@@ -90,7 +91,7 @@ def _train(model_dir: str, out_dir: str, per_device_batch: int, active: bool, ma
         **olmorl_config_overrides(),
     )
     trainer = ActiveTracingTrainer(model=model, args=args, processing_class=processor, reward_funcs=_reward(calls),
-                                   train_dataset=_dataset(), calls=calls, active_sampling=active)
+                                   train_dataset=_dataset(copies), calls=calls, active_sampling=active)
     trainer.train(resume_from_checkpoint=resume)
     return {
         "calls": calls,
@@ -195,5 +196,6 @@ def test_two_gloo_processes(tiny_model_dir, tmp_path):
 
 if __name__ == "__main__":  # the 2-process worker, launched by torchrun from the test above
     model_dir, out = sys.argv[1], Path(sys.argv[2])
-    result = _train(model_dir, str(out / "out"), per_device_batch=2, active=True)
+    # each process fills its own 2 groups from its half of each chunk: 16 pages, so the epoch does not run out
+    result = _train(model_dir, str(out / "out"), per_device_batch=2, active=True, copies=2)
     torch.save(result, out / f"rank{result['rank']}.pt")
