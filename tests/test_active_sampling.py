@@ -14,6 +14,7 @@ the worker of the 2-process test.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -199,3 +200,59 @@ if __name__ == "__main__":  # the 2-process worker, launched by torchrun from th
     # each process fills its own 2 groups from its half of each chunk: 16 pages, so the epoch does not run out
     result = _train(model_dir, str(out / "out"), per_device_batch=2, active=True, copies=2)
     torch.save(result, out / f"rank{result['rank']}.pt")
+
+
+# ---- the CLI on a bench folder -----------------------------------------------------------------------------------
+
+FLAT = [("blank.pdf", 1), ("counting.pdf", 1), ("counting.pdf", 2), ("equations.pdf", 1)]
+SIGNAL = [("header_footer.pdf", 1), ("paragraphs.pdf", 1), ("simple_lines.pdf", 1), ("two_columns.pdf", 1)]
+
+
+def _half_flat_bench(folder: Path) -> Path:
+    """Half the pages: only an `absent` test for a string the model never writes (every sample scores 1).
+    The other half: `baseline` tests with max_length 2, 4, ..., 60 on the alphanumeric count, so samples of
+    different lengths score differently."""
+    from conftest import BENCH_DATA_SAMPLE
+
+    folder.mkdir(parents=True)
+    (folder / "pdfs").symlink_to(BENCH_DATA_SAMPLE / "pdfs", target_is_directory=True)
+    rows = [{"pdf": pdf, "page": page, "id": f"{pdf[:-4]}_{page}_absent", "type": "absent", "text": "zqxjvkwqz"}
+            for pdf, page in FLAT]
+    rows += [{"pdf": pdf, "page": page, "id": f"{pdf[:-4]}_{page}_len{n}", "type": "baseline", "max_length": n}
+             for pdf, page in SIGNAL for n in range(2, 61, 2)]
+    (folder / "half_flat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+@pytest.mark.slow
+def test_cli_on_a_half_zero_signal_bench_folder(tiny_model_dir, tmp_path):
+    bench = _half_flat_bench(tmp_path / "bench")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+    def run(name: str, *extra: str) -> list[dict]:
+        out = tmp_path / name
+        proc = subprocess.run(
+            [sys.executable, "-m", "olmocr_rl.grpo_train", "--train_bench_data_folder", str(bench),
+             "--model_name", str(tiny_model_dir), "--output_dir", str(out), "--reward_bench", "--olmorl",
+             "--num_generations", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
+             "--max_completion_length", "8", "--target_longest_image_dim", "256", "--max_steps", "4",
+             "--logging_steps", "1", "--save_steps", "100", "--no-log_completions", "--report_to", "none",
+             "--vllm_mode", "none", "--temperature", "1.0", "--seed", "0", *extra],
+            env=env, capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1],
+        )
+        assert proc.returncode == 0, proc.stderr[-6000:]
+        return [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "reward" in r]
+
+    on = run("on", "--active_sampling")
+    assert [r["active_sampling/groups_kept"] for r in on] == [1.0] * 4
+    sampled = [r["active_sampling/groups_sampled"] for r in on]
+    assert sum(sampled) > 4 and all(s == r["active_sampling/rounds"] + 1 for s, r in zip(sampled, on))
+    assert all("timing/active_sampling_s" in r for r in on)
+    assert all(r["olmorl/tokens_kept"] > 0 for r in on)
+
+    off = run("off")
+    dropped = [r["olmorl/frac_groups_dropped"] for r in off]
+    assert 0 < sum(dropped) < len(dropped), dropped  # some steps train on nothing without active sampling
+    assert "active_sampling/groups_kept" not in off[0]
+    print(f"groups sampled per step with active sampling: {sampled}; dropped without: {dropped}")
