@@ -25,6 +25,12 @@ approximates each window's token count by the generation batch's count scaled by
 With vLLM's importance-sampling correction on (GPU runs), each token's term is additionally multiplied
 by TRL's vLLM/trainer ratio, as in plain TRL. The completions table (``--log_completions``) is logged as
 for plain GRPO, through :class:`olmocr_rl.completions_log.CompletionsLogMixin`.
+
+``active_sampling=True`` (``--active_sampling``) adds OLMo 3's active sampling: after a generation batch is
+scored, further page chunks of the epoch are generated and scored through the same
+``_generate_and_score_completions`` until every process holds its share of groups with signal (or
+``active_sampling_max_rounds`` extra rounds, or the epoch's end); see the "active sampling" section below
+for the Trainer methods it relies on, and docs/olmorl.md for what it costs.
 """
 
 from __future__ import annotations
@@ -290,7 +296,8 @@ class OlmoRLGRPOTrainer(CompletionsLogMixin, GRPOTrainer):
 
             path = os.path.join(resume_from_checkpoint, STATE_FILE)
             if os.path.isfile(path):
-                state = json.loads(open(path).read())
+                with open(path) as f:
+                    state = json.load(f)
                 # The Trainer's position assumes one page chunk per step; refills took more.
                 epochs, steps = int(state["epoch"]), int(state["batches_consumed"])
                 if self.args.ignore_data_skip:
