@@ -179,6 +179,7 @@ def test_resumed_run_sees_the_same_pages(tiny_model_dir, tmp_path):
     assert len(pages(full)) > 4 * GROUPS_PER_STEP, "refills must have taken pages beyond one chunk per step"
 
 
+@pytest.mark.slow
 def test_two_gloo_processes(tiny_model_dir, tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
