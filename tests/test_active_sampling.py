@@ -257,3 +257,34 @@ def test_cli_on_a_half_zero_signal_bench_folder(tiny_model_dir, tmp_path):
     assert 0 < sum(dropped) < len(dropped), dropped  # some steps train on nothing without active sampling
     assert "active_sampling/groups_kept" not in off[0]
     print(f"groups sampled per step with active sampling: {sampled}; dropped without: {dropped}")
+
+
+def test_merge_rows_repads_prompts_left_completions_right_and_keeps_pixels_with_their_rows():
+    from olmocr_rl.active_sampling import merge_rows
+
+    def out(prompts, completions, patches):
+        """One scored batch: rows' prompts (left-padded), completions (right-padded), one image per row."""
+        pw, cw = max(map(len, prompts)), max(map(len, completions))
+        pid = torch.tensor([[9] * (pw - len(p)) + p for p in prompts])
+        cid = torch.tensor([c + [9] * (cw - len(c)) for c in completions])
+        grids = torch.tensor([[1, 1, n] for n in patches])
+        pixels = torch.cat([torch.full((n, 2), float(n)) for n in patches])
+        return {"prompt_ids": pid, "prompt_mask": (pid != 9).long(), "completion_ids": cid,
+                "completion_mask": (cid != 9).long(), "advantages": torch.arange(len(prompts), dtype=torch.float),
+                "num_items_in_batch": torch.tensor(99), "pixel_values": pixels, "image_grid_thw": grids,
+                "num_images": [1] * len(prompts)}
+
+    a = out([[1, 2], [3, 4, 5]], [[6], [7, 8, 8]], [2, 3])
+    b = out([[1, 2, 3, 4]], [[5, 6, 7, 7, 7]], [4])
+    merged = merge_rows([a, b], [(0, 0), (1, 0)], pad_token_id=9)
+    assert merged["prompt_ids"].tolist() == [[9, 9, 1, 2], [1, 2, 3, 4]]
+    assert merged["prompt_mask"].tolist() == [[0, 0, 1, 1], [1, 1, 1, 1]]
+    assert merged["completion_ids"].tolist() == [[6, 9, 9, 9, 9], [5, 6, 7, 7, 7]]
+    assert merged["completion_mask"].sum(1).tolist() == [1, 5]
+    assert merged["advantages"].tolist() == [0.0, 0.0]
+    assert merged["image_grid_thw"].tolist() == [[1, 1, 2], [1, 1, 4]]
+    assert merged["pixel_values"][:, 0].tolist() == [2.0, 2.0, 4.0, 4.0, 4.0, 4.0]
+    assert merged["num_images"] == [1, 1] and merged["num_items_in_batch"].item() == 99
+    # padding that no picked row needs is trimmed
+    narrow = merge_rows([a, b], [(0, 0), (0, 0)], pad_token_id=9)
+    assert narrow["prompt_ids"].tolist() == [[1, 2], [1, 2]] and narrow["completion_ids"].tolist() == [[6], [6]]
