@@ -131,6 +131,8 @@ def _check_loss_is_the_objective_over_kept_groups(results: list[dict]) -> list[i
         (-objective).backward()
         trainer_loss = sum(rec["loss"].double() for rec in recs) / n_proc
         assert abs(trainer_loss.item() + objective.item()) < 1e-6, (step, trainer_loss.item(), -objective.item())
+        print(f"step {step}: trainer loss {trainer_loss.item():+.8f}, -olmorl_objective {-objective.item():+.8f}, "
+              f"|difference| {abs(trainer_loss.item() + objective.item()):.1e}")
         trainer_grad = _pad_cat([rec["grad"] for rec in recs]).double() / n_proc
         torch.testing.assert_close(trainer_grad, logp_new.grad, atol=1e-6, rtol=1e-5)
         if step % 2 == 0:
