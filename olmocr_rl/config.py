@@ -185,6 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--olmorl", action=_BoolFlag, default=False,
                    help="OLMo 3's OlmoRL objective: no std normalisation, zero-signal groups dropped, "
                         "clip-higher (0.2/0.272), token-level loss, beta 0")
+    g.add_argument("--active_sampling", action=_BoolFlag, default=False,
+                   help="OlmoRL only: generate groups from further pages of the epoch until every optimizer step "
+                        "holds its full number of groups with signal (costs extra generation; docs/olmorl.md)")
+    g.add_argument("--active_sampling_max_rounds", type=int, default=4, metavar="N",
+                   help="at most N extra generation rounds per step for --active_sampling; a step still short "
+                        "after them trains on what it has (logged)")
     g.add_argument("--macro_average", action=_BoolFlag, default=False,
                    help="use the macro-averaged bench reward (alias: turns --reward_bench into --reward_bench_macroavg)")
 
@@ -421,6 +427,12 @@ def validate(args: argparse.Namespace) -> Resolved:
             raise ConfigError(" ".join(line.strip() for line in str(exc).splitlines())) from None
         notices.append("--olmorl: advantages without std, zero-signal groups dropped, eps 0.2/0.272, token-level loss")
 
+    if args.active_sampling and not args.olmorl:
+        raise ConfigError("--active_sampling refills the groups that --olmorl drops; add --olmorl or drop "
+                          "--active_sampling")
+    if args.active_sampling_max_rounds < 1:
+        raise ConfigError(f"--active_sampling_max_rounds must be >= 1 (got {args.active_sampling_max_rounds})")
+
     # Batch geometry (TRL: generation batch = per-device batch x processes x steps_per_generation).
     num_processes = int(os.environ.get("WORLD_SIZE", "1"))
     per_step = args.per_device_train_batch_size * num_processes
@@ -435,6 +447,14 @@ def validate(args: argparse.Namespace) -> Resolved:
             f"Use --gradient_accumulation_steps {need_ga * max(1, args.gradient_accumulation_steps // need_ga)} "
             f"(any multiple of {need_ga}) or a --num_generations that divides {generation_batch}"
         )
+    if args.active_sampling:
+        from olmocr_rl.olmorl_trainer import check_active_sampling_geometry
+
+        try:
+            check_active_sampling_geometry(args.per_device_train_batch_size, args.gradient_accumulation_steps,
+                                           args.gradient_accumulation_steps, G, args.active_sampling_max_rounds)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     if args.eval_steps is not None:
         eval_batch = args.per_device_eval_batch_size * num_processes
         if eval_batch % G:

@@ -150,13 +150,16 @@ def main(argv: list[str] | None = None) -> int:
         problem = _init_wandb(args, resolved)
         if problem:
             return _fail(problem, code=1)
+    extra = {}
     if args.olmorl:
         from olmocr_rl.olmorl_trainer import OlmoRLGRPOTrainer as trainer_cls
+
+        extra = {"active_sampling": args.active_sampling, "active_sampling_max_rounds": args.active_sampling_max_rounds}
     else:
         from olmocr_rl.completions_log import PlainGRPOTrainer as trainer_cls
     with _rollout_backend(args, resolved):
         trainer = trainer_cls(
-            model=model, args=grpo_config, processing_class=processor, reward_funcs=reward_funcs,
+            **extra, model=model, args=grpo_config, processing_class=processor, reward_funcs=reward_funcs,
             train_dataset=train_dataset.to_trl_dataset(),
             eval_dataset=eval_dataset.to_trl_dataset() if eval_dataset is not None else None,
         )

@@ -25,11 +25,20 @@ approximates each window's token count by the generation batch's count scaled by
 With vLLM's importance-sampling correction on (GPU runs), each token's term is additionally multiplied
 by TRL's vLLM/trainer ratio, as in plain TRL. The completions table (``--log_completions``) is logged as
 for plain GRPO, through :class:`olmocr_rl.completions_log.CompletionsLogMixin`.
+
+``active_sampling=True`` (``--active_sampling``) adds OLMo 3's active sampling: after a generation batch is
+scored, further page chunks of the epoch are generated and scored through the same
+``_generate_and_score_completions`` until every process holds its share of groups with signal (or
+``active_sampling_max_rounds`` extra rounds, or the epoch's end); see the "active sampling" section below
+for the Trainer methods it relies on, and docs/olmorl.md for what it costs.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
+import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,8 +48,11 @@ from trl import GRPOTrainer
 from olmocr_rl.completions_log import CompletionsLogMixin
 from olmocr_rl.olmorl import EPS_HIGH, EPS_LOW, group_advantages, nonzero_signal_groups
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "OlmoRLGRPOTrainer",
+    "check_active_sampling_geometry",
     "check_olmorl_settings",
     "olmorl_config_overrides",
     "olmorl_group_plan",
@@ -106,6 +118,30 @@ def check_olmorl_settings(settings: Mapping[str, Any] | Any, source: str = "the 
         )
 
 
+def check_active_sampling_geometry(per_device_batch: int, steps_per_generation: int, gradient_accumulation: int,
+                                   G: int, max_rounds: int) -> None:
+    """Raise ValueError (one line naming the flag and the fix) if active sampling cannot fill steps here.
+
+    Each process fills its own share of groups, so its generation batch (per-device batch x
+    steps_per_generation) must hold whole groups; a refill takes whole page chunks from the epoch, which
+    lines up with the optimizer steps only when steps_per_generation is gradient_accumulation_steps.
+    """
+    if max_rounds < 1:
+        raise ValueError(f"--active_sampling_max_rounds must be >= 1 (got {max_rounds}); drop --active_sampling "
+                         "to train without refills")
+    if steps_per_generation != gradient_accumulation:
+        raise ValueError(f"--active_sampling needs steps_per_generation ({steps_per_generation}) equal to "
+                         f"gradient_accumulation_steps ({gradient_accumulation}); leave steps_per_generation unset")
+    local = per_device_batch * steps_per_generation
+    if local % G:
+        raise ValueError(
+            f"--active_sampling: each process must hold whole groups, but per_device_train_batch_size "
+            f"({per_device_batch}) x gradient_accumulation_steps ({steps_per_generation}) = {local} is not a multiple "
+            f"of --num_generations {G}; use a --per_device_train_batch_size or --gradient_accumulation_steps that "
+            f"makes it one"
+        )
+
+
 def olmorl_group_plan(
     rewards: torch.Tensor, unscorable: torch.Tensor, G: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -142,7 +178,10 @@ class OlmoRLGRPOTrainer(CompletionsLogMixin, GRPOTrainer):
     ``olmorl/frac_tokens_kept`` (tokens_kept / loss tokens before dropping).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, active_sampling: bool = False,
+                 active_sampling_max_rounds: int | None = None, **kwargs: Any) -> None:
+        from olmocr_rl.active_sampling import DEFAULT_MAX_ROUNDS
+
         config = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments.get("args")
         if config is None:
             raise ValueError(
@@ -150,7 +189,18 @@ class OlmoRLGRPOTrainer(CompletionsLogMixin, GRPOTrainer):
                 "is plain GRPO"
             )
         check_olmorl_settings(config)
+        max_rounds = DEFAULT_MAX_ROUNDS if active_sampling_max_rounds is None else int(active_sampling_max_rounds)
+        if active_sampling:
+            check_active_sampling_geometry(config.per_device_train_batch_size, config.steps_per_generation,
+                                           config.gradient_accumulation_steps, config.num_generations, max_rounds)
+        self.active_sampling = bool(active_sampling)
+        self.active_sampling_max_rounds = max_rounds
         self._olmorl_rewards_per_func: torch.Tensor | None = None
+        self._olmorl_keep_local: torch.Tensor | None = None
+        self._as_iterator = None  # PushbackIterator over the Trainer's current epoch iterator
+        self._as_epoch = 0
+        self._as_sampler = None
+        self._as_resume_skip: tuple[int, int] | None = None  # (epoch, batches) read from the checkpoint
         super().__init__(*args, **kwargs)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -161,6 +211,13 @@ class OlmoRLGRPOTrainer(CompletionsLogMixin, GRPOTrainer):
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
+        output = self._olmorl_generate_and_score(inputs)
+        if self.active_sampling and self.model.training:
+            output = self._active_sampling_fill(output)
+        return output
+
+    def _olmorl_generate_and_score(self, inputs):
+        """TRL's generation and scoring of one generation batch, with OlmoRL's advantages and keep mask."""
         self._olmorl_rewards_per_func = None
         output = super()._generate_and_score_completions(inputs)
         rewards_per_func = self._olmorl_rewards_per_func
@@ -179,6 +236,7 @@ class OlmoRLGRPOTrainer(CompletionsLogMixin, GRPOTrainer):
         rank = self.accelerator.process_index
         local = slice(rank * n_local, (rank + 1) * n_local)
         keep_local = keep_rows[local].unsqueeze(1)
+        self._olmorl_keep_local = keep_rows[local].clone()
         output["advantages"] = advantages[local].to(output["advantages"].dtype)
 
         # TRL multiplies completion_mask by tool_mask to get the loss mask, and uses completion_mask alone
@@ -198,3 +256,160 @@ class OlmoRLGRPOTrainer(CompletionsLogMixin, GRPOTrainer):
         self._metrics[mode]["olmorl/tokens_kept"].append(float(tokens_kept))
         self._metrics[mode]["olmorl/frac_tokens_kept"].append(float(tokens_kept) / max(float(tokens_before), 1.0))
         return output
+
+    # ---- active sampling (--active_sampling) -------------------------------------------------------------------
+    #
+    # Relies on these TRL 1.16 / transformers 5 internals, wrapped and not copied:
+    #   GRPOTrainer._generate_and_score_completions (one call per round, collectives inside: every process
+    #     runs the same number of rounds), GRPOTrainer._get_train_sampler (RepeatSampler: each page chunk is
+    #     one generation batch, repeated num_iterations x steps_per_generation times),
+    #   Trainer.get_batch_samples (receives the epoch iterator), Trainer._run_epoch (epoch index),
+    #   Trainer.set_initial_training_values, Trainer._init_training_state (resume position), _save_checkpoint.
+
+    def _get_train_sampler(self, dataset=None):
+        sampler = super()._get_train_sampler(dataset)
+        if not self.active_sampling:
+            return sampler
+        from olmocr_rl.active_sampling import EpochSeededRepeatSampler
+
+        self._as_sampler = EpochSeededRepeatSampler(
+            data_source=sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
+            batch_size=sampler.batch_size, repeat_count=sampler.repeat_count, shuffle=sampler.shuffle,
+            seed=sampler.seed,
+        )
+        return self._as_sampler
+
+    def set_initial_training_values(self, args, dataloader):
+        values = list(super().set_initial_training_values(args, dataloader))
+        if self.active_sampling and args.max_steps > 0:
+            # Refills consume pages, so an epoch gives fewer steps than the Trainer counts: allow enough
+            # epochs to reach max_steps (training stops there).
+            values[0] = max(values[0], args.max_steps)
+        return tuple(values)
+
+    def _init_training_state(self, max_steps, num_update_steps_per_epoch, num_train_epochs,
+                             resume_from_checkpoint, trial):
+        epochs, steps = super()._init_training_state(max_steps, num_update_steps_per_epoch, num_train_epochs,
+                                                     resume_from_checkpoint, trial)
+        if self.active_sampling and resume_from_checkpoint is not None:
+            from olmocr_rl.active_sampling import STATE_FILE
+
+            path = os.path.join(resume_from_checkpoint, STATE_FILE)
+            if os.path.isfile(path):
+                with open(path) as f:
+                    state = json.load(f)
+                # The Trainer's position assumes one page chunk per step; refills took more.
+                epochs, steps = int(state["epoch"]), int(state["batches_consumed"])
+                if self.args.ignore_data_skip:
+                    steps = 0
+                self._as_resume_skip = (epochs, steps)
+            else:
+                logger.warning("--active_sampling: %s has no %s; the page order after resuming follows the "
+                               "Trainer's step count, not the pages refills consumed", resume_from_checkpoint,
+                               STATE_FILE)
+        return epochs, steps
+
+    def _run_epoch(self, model, epoch, train_dataloader, *args, **kwargs):
+        self._as_epoch = epoch
+        self._as_iterator = None
+        if self._as_sampler is not None:
+            self._as_sampler.set_epoch(epoch)
+        return super()._run_epoch(model, epoch, train_dataloader, *args, **kwargs)
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        if not self.active_sampling:
+            return super().get_batch_samples(epoch_iterator, num_batches, device)
+        from olmocr_rl.active_sampling import PushbackIterator
+
+        if self._as_iterator is None or self._as_iterator.inner is not epoch_iterator:
+            # A new epoch; in the resumed one the Trainer already skipped the batches consumed before.
+            skipped = 0
+            if self._as_resume_skip is not None and self._as_resume_skip[0] == self._as_epoch:
+                skipped = self._as_resume_skip[1]
+            self._as_resume_skip = None
+            self._as_iterator = PushbackIterator(epoch_iterator, pulled=skipped)
+        return super().get_batch_samples(self._as_iterator, num_batches, device)
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.active_sampling and self.args.should_save and self._as_iterator is not None:
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+            from olmocr_rl.active_sampling import STATE_FILE
+
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            with open(os.path.join(folder, STATE_FILE), "w") as f:
+                json.dump({"epoch": self._as_epoch, "batches_consumed": self._as_iterator.pulled}, f)
+
+    def _active_sampling_next_chunk(self):
+        """The next page chunk of the epoch (the local generation batch), consumed; None at the epoch's end."""
+        it = self._as_iterator
+        if it is None:
+            return None
+        repeat = self.num_iterations * self.args.steps_per_generation
+        # Repeats of the current chunk that later micro-steps still pull stay in front of the refills.
+        remaining = (repeat - (it.pulled % repeat)) % repeat
+        held = it.take_from_inner(remaining)
+        if held is None:
+            return None
+        it.front.extend(held)
+        batches = it.take_from_inner(repeat)
+        return None if batches is None else batches[0]
+
+    def _active_sampling_refill(self, batch):
+        """One extra generation round (timed as such by olmocr_rl.timing)."""
+        return self._olmorl_generate_and_score(batch)
+
+    def _active_sampling_fill(self, first):
+        from olmocr_rl.active_sampling import merge_rows
+
+        G = self.num_generations
+        device = first["advantages"].device
+        outputs, keeps = [first], [self._olmorl_keep_local]
+        n_local = keeps[0].shape[0]
+        target = n_local // G
+
+        def kept_groups() -> list[tuple[int, int]]:
+            return [(o, g) for o, keep in enumerate(keeps) for g in range(keep.shape[0] // G) if bool(keep[g * G])]
+
+        rounds, why = 0, ""
+        while True:
+            short = torch.tensor([float(max(target - len(kept_groups()), 0))], device=device)
+            if float(self.accelerator.gather(short).sum()) == 0:
+                break
+            if rounds >= self.active_sampling_max_rounds:
+                why = f"--active_sampling_max_rounds {self.active_sampling_max_rounds} reached"
+                break
+            batch = self._active_sampling_next_chunk()
+            got = torch.tensor([0.0 if batch is None else 1.0], device=device)
+            if float(self.accelerator.gather(got).min()) == 0:  # every process stops together
+                why = "no pages left in the epoch"
+                break
+            rounds += 1
+            outputs.append(self._active_sampling_refill(batch))
+            keeps.append(self._olmorl_keep_local)
+
+        kept = kept_groups()[:target]
+        fillers = [(o, g) for o, keep in enumerate(keeps) for g in range(keep.shape[0] // G)
+                   if not bool(keep[g * G])][: target - len(kept)]  # zero-signal groups, masked out of the loss
+        groups = kept + fillers
+        picks = [(o, g * G + i) for o, g in groups for i in range(G)]
+        pad = self.processing_class.tokenizer.pad_token_id if hasattr(self.processing_class, "tokenizer") \
+            else self.processing_class.pad_token_id
+        merged = merge_rows(outputs, picks, pad)
+        keep_rows = torch.tensor([bool(keeps[o][r]) for o, r in picks], device=device)
+        loss_mask = merged["completion_mask"] * merged.get("tool_mask", torch.ones_like(merged["completion_mask"]))
+        merged["num_items_in_batch"] = self.accelerator.gather((loss_mask * keep_rows.unsqueeze(1)).sum()).sum()
+        self._olmorl_keep_local = keep_rows
+
+        kept_all = int(self.accelerator.gather(torch.tensor([float(len(kept))], device=device)).sum())
+        n_proc = self.accelerator.num_processes
+        sampled_all = (rounds + 1) * target * n_proc
+        metrics = self._metrics["train"]
+        metrics["active_sampling/groups_sampled"].append(float(sampled_all))
+        metrics["active_sampling/groups_kept"].append(float(kept_all))
+        metrics["active_sampling/rounds"].append(float(rounds))
+        if kept_all < target * n_proc and self.accelerator.is_main_process:
+            logger.warning("active sampling: step %d trains on %d of %d groups with signal (%d extra rounds, %s)",
+                           self.state.global_step + 1, kept_all, target * n_proc, rounds, why)
+        return merged

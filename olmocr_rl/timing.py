@@ -9,6 +9,8 @@ step's wall time and, at every log, adds per-step means to the logs (this proces
     timing/generated_tokens          (completion tokens sampled per step on this process)
     timing/model_flops               (forward + backward FLOPs of training on this process's samples,
                                       from their token, image-token and patch counts: olmocr_rl.flops)
+    timing/active_sampling_s         (OlmoRL --active_sampling: extra rounds' generation and rewards, a
+                                      part of generate_s + reward_s; logged when the trainer refills)
 
 ``train_s`` = step − generation − rewards: old/reference log-probs, forward/backward and the
 optimizer step.
@@ -26,6 +28,7 @@ class _Totals:
     def __init__(self):
         self.generate_s = 0.0
         self.reward_s = 0.0
+        self.refill_s = 0.0
         self.generated_tokens = 0
         self.model_flops = 0.0
 
@@ -62,7 +65,21 @@ def instrument_trainer(trainer) -> "StepTimingCallback":
 
     trainer._generate = timed_generate
     trainer._calculate_rewards = timed_rewards
-    return StepTimingCallback(totals)
+
+    refill = getattr(trainer, "_active_sampling_refill", None)  # OlmoRL --active_sampling's extra rounds
+    if refill is not None:
+        @functools.wraps(refill)
+        def timed_refill(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return refill(*args, **kwargs)
+            finally:
+                totals.refill_s += time.perf_counter() - start
+
+        trainer._active_sampling_refill = timed_refill
+    callback = StepTimingCallback(totals)
+    callback.log_refill = bool(getattr(trainer, "active_sampling", False))
+    return callback
 
 
 def _flops_counter(trainer):
@@ -113,5 +130,7 @@ class StepTimingCallback(TrainerCallback):
         logs["timing/reward_share"] = t.reward_s / self.step_s if self.step_s > 0 else 0.0
         logs["timing/generated_tokens"] = t.generated_tokens / n
         logs["timing/model_flops"] = t.model_flops / n
+        if getattr(self, "log_refill", False) or t.refill_s > 0:
+            logs["timing/active_sampling_s"] = t.refill_s / n
         self.step_s, self.steps = 0.0, 0
         t.reset()

@@ -115,6 +115,8 @@ def test_bad_yaml_config(tmp_path, capsys, body, expected):
     (["--olmorl", "--beta", "0.01"], "--olmorl needs beta=0.0"),
     (["--olmorl", "--loss_type", "grpo"], "--olmorl needs loss_type='dapo'"),
     (["--olmorl", "--importance_sampling_level", "sequence"], "--olmorl needs importance_sampling_level='token'"),
+    (["--active_sampling"], "--active_sampling refills the groups that --olmorl drops; add --olmorl"),
+    (["--olmorl", "--active_sampling", "--active_sampling_max_rounds", "0"], "--active_sampling_max_rounds must be >= 1"),
     (["--reward_eos", "x.jsonl"], "JSONL file not found"),
     (["--reward_eos", "nan"], "must be a finite number"),
     (["--report_to", "mlflow"], "choose wandb, tensorboard or none"),
@@ -196,3 +198,17 @@ def test_log_multimodal_is_off_unless_asked(bench, tmp_path):
         args = _args(bench, "--output_dir", str(tmp_path / "out"), "--report_to", "none", *extra)
         config = build_grpo_config(args, validate(args), [1.0])
         assert config.log_multimodal is expected and config.log_completions is True
+
+
+def test_active_sampling_flags(bench):
+    args = _args(bench, "--olmorl", "--active_sampling")
+    validate(args)
+    assert (args.active_sampling, args.active_sampling_max_rounds) == (True, 4)
+    assert _args(bench).active_sampling is False
+
+
+def test_active_sampling_needs_whole_groups_per_process(bench, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    validate(_args(bench, "--olmorl", "--gradient_accumulation_steps", "2"))  # 2 x 2 = 4 rows: groups may span processes
+    message = _error(bench, "--olmorl", "--active_sampling", "--gradient_accumulation_steps", "2")
+    assert "--active_sampling" in message and "each process must hold whole groups" in message
