@@ -293,7 +293,7 @@ def _finish(trainer, args) -> None:
     # on_train_end fired before the final save; mirror the final model (and the summary) too (logged,
     # never fatal).
     for callback in trainer.callback_handler.callbacks:
-        if isinstance(callback, S3SyncCallback) and trainer.is_world_process_zero():
+        if isinstance(callback, S3SyncCallback) and trainer.is_local_process_zero():  # every node's own files
             callback.sync(wait=True)
     if trainer.is_world_process_zero():
         logger.info("done: %d steps, model and processor saved in %s", trainer.state.global_step, args.output_dir)

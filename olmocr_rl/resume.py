@@ -7,6 +7,8 @@
   (with the checkpoint's optimizer state). The replacement loads the checkpoint as a model folder
   (``from_pretrained`` applies the key conversion) and copies its weights in, refusing any mismatch.
   DeepSpeed and FSDP checkpoints (their own, live-layout files) keep the Trainer's path.
+- :func:`load_optimizer_and_scheduler`: several CPU processes could not load ``optimizer.pt`` (the
+  Trainer's map_location ``cpu:0`` is not one torch.load can restore to).
 - :class:`WandbRunIdCallback` / :func:`read_wandb_run`: the W&B run id stored in every checkpoint
   (``wandb_run.json``), so a resumed run, on this machine or a fresh one, continues the same W&B run.
 """
@@ -53,9 +55,38 @@ def load_checkpoint_weights(trainer, checkpoint: str, model=None) -> None:
     logger.info("loaded the model weights of %s (every key)", checkpoint)
 
 
+def load_optimizer_and_scheduler(trainer, checkpoint: str | None) -> None:
+    """The Trainer's optimizer/scheduler load, with the CPU device made loadable for torch.load.
+
+    Several processes on CPU have ``args.device`` ``cpu:0``, which the Trainer passes to ``torch.load``
+    as map_location, and torch cannot restore storages there ("don't know how to restore data location
+    ... cpu:0"): a multi-process CPU run could not resume at all. The load is unchanged otherwise.
+    """
+    import torch
+
+    original = type(trainer)._load_optimizer_and_scheduler
+    device = getattr(trainer.args, "device", None)
+    if checkpoint is None or getattr(device, "type", None) != "cpu" or getattr(device, "index", None) is None:
+        return original(trainer, checkpoint)
+    real_load = torch.load
+
+    def load(*args, **kwargs):
+        location = kwargs.get("map_location")
+        if isinstance(location, torch.device) and location.type == "cpu":
+            kwargs["map_location"] = "cpu"
+        return real_load(*args, **kwargs)
+
+    torch.load = load
+    try:
+        return original(trainer, checkpoint)
+    finally:
+        torch.load = real_load
+
+
 def install_checkpoint_loader(trainer) -> None:
-    """Make ``trainer.train(resume_from_checkpoint=...)`` load the checkpoint's weights correctly."""
+    """Make ``trainer.train(resume_from_checkpoint=...)`` load the checkpoint's weights and optimizer correctly."""
     trainer._load_from_checkpoint = types.MethodType(load_checkpoint_weights, trainer)
+    trainer._load_optimizer_and_scheduler = types.MethodType(load_optimizer_and_scheduler, trainer)
 
 
 # ---- W&B run id ------------------------------------------------------------------------------------

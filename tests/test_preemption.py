@@ -98,3 +98,155 @@ def test_sigkill_after_checkpoint_4_then_resume_from_s3_continues_exactly(moto_s
     second_runs = offline_runs(machine2)
     assert len(second_runs) == 1 and second_runs[0].name.endswith(f"-{run_id}"), second_runs
     assert json.loads((machine2 / "checkpoint-8" / "wandb_run.json").read_text())["id"] == run_id
+
+
+# ---------------------------------------------------------------------------------------------
+# two machines, no shared disk: every node mirrors its own ranks' files, resume pulls them all
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node_command(rank: int, port: int, model: Path, output_dir: Path, save_uri: str, cache: Path) -> list[str]:
+    """Machine ``rank`` of 2, one process each (accelerate's CPU data parallel over gloo), its own folder."""
+    return [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", str(REPO / "configs" / "accelerate" / "cpu_ddp.yaml"), "--num_processes", "2",
+        "--num_machines", "2", "--machine_rank", str(rank), "--main_process_ip", "127.0.0.1",
+        "--main_process_port", str(port),
+        "-m", "olmocr_rl.grpo_train",
+        "--model_name", str(model), "--train_bench_data_folder", str(REPO / "bench_data_sample"),
+        "--output_dir", str(output_dir), "--vllm_mode", "none", "--reward_bench",
+        "--reward_bench_edit_distance", "1.0", "--max_steps", "6", "--save_steps", "2", "--logging_steps", "1",
+        "--num_generations", "2", "--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "1",
+        "--max_completion_length", "8", "--target_longest_image_dim", "256", "--no-log_completions",
+        "--dataloader_num_workers", "0", "--warmup_steps", "0", "--seed", "0", "--report_to", "none",
+        "--s3_save_path", save_uri, "--cache_dir", str(cache), "--resume_from_checkpoint",
+    ]
+
+
+def start_nodes(tmp_path: Path, folders: list[Path], tag: str, **command) -> list[tuple[subprocess.Popen, Path]]:
+    port = free_port()
+    nodes = []
+    for rank, folder in enumerate(folders):
+        log = tmp_path / f"{tag}-node{rank}.log"
+        with log.open("w") as handle:
+            proc = subprocess.Popen(node_command(rank, port, output_dir=folder, **command), cwd=REPO,
+                                    env=cli_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
+        nodes.append((proc, log))
+    return nodes
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (torchrun starts its workers in sessions of their own)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL a launcher and every process it started, as a preempted machine loses them all."""
+    import os
+    import signal
+
+    for pid in [proc.pid, *descendants(proc.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait(timeout=60)
+
+
+def manifests_on_s3(server, prefix: str) -> dict[int, set[int]]:
+    """checkpoint step -> node ranks whose manifest is on S3."""
+    found: dict[int, set[int]] = {}
+    for rel in remote_files(server, prefix):
+        parts = rel.split("/")
+        if len(parts) == 3 and parts[1] == "olmocr_rl_manifest":
+            found.setdefault(int(parts[0].split("-")[1]), set()).add(int(parts[2][len("node-"):-len(".json")]))
+    return found
+
+
+@pytest.mark.slow
+def test_two_machines_without_shared_disk_resume_from_s3_with_every_rank_file(moto_s3, tmp_path, tiny_model_dir):
+    save_uri = f"s3://{moto_s3.bucket}/runs/mn"
+    command = {"model": tiny_model_dir, "save_uri": save_uri, "cache": tmp_path / "cache"}
+    folders = [tmp_path / "node0", tmp_path / "node1"]
+
+    # Both machines train; once a checkpoint is whole on S3 (both nodes' manifests), SIGKILL both.
+    nodes = start_nodes(tmp_path, folders, "first", **command)
+    try:
+        deadline = time.monotonic() + 540
+        whole: list[int] = []
+        while time.monotonic() < deadline and all(p.poll() is None for p, _ in nodes):
+            whole = [step for step, ranks in manifests_on_s3(moto_s3, "runs/mn").items() if ranks == {0, 1}]
+            if whole:
+                break
+            time.sleep(0.1)
+    finally:
+        for proc, _ in nodes:
+            kill_tree(proc)
+    logs = "\n".join(log.read_text()[-4000:] for _, log in nodes)
+    assert whole, "no checkpoint became whole on S3 while both nodes ran:\n" + logs
+    step = max(step for step, ranks in manifests_on_s3(moto_s3, "runs/mn").items() if ranks == {0, 1})
+    assert step < 6, logs  # killed before the end
+    # Rank 1's RNG state exists only on machine 1's disk, and reached S3 from there.
+    assert not (folders[0] / f"checkpoint-{step}" / "rng_state_1.pth").exists()
+    assert (folders[1] / f"checkpoint-{step}" / "rng_state_1.pth").is_file()
+    remote = remote_files(moto_s3, "runs/mn")
+    assert {f"checkpoint-{step}/rng_state_0.pth", f"checkpoint-{step}/rng_state_1.pth",
+            f"checkpoint-{step}/trainer_state.json", f"checkpoint-{step}/model.safetensors"} <= remote
+    node1 = json.loads(moto_s3.client().get_object(
+        Bucket=moto_s3.bucket, Key=f"runs/mn/checkpoint-{step}/olmocr_rl_manifest/node-1.json")["Body"].read())
+    assert "rng_state_1.pth" in node1["files"] and node1["world_size"] == 2 and node1["num_machines"] == 2
+
+    # A newer checkpoint on S3 that lacks one rank's file (its manifests list it): never chosen.
+    client = moto_s3.client()
+    broken = step + 1
+    for rel in remote:
+        if rel.startswith(f"checkpoint-{step}/") and rel != f"checkpoint-{step}/rng_state_1.pth":
+            client.copy_object(Bucket=moto_s3.bucket, CopySource={"Bucket": moto_s3.bucket, "Key": f"runs/mn/{rel}"},
+                               Key=f"runs/mn/checkpoint-{broken}/{rel.split('/', 1)[1]}")
+
+    # Fresh machines: both local folders gone; the same commands resume from S3 and finish.
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+    nodes = start_nodes(tmp_path, folders, "second", **command)
+    for proc, _ in nodes:
+        proc.wait(timeout=540)
+    logs = [log.read_text() for _, log in nodes]
+    assert all(proc.returncode == 0 for proc, _ in nodes), "\n".join(log[-6000:] for log in logs)
+    assert f"skipping incomplete checkpoint {save_uri}/checkpoint-{broken} on S3: rng_state_1.pth is missing" in logs[0]
+    assert f"pulled {save_uri}/checkpoint-{step}/" in logs[0]
+    for folder in folders:  # each machine pulled every rank's files
+        assert (folder / f"checkpoint-{step}" / "rng_state_1.pth").is_file()
+        assert (folder / f"checkpoint-{step}" / "trainer_state.json").is_file()
+    state = json.loads((folders[0] / "checkpoint-6" / "trainer_state.json").read_text())
+    assert state["global_step"] == 6
+    assert [h["step"] for h in state["log_history"] if "reward" in h] == [1, 2, 3, 4, 5, 6]
+    assert manifests_on_s3(moto_s3, "runs/mn")[6] == {0, 1}
+
+    # One process asked to resume the two machines' checkpoint: one error line, before the model loads.
+    single = run_cli([*exact_run_flags(tmp_path / "no-model", tmp_path / "single"), "--s3_save_path", save_uri,
+                      "--report_to", "none", "--resume_from_checkpoint"], tmp_path)
+    assert single.returncode == 1, failure(single)
+    last = single.stderr.rstrip().splitlines()[-1]
+    assert last == (f"error: --resume_from_checkpoint: {save_uri}/checkpoint-6/ was saved by 2 processes on 2 machines "
+                    "(ddp-cpu), this run has 1 process on 1 machine (single): restart with the same number of processes "
+                    "and machines and the same accelerate config, or start a new run (another --output_dir and "
+                    "--s3_save_path)"), last
