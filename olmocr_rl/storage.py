@@ -739,14 +739,18 @@ def _manifest_topology(manifest: dict) -> Topology:
                     node_rank=int(manifest.get("node_rank", 0)), engine=str(manifest.get("engine", "?")))
 
 
-def checkpoint_problem(sizes: dict[str, int], manifests: list[dict]) -> str | None:
+def checkpoint_problem(sizes: dict[str, int], manifests: list[dict], *, need_manifests: bool = False) -> str | None:
     """Why a checkpoint (its files' sizes, its node manifests) is not whole; None when it is.
 
-    Without manifests (a checkpoint from before they existed) the old rule applies: trainer_state.json and
-    model weights. With them: every node of the run left its manifest, and every file a manifest lists is
-    there with the listed size, trainer_state.json and weights included.
+    Without manifests (a checkpoint from before they existed, or one whose upload was cut before them)
+    the old rule applies, trainer_state.json and model weights, unless ``need_manifests`` (a run on
+    several machines: only the manifests show that the other machines' files arrived). With them: every
+    node of the run left its manifest, and every file a manifest lists is there with the listed size,
+    trainer_state.json and weights included.
     """
     if not manifests:
+        if need_manifests:
+            return "no node manifest: the machines' files may not all have reached S3"
         return None if is_complete_checkpoint(sizes) else f"needs {TRAINER_STATE} and model weights"
     layouts = {(_manifest_topology(m).world_size, _manifest_topology(m).num_machines) for m in manifests}
     if len(layouts) != 1:
@@ -820,6 +824,7 @@ def pull_latest_checkpoint_from_s3(
     the URI when S3 cannot be listed or read.
     """
     output = Path(output_dir)
+    current = topology or current_topology()
     if not prefer_remote:
         local = find_latest_checkpoint(output)
         if local is not None:
@@ -838,7 +843,8 @@ def pull_latest_checkpoint_from_s3(
         newest, manifests = None, []
         for name in sorted(by_checkpoint, key=checkpoint_step, reverse=True):
             manifests = _remote_manifests(client, bucket, by_checkpoint[name])
-            problem = checkpoint_problem({rel: obj.size for rel, obj in by_checkpoint[name].items()}, manifests)
+            problem = checkpoint_problem({rel: obj.size for rel, obj in by_checkpoint[name].items()}, manifests,
+                                         need_manifests=current.num_machines > 1)
             if problem is None:
                 newest = name
                 break
@@ -848,7 +854,7 @@ def pull_latest_checkpoint_from_s3(
     if newest is None:
         logger.info("no complete checkpoint-<N>/ under %s", s3_uri)
         return None
-    check_layout(f"{_folder_prefix(s3_uri)}{newest}/", manifests, topology or current_topology())
+    check_layout(f"{_folder_prefix(s3_uri)}{newest}/", manifests, current)
 
     destination = output / newest
     files = by_checkpoint[newest]

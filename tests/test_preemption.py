@@ -250,3 +250,90 @@ def test_two_machines_without_shared_disk_resume_from_s3_with_every_rank_file(mo
                     "(ddp-cpu), this run has 1 process on 1 machine (single): restart with the same number of processes "
                     "and machines and the same accelerate config, or start a new run (another --output_dir and "
                     "--s3_save_path)"), last
+
+
+# ---------------------------------------------------------------------------------------------
+# the manifest rules, without training (fast)
+
+
+def write_checkpoint(folder: Path, files: dict[str, bytes]) -> Path:
+    for rel, data in files.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_bytes(data)
+    return folder
+
+
+class NodeState:
+    """The TrainerState fields S3SyncCallback reads, on the local main process of some machine."""
+
+    def __init__(self, step: int, world_main: bool):
+        self.global_step, self.is_world_process_zero, self.is_local_process_zero = step, world_main, True
+
+
+class Args:
+    save_total_limit = 1
+
+
+TWO_NODES = dict(world_size=2, num_machines=2, engine="ddp-cpu")
+
+
+def test_checkpoint_problem_needs_every_node_and_every_listed_file():
+    from olmocr_rl.storage import checkpoint_problem
+
+    whole = {"trainer_state.json": 10, "model.safetensors": 100, "rng_state_0.pth": 5, "rng_state_1.pth": 5}
+    node0 = {"node_rank": 0, "num_machines": 2, "world_size": 2,
+             "files": {"trainer_state.json": 10, "model.safetensors": 100, "rng_state_0.pth": 5}}
+    node1 = {"node_rank": 1, "num_machines": 2, "world_size": 2, "files": {"rng_state_1.pth": 5}}
+    assert checkpoint_problem(whole, [node0, node1]) is None
+    assert checkpoint_problem(whole, []) is None  # a checkpoint from before manifests: the old rule
+    assert "no node manifest" in checkpoint_problem(whole, [], need_manifests=True)
+    assert checkpoint_problem(whole, [node0]) == "no manifest from node(s) [1] of 2: their files may not have reached S3"
+    without_shard = {k: v for k, v in whole.items() if k != "rng_state_1.pth"}
+    assert checkpoint_problem(without_shard, [node0, node1]) == "rng_state_1.pth is missing"
+    assert checkpoint_problem({**whole, "rng_state_1.pth": 4}, [node0, node1]) == (
+        "rng_state_1.pth has 4 bytes, its manifest says 5")
+
+
+def test_each_node_mirrors_its_own_files_and_its_manifest_last(moto_s3, tmp_path):
+    from olmocr_rl.storage import S3SyncCallback, Topology
+
+    uri = f"s3://{moto_s3.bucket}/run"
+    disk0, disk1 = tmp_path / "node0", tmp_path / "node1"
+    write_checkpoint(disk0 / "checkpoint-2", {"trainer_state.json": b"{}", "model.safetensors": b"w" * 8,
+                                               "rng_state_0.pth": b"r0"})
+    write_checkpoint(disk1 / "checkpoint-1", {"rng_state_1.pth": b"old"})
+    write_checkpoint(disk1 / "checkpoint-2", {"rng_state_1.pth": b"r1"})
+    node0 = S3SyncCallback(uri, disk0, background=False, topology=Topology(node_rank=0, **TWO_NODES))
+    node1 = S3SyncCallback(uri, disk1, background=False, topology=Topology(node_rank=1, **TWO_NODES))
+    node1.on_train_begin(Args(), NodeState(2, False), None)
+    node0.on_save(Args(), NodeState(2, True), None)
+    node1.on_save(Args(), NodeState(2, False), None)
+    remote = remote_files(moto_s3, "run")
+    assert {"checkpoint-2/rng_state_0.pth", "checkpoint-2/rng_state_1.pth", "checkpoint-2/trainer_state.json",
+            "checkpoint-2/olmocr_rl_manifest/node-0.json", "checkpoint-2/olmocr_rl_manifest/node-1.json"} <= remote
+    # Machine 1's disk is not pruned by the Trainer: the callback keeps save_total_limit there, and on S3.
+    assert not (disk1 / "checkpoint-1").exists() and not any(r.startswith("checkpoint-1/") for r in remote)
+    manifest = json.loads((disk1 / "checkpoint-2" / "olmocr_rl_manifest" / "node-1.json").read_text())
+    assert manifest["files"] == {"rng_state_1.pth": 2} and manifest["engine"] == "ddp-cpu"
+
+
+def test_resume_on_two_machines_skips_a_checkpoint_missing_a_node_and_refuses_another_layout(moto_s3, tmp_path):
+    from olmocr_rl.storage import CheckpointMismatchError, S3SyncCallback, Topology, resolve_resume_checkpoint
+
+    uri = f"s3://{moto_s3.bucket}/run"
+    for step, nodes in ((2, (0, 1)), (4, (0,))):  # checkpoint-4: machine 1's upload never finished
+        for node in nodes:
+            disk = tmp_path / f"saved{node}"
+            files = {"rng_state_1.pth": b"r1"} if node else {"trainer_state.json": b"{}", "model.safetensors": b"w"}
+            write_checkpoint(disk / f"checkpoint-{step}", files)
+            S3SyncCallback(uri, disk, background=False, topology=Topology(node_rank=node, **TWO_NODES)).on_save(
+                None, NodeState(step, node == 0), None)
+    fresh = tmp_path / "fresh"
+    write_checkpoint(fresh / "checkpoint-6", {"trainer_state.json": b"{}", "model.safetensors": b"w"})  # local only
+    resumed = resolve_resume_checkpoint(fresh, uri, Topology(node_rank=1, **TWO_NODES))
+    assert resumed == fresh / "checkpoint-2"  # S3 decides for every machine; checkpoint-4 lacks node 1
+    assert (resumed / "rng_state_1.pth").read_bytes() == b"r1" and (resumed / "trainer_state.json").is_file()
+    with pytest.raises(CheckpointMismatchError) as error:
+        resolve_resume_checkpoint(tmp_path / "empty", uri, Topology(world_size=4, num_machines=2, engine="ddp"))
+    assert str(error.value).startswith(f"{uri}/checkpoint-2/ was saved by 2 processes on 2 machines (ddp-cpu), this "
+                                       "run has 4 processes on 2 machines (ddp): restart with the same number")
