@@ -241,6 +241,17 @@ def test_two_machines_without_shared_disk_resume_from_s3_with_every_rank_file(mo
     assert [h["step"] for h in state["log_history"] if "reward" in h] == [1, 2, 3, 4, 5, 6]
     assert manifests_on_s3(moto_s3, "runs/mn")[6] == {0, 1}
 
+    # The same two machines uninterrupted: the resumed steps equal theirs (rank 1 samples with its own
+    # restored RNG state, which only machine 1's disk had; the logged reward averages both ranks).
+    reference = [tmp_path / "ref0", tmp_path / "ref1"]
+    nodes = start_nodes(tmp_path, reference, "reference", **{**command, "save_uri": f"s3://{moto_s3.bucket}/runs/ref"})
+    for proc, log in nodes:
+        assert proc.wait(timeout=540) == 0, log.read_text()[-6000:]
+    steps_ref, steps_resumed = per_step(read_metrics(reference[0])), per_step(read_metrics(folders[0]))
+    assert sorted(steps_resumed) == [1, 2, 3, 4, 5, 6]
+    worst = {key: max(abs(steps_ref[s][key] - steps_resumed[s][key]) for s in range(step + 1, 7)) for key in COMPARED}
+    assert all(diff <= 1e-6 for diff in worst.values()), worst
+
     # One process asked to resume the two machines' checkpoint: one error line, before the model loads.
     single = run_cli([*exact_run_flags(tmp_path / "no-model", tmp_path / "single"), "--s3_save_path", save_uri,
                       "--report_to", "none", "--resume_from_checkpoint"], tmp_path)
