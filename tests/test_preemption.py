@@ -258,9 +258,9 @@ def test_two_machines_without_shared_disk_resume_from_s3_with_every_rank_file(mo
     assert single.returncode == 1, failure(single)
     last = single.stderr.rstrip().splitlines()[-1]
     assert last == (f"error: --resume_from_checkpoint: {save_uri}/checkpoint-6/ was saved by 2 processes on 2 machines "
-                    "(ddp-cpu), this run has 1 process on 1 machine (single): restart with the same number of processes "
-                    "and machines and the same accelerate config, or start a new run (another --output_dir and "
-                    "--s3_save_path)"), last
+                    "(ddp-cpu), this run has 1 process on 1 machine (single): restart with the same number of "
+                    "processes and machines and the same accelerate config, or start a new run (another "
+                    "--output_dir and --s3_save_path)"), last
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,7 +298,8 @@ def test_checkpoint_problem_needs_every_node_and_every_listed_file():
     assert checkpoint_problem(whole, [node0, node1]) is None
     assert checkpoint_problem(whole, []) is None  # a checkpoint from before manifests: the old rule
     assert "no node manifest" in checkpoint_problem(whole, [], need_manifests=True)
-    assert checkpoint_problem(whole, [node0]) == "no manifest from node(s) [1] of 2: their files may not have reached S3"
+    assert checkpoint_problem(whole, [node0]) == (
+        "no manifest from node(s) [1] of 2: their files may not have reached S3")
     without_shard = {k: v for k, v in whole.items() if k != "rng_state_1.pth"}
     assert checkpoint_problem(without_shard, [node0, node1]) == "rng_state_1.pth is missing"
     assert checkpoint_problem({**whole, "rng_state_1.pth": 4}, [node0, node1]) == (
