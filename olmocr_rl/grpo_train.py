@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     # --- 6. trainer ----------------------------------------------------------------------------------
     grpo_config = build_grpo_config(args, resolved, reward_weights, tokenizer=processor.tokenizer)
     if "wandb" in args.report_to:
-        problem = _init_wandb(args, resolved)
+        problem = _init_wandb(args, resolved, resume)
         if problem:
             return _fail(problem, code=1)
     extra = {}
@@ -163,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
             train_dataset=train_dataset.to_trl_dataset(),
             eval_dataset=eval_dataset.to_trl_dataset() if eval_dataset is not None else None,
         )
+    from olmocr_rl.resume import install_checkpoint_loader
+
+    install_checkpoint_loader(trainer)  # the checkpoint's weights, whatever key layout it was saved in
     _add_callbacks(trainer, args, reward_names, reward_logger)
 
     # --- 7. train (resume), save ---------------------------------------------------------------------
@@ -217,22 +220,31 @@ def _rollout_backend(args, resolved):
     return page_vllm_generation({"dtype": vllm_engine_dtype(args)})
 
 
-def _init_wandb(args, resolved) -> str | None:
-    """W&B on the global main process only, with the full flag set as its config; a problem as one line."""
+def _init_wandb(args, resolved, resume: str | None = None) -> str | None:
+    """W&B on the global main process only, with the full flag set as its config; a problem as one line.
+
+    A run resumed from a checkpoint that holds a W&B run id (resume.WandbRunIdCallback) continues that
+    run; a fresh start (no checkpoint) begins a new one.
+    """
     if global_rank() != 0:
         return None
     import wandb
     from wandb.errors import Error as WandbError
 
+    from olmocr_rl.resume import read_wandb_run
     from olmocr_rl.wandb_check import WAYS_OUT
 
     os.environ.setdefault("WANDB_PROJECT", args.wandb_project)
     config = {k: v for k, v in vars(args).items()}
     config["resolved_vllm_mode"] = resolved.vllm_mode
     config["num_processes"] = resolved.num_processes
+    previous = read_wandb_run(resume)
+    run_id = previous["id"] if previous else None
+    if run_id:
+        logger.info("W&B: continuing run %s (its id is stored in %s)", run_id, resume)
     try:
         wandb.init(project=args.wandb_project, name=args.wandb_run_name, config=config,
-                   dir=args.output_dir, resume="allow")
+                   dir=args.output_dir, id=run_id, resume="allow")
     except WandbError as exc:  # credentials the early check could not judge (another wandb version), server errors
         return f"--report_to wandb: W&B could not start a run ({' '.join(str(exc).split())}); {WAYS_OUT}"
     return None
@@ -249,6 +261,10 @@ def _add_callbacks(trainer, args, reward_names: list[str], reward_logger) -> Non
     if {"olmocr_bench_reward", "olmocr_bench_reward_macroavg"} & set(reward_names):
         DetailedRewardLoggingCallback.attach(trainer, reward_logger)  # bench_reward/* keys; goes first
     trainer.add_callback(MetricsFileCallback(Path(args.output_dir) / "metrics.jsonl"))
+    if "wandb" in args.report_to:  # the run id into every checkpoint, before the S3 mirror below sends it
+        from olmocr_rl.resume import WandbRunIdCallback
+
+        trainer.add_callback(WandbRunIdCallback())
     trainer.add_callback(ProgressTableCallback())
     if "wandb" in args.report_to:  # olmOCR's W&B names: bench_reward/* at top level (same place in the order)
         from transformers.integrations import WandbCallback
@@ -334,7 +350,7 @@ def _finish(trainer, args) -> None:
     # on_train_end fired before the final save; mirror the final model (and the summary) too (logged,
     # never fatal).
     for callback in trainer.callback_handler.callbacks:
-        if isinstance(callback, S3SyncCallback) and trainer.is_world_process_zero():
+        if isinstance(callback, S3SyncCallback) and trainer.is_local_process_zero():  # every node's own files
             callback.sync(wait=True)
     if trainer.is_world_process_zero():
         logger.info("done: %d steps, model and processor saved in %s", trainer.state.global_step, args.output_dir)

@@ -41,6 +41,11 @@ DEFAULT_EXCLUDE: tuple[str, ...] = ("*.lock", ".git/*")
 PARTIAL_SUFFIX = ".olmocr_rl-part"
 CACHE_MARKER = ".olmocr_rl_s3_complete.json"
 TRAINER_STATE = "trainer_state.json"
+# Per-node manifests of a checkpoint (``checkpoint-N/olmocr_rl_manifest/node-R.json``): written and
+# uploaded by node R's local main process after every file of its ranks reached S3. A checkpoint that
+# has manifests counts as complete on S3 only when all of its nodes' manifests are there and every file
+# they list is there with its size.
+MANIFEST_DIR = "olmocr_rl_manifest"
 
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,254}$", re.IGNORECASE)
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
@@ -460,9 +465,15 @@ def needs_upload(local: LocalFile, remote: RemoteObject | None) -> bool:
     return remote is None or remote.size != local.size or int(local.mtime) > remote.last_modified
 
 
+def _marks_whole(rel: str) -> bool:
+    path = PurePosixPath(rel)
+    return path.name == TRAINER_STATE or MANIFEST_DIR in path.parts
+
+
 def _state_last(rel: str) -> tuple[bool, str]:
-    """Upload order: a checkpoint's trainer_state.json last, so a remote checkpoint that has it is whole."""
-    return (PurePosixPath(rel).name == TRAINER_STATE, rel)
+    """Upload order: a checkpoint's trainer_state.json (and manifests) last, so a remote checkpoint that has
+    them is whole."""
+    return (_marks_whole(rel), rel)
 
 
 class S3Mirror:
@@ -559,9 +570,10 @@ class S3Mirror:
         gone = [
             rel for rel in remote if rel not in local and (not self.keep_remote_only or rel in self._seen)
         ]
-        # Delete trainer_state.json first: a half-deleted remote checkpoint then no longer counts as whole.
-        states = sorted(rel for rel in gone if PurePosixPath(rel).name == TRAINER_STATE)
-        others = sorted(rel for rel in gone if PurePosixPath(rel).name != TRAINER_STATE)
+        # Delete trainer_state.json and the node manifests first: a half-deleted remote checkpoint then no
+        # longer counts as whole.
+        states = sorted(rel for rel in gone if _marks_whole(rel))
+        others = sorted(rel for rel in gone if not _marks_whole(rel))
         for batch_source in (states, others):
             for start in range(0, len(batch_source), 1000):
                 batch = batch_source[start : start + 1000]
@@ -662,46 +674,192 @@ def find_latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
     return None
 
 
-def pull_latest_checkpoint_from_s3(s3_uri: str, output_dir: str | os.PathLike) -> Path | None:
+class CheckpointMismatchError(StorageError):
+    """The checkpoint to resume from was saved by another world size or engine than this run's."""
+
+
+@dataclass(frozen=True)
+class Topology:
+    """How a run is laid out: processes, machines, this process's machine, and the training engine."""
+
+    world_size: int = 1
+    num_machines: int = 1
+    node_rank: int = 0
+    engine: str = "single"
+
+    def describe(self) -> str:
+        return (f"{self.world_size} process{'es' if self.world_size != 1 else ''} on {self.num_machines} "
+                f"machine{'s' if self.num_machines != 1 else ''} ({self.engine})")
+
+    def same_layout(self, other: "Topology") -> bool:
+        return (self.world_size, self.num_machines, self.engine) == (other.world_size, other.num_machines, other.engine)
+
+
+def current_engine() -> str:
+    """The engine accelerate runs this process with, from the variables ``accelerate launch`` sets.
+
+    FSDP and DeepSpeed run only on accelerators: on CPU accelerate trains plain data parallel even under
+    an FSDP or DeepSpeed config, and the label says so.
+    """
+    env = os.environ
+    world = int(env.get("WORLD_SIZE", "1") or 1)
+    try:
+        import torch
+
+        on_gpu = torch.cuda.is_available() and env.get("ACCELERATE_USE_CPU", "false").lower() != "true"
+    except ImportError:
+        on_gpu = False
+    if on_gpu and env.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        return f"deepspeed-zero{env.get('ACCELERATE_DEEPSPEED_ZERO_STAGE', '?')}"
+    if on_gpu and env.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        return f"fsdp{env.get('FSDP_VERSION', '1')}-{env.get('FSDP_STATE_DICT_TYPE', 'FULL_STATE_DICT').lower()}"
+    if world > 1:
+        return "ddp" if on_gpu else "ddp-cpu"
+    return "single"
+
+
+def current_topology() -> Topology:
+    """This process's layout from the launcher's environment (torchrun's WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK)."""
+    env = os.environ
+    world = int(env.get("WORLD_SIZE", "1") or 1)
+    local_world = int(env.get("LOCAL_WORLD_SIZE", str(world)) or world)
+    rank = int(env.get("RANK", "0") or 0)
+    node = int(env.get("GROUP_RANK", str(rank // max(local_world, 1))) or 0)
+    return Topology(world_size=world, num_machines=max(1, world // max(local_world, 1)), node_rank=node,
+                    engine=current_engine())
+
+
+def manifest_name(node_rank: int) -> str:
+    """A node's manifest, relative to its checkpoint folder."""
+    return f"{MANIFEST_DIR}/node-{node_rank}.json"
+
+
+def _manifest_topology(manifest: dict) -> Topology:
+    return Topology(world_size=int(manifest.get("world_size", 1)), num_machines=int(manifest.get("num_machines", 1)),
+                    node_rank=int(manifest.get("node_rank", 0)), engine=str(manifest.get("engine", "?")))
+
+
+def checkpoint_problem(sizes: dict[str, int], manifests: list[dict], *, need_manifests: bool = False) -> str | None:
+    """Why a checkpoint (its files' sizes, its node manifests) is not whole; None when it is.
+
+    Without manifests (a checkpoint from before they existed, or one whose upload was cut before them)
+    the old rule applies, trainer_state.json and model weights, unless ``need_manifests`` (a run on
+    several machines: only the manifests show that the other machines' files arrived). With them: every
+    node of the run left its manifest, and every file a manifest lists is there with the listed size,
+    trainer_state.json and weights included.
+    """
+    if not manifests:
+        if need_manifests:
+            return "no node manifest: the machines' files may not all have reached S3"
+        return None if is_complete_checkpoint(sizes) else f"needs {TRAINER_STATE} and model weights"
+    layouts = {(_manifest_topology(m).world_size, _manifest_topology(m).num_machines) for m in manifests}
+    if len(layouts) != 1:
+        return f"its node manifests disagree on the run's layout ({sorted(layouts)})"
+    machines = _manifest_topology(manifests[0]).num_machines
+    nodes = {_manifest_topology(m).node_rank for m in manifests}
+    if missing := sorted(set(range(machines)) - nodes):
+        return f"no manifest from node(s) {missing} of {machines}: their files may not have reached S3"
+    listed: dict[str, int] = {}
+    for manifest in manifests:
+        listed.update({str(k): int(v) for k, v in dict(manifest.get("files", {})).items()})
+    for rel, size in sorted(listed.items()):
+        if rel not in sizes:
+            return f"{rel} is missing"
+        if sizes[rel] != size:
+            return f"{rel} has {sizes[rel]} bytes, its manifest says {size}"
+    if not is_complete_checkpoint(listed):
+        return f"its manifests list no {TRAINER_STATE} or no model weights"
+    return None
+
+
+def check_layout(checkpoint: str, manifests: list[dict], current: Topology) -> None:
+    """CheckpointMismatchError when ``checkpoint`` was saved by another world size or engine."""
+    if not manifests:
+        return
+    saved = _manifest_topology(manifests[0])
+    if not saved.same_layout(current):
+        raise CheckpointMismatchError(
+            f"{checkpoint} was saved by {saved.describe()}, this run has {current.describe()}: restart with the "
+            f"same number of processes and machines and the same accelerate config, or start a new run (another "
+            f"--output_dir and --s3_save_path)"
+        )
+
+
+def _local_manifests(folder: Path) -> list[dict]:
+    manifests = []
+    for path in sorted((folder / MANIFEST_DIR).glob("node-*.json")):
+        try:
+            manifests.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return manifests
+
+
+def _remote_manifests(client, bucket: str, files: dict[str, RemoteObject]) -> list[dict]:
+    manifests = []
+    for rel in sorted(files):
+        if PurePosixPath(rel).parent.as_posix() == MANIFEST_DIR and rel.endswith(".json"):
+            body = client.get_object(Bucket=bucket, Key=files[rel].key)["Body"].read()
+            try:
+                manifests.append(json.loads(body))
+            except ValueError:
+                manifests.append({"num_machines": -1})  # unreadable: never complete
+    return manifests
+
+
+def pull_latest_checkpoint_from_s3(
+    s3_uri: str, output_dir: str | os.PathLike, *, topology: Topology | None = None, prefer_remote: bool = False,
+) -> Path | None:
     """Download the newest complete ``checkpoint-<N>/`` under ``s3_uri`` into ``output_dir``.
 
-    Returns the local checkpoint when ``output_dir`` already has one (nothing is fetched), the pulled
-    checkpoint's path, or None when S3 holds no complete checkpoint. Only that one checkpoint is
-    downloaded (older ones stay on S3), files arrive under temporary names and trainer_state.json comes
-    last, so an interrupted pull is never taken for a whole checkpoint and a rerun finishes it. Raises
-    StorageError naming the URI when S3 cannot be listed or read.
+    Returns the local checkpoint when ``output_dir`` already has one (nothing is fetched; with
+    ``prefer_remote``, used by multi-machine runs, S3's newest complete checkpoint wins instead and only
+    the files the local copy lacks are fetched), the pulled checkpoint's path, or None when S3 holds no
+    complete checkpoint. Complete means :func:`checkpoint_problem` finds nothing: with node manifests,
+    every node's files are there. Every file of the checkpoint comes down (each node then has every
+    rank's shards), the older checkpoints stay on S3, files arrive under temporary names, with S3's
+    modification times, and trainer_state.json and the manifests come last, so an interrupted pull is
+    never taken for a whole checkpoint and a rerun finishes it. Raises CheckpointMismatchError when the
+    checkpoint's manifests name another world size or engine than ``topology``, and StorageError naming
+    the URI when S3 cannot be listed or read.
     """
     output = Path(output_dir)
-    local = find_latest_checkpoint(output)
-    if local is not None:
-        return local
+    current = topology or current_topology()
+    if not prefer_remote:
+        local = find_latest_checkpoint(output)
+        if local is not None:
+            return local
     bucket, prefix = parse_s3_uri(s3_uri)
     folder = _folder_prefix(prefix)
     client = None
     try:
         client = make_s3_client()
         remote = _list_objects(client, bucket, folder)
+        by_checkpoint: dict[str, dict[str, RemoteObject]] = {}
+        for rel, obj in remote.items():
+            top, _, rest = rel.partition("/")
+            if rest and checkpoint_step(top) is not None:
+                by_checkpoint.setdefault(top, {})[rest] = obj
+        newest, manifests = None, []
+        for name in sorted(by_checkpoint, key=checkpoint_step, reverse=True):
+            manifests = _remote_manifests(client, bucket, by_checkpoint[name])
+            problem = checkpoint_problem({rel: obj.size for rel, obj in by_checkpoint[name].items()}, manifests,
+                                         need_manifests=current.num_machines > 1)
+            if problem is None:
+                newest = name
+                break
+            logger.warning("skipping incomplete checkpoint %s%s on S3: %s", _folder_prefix(s3_uri), name, problem)
     except Exception as exc:
         raise _explain(exc, "listing checkpoints in", s3_uri, client) from exc
-
-    by_checkpoint: dict[str, dict[str, RemoteObject]] = {}
-    for rel, obj in remote.items():
-        top, _, rest = rel.partition("/")
-        if rest and checkpoint_step(top) is not None:
-            by_checkpoint.setdefault(top, {})[rest] = obj
-    newest = None
-    for name in sorted(by_checkpoint, key=checkpoint_step, reverse=True):
-        if is_complete_checkpoint(by_checkpoint[name]):
-            newest = name
-            break
-        logger.warning("skipping incomplete checkpoint %s%s on S3", _folder_prefix(s3_uri), name)
     if newest is None:
         logger.info("no complete checkpoint-<N>/ under %s", s3_uri)
         return None
+    check_layout(f"{_folder_prefix(s3_uri)}{newest}/", manifests, current)
 
     destination = output / newest
     files = by_checkpoint[newest]
     started = time.monotonic()
+    fetched = 0
     with _folder_lock(output / ".olmocr_rl-pull.lock"):
         try:
             for rest in sorted(files, key=_state_last):
@@ -709,29 +867,44 @@ def pull_latest_checkpoint_from_s3(s3_uri: str, output_dir: str | os.PathLike) -
                 if local_path.is_file() and local_path.stat().st_size == files[rest].size:
                     continue  # finished by an earlier, interrupted pull (files are renamed only when whole)
                 _download_object(client, bucket, files[rest].key, local_path)
+                # S3's time: the mirror then sees the file as sent, not as a newer file to upload again.
+                os.utime(local_path, (files[rest].last_modified, files[rest].last_modified))
+                fetched += 1
         except Exception as exc:
             raise _explain(exc, "downloading checkpoint from", f"{_folder_prefix(s3_uri)}{newest}/", client) from exc
     logger.info(
-        "pulled %s%s/ (%d files, %s) into %s in %.1f s",
-        _folder_prefix(s3_uri), newest, len(files), _human_bytes(sum(o.size for o in files.values())),
+        "pulled %s%s/ (%d files, %s; %d fetched) into %s in %.1f s",
+        _folder_prefix(s3_uri), newest, len(files), _human_bytes(sum(o.size for o in files.values())), fetched,
         destination, time.monotonic() - started,
     )
     return destination
 
 
-def resolve_resume_checkpoint(output_dir: str | os.PathLike, s3_save_path: str | None = None) -> Path | None:
+def resolve_resume_checkpoint(
+    output_dir: str | os.PathLike, s3_save_path: str | None = None, topology: Topology | None = None,
+) -> Path | None:
     """The checkpoint to resume from: newest complete local one, else the newest pulled from S3, else None.
 
-    None means "nothing to resume, start fresh" (launchers pass --resume_from_checkpoint on every
-    restart). StorageError when ``s3_save_path`` is given but S3 cannot be read: resuming was asked for,
-    so silently starting over would be wrong.
+    A run on several machines with ``s3_save_path`` takes S3's newest complete checkpoint first (every
+    node's files there, per its manifests), so all machines agree whatever their local disks hold; its
+    local disk is the fallback. None means "nothing to resume, start fresh" (launchers pass
+    --resume_from_checkpoint on every restart). StorageError when ``s3_save_path`` is given but S3
+    cannot be read: resuming was asked for, so silently starting over would be wrong;
+    CheckpointMismatchError when the checkpoint was saved by another world size or engine.
     """
+    topology = topology or current_topology()
+    if s3_save_path and topology.num_machines > 1:
+        pulled = pull_latest_checkpoint_from_s3(s3_save_path, output_dir, topology=topology, prefer_remote=True)
+        if pulled is not None:
+            logger.info("resuming from %s, pulled from %s", pulled, s3_save_path)
+            return pulled
     local = find_latest_checkpoint(output_dir)
     if local is not None:
+        check_layout(str(local), _local_manifests(local), topology)
         logger.info("resuming from local checkpoint %s", local)
         return local
-    if s3_save_path:
-        pulled = pull_latest_checkpoint_from_s3(s3_save_path, output_dir)
+    if s3_save_path and topology.num_machines == 1:
+        pulled = pull_latest_checkpoint_from_s3(s3_save_path, output_dir, topology=topology)
         if pulled is not None:
             logger.info("resuming from %s, pulled from %s", pulled, s3_save_path)
         return pulled
@@ -744,15 +917,25 @@ def resolve_resume_checkpoint(output_dir: str | os.PathLike, s3_save_path: str |
 class S3SyncCallback(TrainerCallback):
     """Mirror ``output_dir`` to ``s3_save_path`` after every checkpoint save and at the end of training.
 
-    Runs on the global main process only (``state.is_world_process_zero``). It never raises: a failed
-    sync (server gone, bad credentials) is logged as an error naming the URI, the checkpoints stay on
-    local disk, the next save tries again. With ``background=True`` (the default) each sync runs in a
-    worker thread so rank 0 does not stall the other ranks during a multi-GB upload (long enough to hit
-    collective timeouts); saves that arrive while a sync runs are coalesced into one more pass, and
-    ``on_train_end`` waits for the last pass. Deletions mirror local pruning but keep remote checkpoints
-    this run never had locally (see ``S3Mirror.keep_remote_only``). ``last_result`` / ``last_error``
-    hold the outcome of the latest pass. Call ``sync(wait=True)`` after a final ``save_model`` that
-    happens after ``train()`` returns.
+    Runs on every machine's local main process (``state.is_local_process_zero``): each mirrors its own
+    disk to the same prefix, so the files only another machine holds (its ranks' RNG states, optimizer
+    and weight shards of a sharded engine) reach S3 too; no shared file system is needed. At each save
+    every rank first waits for the others (a barrier: their files are written), then each node's local
+    main notes the checkpoint's files and, once they are on S3, uploads its manifest
+    ``checkpoint-N/olmocr_rl_manifest/node-R.json`` (files, sizes, world size, engine) last. The resume
+    side (:func:`checkpoint_problem`) takes a checkpoint only when every node's manifest and every listed
+    file are there. With one process, or a shared ``output_dir``, it is the same mirror as before (plus
+    the manifest). On a machine other than the first, whose disk the Trainer does not prune, the
+    checkpoints beyond ``save_total_limit`` are pruned here, and so on S3.
+
+    It never raises: a failed sync (server gone, bad credentials) is logged as an error naming the URI,
+    the checkpoints stay on local disk, the next save tries again. With ``background=True`` (the
+    default) each sync runs in a worker thread so a node does not stall the other ranks during a
+    multi-GB upload (long enough to hit collective timeouts); saves that arrive while a sync runs are
+    coalesced into one more pass, and ``on_train_end`` waits for the last pass. Deletions mirror local
+    pruning but keep remote objects this node never had locally (see ``S3Mirror.keep_remote_only``).
+    ``last_result`` / ``last_error`` hold the outcome of the latest pass. Call ``sync(wait=True)`` after
+    a final ``save_model`` that happens after ``train()`` returns.
     """
 
     def __init__(
@@ -764,11 +947,13 @@ class S3SyncCallback(TrainerCallback):
         background: bool = True,
         backoff_s: float = 2.0,
         exclude: Iterable[str] = DEFAULT_EXCLUDE,
+        topology: Topology | None = None,
     ):
         parse_s3_uri(s3_save_path)  # a malformed URI is a user error: fail at construction, not hours later
         self.s3_save_path = s3_save_path.rstrip("/") + "/"
         self.output_dir = Path(output_dir)
         self.background = background
+        self.topology = topology or current_topology()
         self.mirror = S3Mirror(
             self.output_dir, self.s3_save_path, delete=True, keep_remote_only=True,
             exclude=exclude, retries=retries, backoff_s=backoff_s,
@@ -778,19 +963,48 @@ class S3SyncCallback(TrainerCallback):
         self._lock = threading.Lock()
         self._pending = False
         self._worker: threading.Thread | None = None
+        self._manifests: dict[str, dict[str, int]] = {}  # checkpoint name -> its files, awaiting upload
 
     # Trainer events --------------------------------------------------------------------------------
+    @staticmethod
+    def _local_main(state) -> bool:
+        return bool(getattr(state, "is_local_process_zero", state.is_world_process_zero))
+
     def on_train_begin(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
+        if self._local_main(state):
             self.mirror.remember_local()  # pre-existing local checkpoints are ours to prune remotely
 
     def on_save(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
-            self.sync(wait=not self.background)
+        _barrier()  # every rank's files of this checkpoint are written before any node lists them
+        if not self._local_main(state):
+            return
+        folder = self.output_dir / f"checkpoint-{state.global_step}"
+        if folder.is_dir():
+            if self.topology.node_rank > 0:
+                self._prune(args, folder)
+            files = {rel: (folder / rel).stat().st_size for rel in _local_checkpoint_files(folder)
+                     if not rel.startswith(MANIFEST_DIR + "/") and not is_excluded(rel, self.mirror.exclude)}
+            with self._lock:
+                self._manifests[folder.name] = files
+        self.sync(wait=not self.background)
 
     def on_train_end(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
+        if self._local_main(state):
             self.sync(wait=True)
+
+    def _prune(self, args, newest: Path) -> None:
+        """Keep this machine's newest ``save_total_limit`` checkpoints (the Trainer prunes the first machine's
+        disk only); skipped when the folder is shared (the first machine's trainer_state.json is here)."""
+        limit = getattr(args, "save_total_limit", None)
+        if not limit or (newest / TRAINER_STATE).exists():
+            return
+        steps = sorted((step, path) for path in self.output_dir.iterdir()
+                       if path.is_dir() and (step := checkpoint_step(path.name)) is not None)
+        for _step, path in steps[:-limit]:
+            import shutil
+
+            shutil.rmtree(path, ignore_errors=True)
+            logger.info("pruned %s (save_total_limit %d)", path, limit)
 
     # The work ---------------------------------------------------------------------------------------
     def sync(self, wait: bool = True) -> None:
@@ -837,8 +1051,15 @@ class S3SyncCallback(TrainerCallback):
         if not self.output_dir.is_dir():  # training ended before its first save: nothing to mirror
             logger.info("S3 sync skipped: %s does not exist yet", self.output_dir)
             return
+        with self._lock:  # only checkpoints noted before this pass listed the folder
+            manifests = dict(self._manifests)
         try:
             result = self.mirror.sync()
+            for name, files in manifests.items():
+                self._upload_manifest(name, files)
+                with self._lock:
+                    if self._manifests.get(name) is files:
+                        del self._manifests[name]
         except Exception as exc:  # never let S3 stop training
             self.last_error = str(exc)
             logger.error("S3 sync of %s to %s failed; training goes on, checkpoints stay on local disk: %s",
@@ -846,3 +1067,36 @@ class S3SyncCallback(TrainerCallback):
             return
         self.last_result, self.last_error = result, None
         logger.info("S3 sync %s -> %s: %s", self.output_dir, self.s3_save_path, result.summary())
+
+    def _upload_manifest(self, name: str, files: dict[str, int]) -> None:
+        """This node's manifest of checkpoint ``name``, once its files are on S3: written locally, uploaded last."""
+        folder = self.output_dir / name
+        if not all((folder / rel).is_file() and (folder / rel).stat().st_size == size for rel, size in files.items()):
+            logger.info("no manifest for %s: pruned or changed since the save", folder)
+            return
+        topo = self.topology
+        record = {"checkpoint": name, "node_rank": topo.node_rank, "num_machines": topo.num_machines,
+                  "world_size": topo.world_size, "engine": topo.engine, "files": files}
+        rel = manifest_name(topo.node_rank)
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + PARTIAL_SUFFIX)
+        partial.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        os.replace(partial, path)
+        try:
+            make_s3_client().upload_file(str(path), self.mirror.bucket, f"{self.mirror.folder}{name}/{rel}")
+        except Exception as exc:
+            raise _explain(exc, f"uploading the manifest of {name} to", self.s3_save_path) from exc
+        stat = path.stat()
+        self.mirror._sent[f"{name}/{rel}"] = (stat.st_size, stat.st_mtime)
+        self.mirror._seen.add(f"{name}/{rel}")
+
+
+def _barrier() -> None:
+    """torch.distributed's barrier when several processes train; nothing otherwise."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()

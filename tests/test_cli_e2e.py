@@ -160,7 +160,9 @@ def test_two_steps_with_wandb_offline_then_resume_to_four(tmp_path, tiny_model_d
     assert not any(r.get("note") for r in records)  # the stale step-3 record was dropped at resume
     assert all("bench_reward/overall_pass_rate" in r for r in records if "reward" in r)
     assert json.loads((out / "run_summary.json").read_text())["global_step"] == 4
-    assert len(offline_runs(out)) == 2
+    runs = offline_runs(out)
+    assert len(runs) == 2  # one folder per start, both of the same W&B run (its id is stored in checkpoint-2)
+    assert len({run.name.rsplit("-", 1)[1] for run in runs}) == 1, runs
 
 
 # ---------------------------------------------------------------------------------------------

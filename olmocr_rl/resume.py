@@ -1,0 +1,124 @@
+"""What a resumed run needs beyond TRL's own checkpoint loading.
+
+- :func:`load_checkpoint_weights`: the Trainer's ``_load_from_checkpoint`` reads ``model.safetensors``
+  with ``load_state_dict``, but ``save_pretrained`` writes Qwen2.5-VL in its released key layout
+  (``visual.*``, ``model.layers.*``) while the live model is ``model.visual.*``,
+  ``model.language_model.*``: every key missed and a resumed run went on from the *initial* weights
+  (with the checkpoint's optimizer state). The replacement loads the checkpoint as a model folder
+  (``from_pretrained`` applies the key conversion) and copies its weights in, refusing any mismatch.
+  DeepSpeed and FSDP checkpoints (their own, live-layout files) keep the Trainer's path.
+- :func:`load_optimizer_and_scheduler`: several CPU processes could not load ``optimizer.pt`` (the
+  Trainer's map_location ``cpu:0`` is not one torch.load can restore to).
+- :class:`WandbRunIdCallback` / :func:`read_wandb_run`: the W&B run id stored in every checkpoint
+  (``wandb_run.json``), so a resumed run, on this machine or a fresh one, continues the same W&B run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import types
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+logger = logging.getLogger(__name__)
+
+WANDB_RUN_FILE = "wandb_run.json"
+_HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+
+
+def _plain_hf_checkpoint(trainer, checkpoint: str) -> bool:
+    """A ``save_pretrained`` folder the Trainer would read with ``load_state_dict`` (no engine of its own)."""
+    if getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):
+        return False
+    return any(os.path.isfile(os.path.join(checkpoint, name)) for name in _HF_WEIGHTS)
+
+
+def load_checkpoint_weights(trainer, checkpoint: str, model=None) -> None:
+    """Load a ``save_pretrained`` checkpoint's weights into the trainer's model, every key or an error."""
+    import torch
+
+    model = trainer.model if model is None else model
+    if not _plain_hf_checkpoint(trainer, checkpoint):
+        return type(trainer)._load_from_checkpoint(trainer, checkpoint, model)
+    first = next(iter(model.parameters()))
+    saved = type(model).from_pretrained(checkpoint, dtype=first.dtype)
+    state = saved.state_dict()
+    with torch.no_grad():
+        result = model.load_state_dict(state, strict=False)
+    del saved, state
+    if result.missing_keys or result.unexpected_keys:
+        raise RuntimeError(f"checkpoint {checkpoint} does not match the model: missing "
+                           f"{result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}")
+    logger.info("loaded the model weights of %s (every key)", checkpoint)
+
+
+def load_optimizer_and_scheduler(trainer, checkpoint: str | None) -> None:
+    """The Trainer's optimizer/scheduler load, with the CPU device made loadable for torch.load.
+
+    Several processes on CPU have ``args.device`` ``cpu:0``, which the Trainer passes to ``torch.load``
+    as map_location, and torch cannot restore storages there ("don't know how to restore data location
+    ... cpu:0"): a multi-process CPU run could not resume at all. The load is unchanged otherwise.
+    """
+    import torch
+
+    original = type(trainer)._load_optimizer_and_scheduler
+    device = getattr(trainer.args, "device", None)
+    if checkpoint is None or getattr(device, "type", None) != "cpu" or getattr(device, "index", None) is None:
+        return original(trainer, checkpoint)
+    real_load = torch.load
+
+    def load(*args, **kwargs):
+        location = kwargs.get("map_location")
+        if isinstance(location, torch.device) and location.type == "cpu":
+            kwargs["map_location"] = "cpu"
+        return real_load(*args, **kwargs)
+
+    torch.load = load
+    try:
+        return original(trainer, checkpoint)
+    finally:
+        torch.load = real_load
+
+
+def install_checkpoint_loader(trainer) -> None:
+    """Make ``trainer.train(resume_from_checkpoint=...)`` load the checkpoint's weights and optimizer correctly."""
+    trainer._load_from_checkpoint = types.MethodType(load_checkpoint_weights, trainer)
+    trainer._load_optimizer_and_scheduler = types.MethodType(load_optimizer_and_scheduler, trainer)
+
+
+# ---- W&B run id ------------------------------------------------------------------------------------
+
+
+def read_wandb_run(checkpoint: str | os.PathLike | None) -> dict | None:
+    """``{"id": ..., "project": ...}`` stored in ``checkpoint``, or None (no file, unreadable)."""
+    if checkpoint is None:
+        return None
+    path = Path(checkpoint) / WANDB_RUN_FILE
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("id"), str) and record["id"] else None
+
+
+class WandbRunIdCallback(TrainerCallback):
+    """Write the W&B run's id into every checkpoint (global main process; before the S3 mirror runs)."""
+
+    def on_save(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        import wandb
+
+        run = wandb.run
+        if run is None:
+            return
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if not folder.is_dir():
+            return
+        record = {"id": run.id, "project": run.project, "name": run.name}
+        partial = folder / (WANDB_RUN_FILE + ".tmp")
+        partial.write_text(json.dumps(record) + "\n")
+        partial.replace(folder / WANDB_RUN_FILE)
