@@ -84,6 +84,13 @@ def main(argv: list[str] | None = None) -> int:
         resume = _resume_checkpoint(args)
     except StorageError as exc:  # resuming was asked for and S3 cannot be read: starting over would be wrong
         return _fail(f"--resume_from_checkpoint: {exc}", code=1)
+    if args.s3_save_path:  # a mistyped bucket or missing credentials now, not as log lines at the first save
+        from olmocr_rl.storage import check_s3_access
+
+        try:
+            check_s3_access(args.s3_save_path)
+        except StorageError as exc:
+            return _fail(f"--s3_save_path: {exc}", code=1)
 
     # --- 3. datasets, before the model: a page filter that leaves no page fails fast ------------------
     from olmocr_rl.data.dataset import BenchDataError, OlmOCRBenchDataset

@@ -136,3 +136,17 @@ def test_resume_from_an_unreachable_s3_stops_before_the_model_loads(moto_s3, tmp
     last = result.stderr.rstrip().splitlines()[-1]
     assert last.startswith(f"error: --resume_from_checkpoint: listing checkpoints in {save_uri} failed")
     assert "cannot reach the S3 endpoint" in last
+
+
+def test_a_wrong_bucket_in_s3_save_path_stops_before_the_model_loads(moto_s3, tmp_path):
+    out = tmp_path / "out"
+    start = time.monotonic()
+    # A model folder that does not exist: reaching the model-loading phase would fail differently.
+    result = run_cli(s3_flags(tmp_path / "no-model", out, "s3://typo-bucket/runs/r1", 2, tmp_path / "cache"), tmp_path)
+    elapsed = time.monotonic() - start
+    assert result.returncode == 1, failure(result)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr
+    assert errors[0].startswith("error: --s3_save_path: ") and "typo-bucket" in errors[0]
+    assert "no-model" not in result.stderr
+    assert elapsed < 30  # seconds, imports included (under 10 on an idle machine)
