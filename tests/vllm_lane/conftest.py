@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lane import BENCH
+from vllm_lane.lane import BENCH
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 IN_LANE = os.environ.get("OLMOCR_RL_VLLM_LANE") == "1"
 

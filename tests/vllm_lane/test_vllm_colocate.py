@@ -13,7 +13,7 @@ import shutil
 import pytest
 from safetensors.torch import load_file
 
-from lane import BENCH, failure, read_metrics, run_recorded
+from vllm_lane.lane import BENCH, failure, read_metrics, run_recorded
 
 ARMS = {"plain": [], "olmorl": ["--olmorl"]}
 MAX_LOGP_GAP = 1e-3

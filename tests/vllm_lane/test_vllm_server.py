@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from lane import BENCH, failure, lane_env, read_metrics, run_recorded
+from vllm_lane.lane import BENCH, failure, lane_env, read_metrics, run_recorded
 
 
 def _free_port() -> int:
