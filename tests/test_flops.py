@@ -33,16 +33,9 @@ def test_hand_worked_sequence():
 
 def test_released_3b_shape_counts_what_6n_misses():
     """Qwen2.5-VL-3B, one 1288 px page (1,817 prompt tokens, 1,656 image tokens, 6,624 patches) x 8 x 256."""
-    from transformers import Qwen2_5_VLConfig
+    from conftest import released_qwen25_vl_config
 
-    config = Qwen2_5_VLConfig(
-        text_config=dict(vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
-                         num_attention_heads=16, num_key_value_heads=2,
-                         rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]}),
-        vision_config=dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=2048,
-                           fullatt_block_indexes=[7, 15, 23, 31], window_size=112),
-        tie_word_embeddings=True,
-    )
+    config = released_qwen25_vl_config("3b")
     arch = ArchFlops.from_config(config)
     assert (arch.vision_full_layers, arch.vision_windowed_layers, arch.window_patches) == (4, 28, 64)
     parts = {k: 3 * 8 * v / 1e12 for k, v in forward_flops(arch, 1817, 1656, 256).items()}

@@ -23,14 +23,8 @@ MARGIN = 0.08  # the plain run rose by ~0.2 in the demo; noise between windows i
 
 
 @pytest.fixture(scope="module")
-def warm_model(tmp_path_factory) -> Path:
-    from olmocr_rl.sft import warm_start
-    from olmocr_rl.tiny_model import build_tiny_model, read_corpus_dir
-
-    out = tmp_path_factory.mktemp("learning") / "tiny-sft"
-    build_tiny_model(out, seed=0, extra_corpus=read_corpus_dir(BENCH_DATA_SAMPLE / "claude_original"))
-    warm_start(out, BENCH_DATA_SAMPLE, seed=0, steps=40, pages="simple_lines")
-    return out
+def warm_model(warm_tiny_model_dir) -> Path:
+    return warm_tiny_model_dir
 
 
 def _pass_rates(model: Path, out: Path, *extra: str) -> list[float]:

@@ -125,16 +125,9 @@ QWEN25_VL_7B = ModelFacts(parameters=8_292_166_656, kv_bytes_per_token_per_dtype
 
 
 def test_released_7b_shape_facts_from_its_config():
-    from transformers import Qwen2_5_VLConfig
+    from conftest import released_qwen25_vl_config
 
-    config = Qwen2_5_VLConfig(
-        text_config=dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                         num_attention_heads=28, num_key_value_heads=4,
-                         rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]}),
-        vision_config=dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=3584,
-                           fullatt_block_indexes=[7, 15, 23, 31]),
-        tie_word_embeddings=False,
-    )
+    config = released_qwen25_vl_config("7b")
     assert model_facts(config) == QWEN25_VL_7B
 
 
@@ -165,17 +158,12 @@ def test_memory_fit_lines_name_the_numbers_and_the_value_to_use():
 def test_cli_stops_before_loading_when_colocate_cannot_fit(tmp_path, monkeypatch, capsys):
     """A 7B config (no weights) on a pretend 80 GiB GPU: one error line, exit 1, no model loaded."""
     import torch
-    from transformers import Qwen2_5_VLConfig
+    from conftest import released_qwen25_vl_config
 
     from olmocr_rl import grpo_train
 
     model = tmp_path / "qwen-7b-shape"
-    Qwen2_5_VLConfig(
-        text_config=dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                         num_attention_heads=28, num_key_value_heads=4,
-                         rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]}),
-        vision_config=dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=3584),
-    ).save_pretrained(model)
+    released_qwen25_vl_config("7b").save_pretrained(model)
     monkeypatch.setattr(config_module, "_vllm_available", lambda: True)
     monkeypatch.setattr(config_module, "_cuda_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from vllm_lane.lane import BENCH
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 IN_LANE = os.environ.get("OLMOCR_RL_VLLM_LANE") == "1"
 
@@ -31,12 +30,6 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def sft_model_dir(tmp_path_factory) -> Path:
-    """The tiny model warm-started on one page (as the learning-signal test builds it)."""
-    from olmocr_rl.sft import warm_start
-    from olmocr_rl.tiny_model import build_tiny_model, read_corpus_dir
-
-    out = tmp_path_factory.mktemp("vllm_lane") / "tiny-sft"
-    build_tiny_model(out, seed=0, extra_corpus=read_corpus_dir(BENCH / "claude_original"))
-    warm_start(out, BENCH, seed=0, steps=40, pages="simple_lines")
-    return out
+def sft_model_dir(warm_tiny_model_dir) -> Path:
+    """The tiny model warm-started on one page (tests/conftest.py), as the learning-signal test uses it."""
+    return warm_tiny_model_dir
