@@ -24,6 +24,8 @@ from typing import Any
 
 from trl import GRPOTrainer
 
+from olmocr_rl.page_order import EpochSeededOrderMixin
+
 __all__ = ["CompletionsLogMixin", "PlainGRPOTrainer", "conversation_text", "page_name"]
 
 
@@ -89,5 +91,6 @@ class CompletionsLogMixin:
         super().log(logs, start_time)
 
 
-class PlainGRPOTrainer(CompletionsLogMixin, GRPOTrainer):
-    """``trl.GRPOTrainer`` (plain GRPO) whose completions table works with page prompts."""
+class PlainGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer):
+    """``trl.GRPOTrainer`` (plain GRPO) whose completions table works with page prompts and whose page order
+    of every epoch survives a resume (olmocr_rl.page_order)."""

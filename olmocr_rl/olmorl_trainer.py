@@ -46,6 +46,7 @@ import torch
 from trl import GRPOTrainer
 
 from olmocr_rl.completions_log import CompletionsLogMixin
+from olmocr_rl.page_order import EpochSeededOrderMixin
 from olmocr_rl.olmorl import EPS_HIGH, EPS_LOW, group_advantages, nonzero_signal_groups
 
 logger = logging.getLogger(__name__)
@@ -166,7 +167,7 @@ def olmorl_group_plan(
     return advantages, keep_rows
 
 
-class OlmoRLGRPOTrainer(CompletionsLogMixin, GRPOTrainer):
+class OlmoRLGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer):
     """``trl.GRPOTrainer`` with the OlmoRL objective (see the module docstring).
 
     Build its ``args`` with ``GRPOConfig(..., **olmorl_config_overrides())``; any contradicting value
@@ -267,17 +268,10 @@ class OlmoRLGRPOTrainer(CompletionsLogMixin, GRPOTrainer):
     #   Trainer.set_initial_training_values, Trainer._init_training_state (resume position), _save_checkpoint.
 
     def _get_train_sampler(self, dataset=None):
-        sampler = super()._get_train_sampler(dataset)
-        if not self.active_sampling:
-            return sampler
-        from olmocr_rl.active_sampling import EpochSeededRepeatSampler
-
-        self._as_sampler = EpochSeededRepeatSampler(
-            data_source=sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
-            batch_size=sampler.batch_size, repeat_count=sampler.repeat_count, shuffle=sampler.shuffle,
-            seed=sampler.seed,
-        )
-        return self._as_sampler
+        sampler = super()._get_train_sampler(dataset)  # epoch-seeded: EpochSeededOrderMixin
+        if self.active_sampling:
+            self._as_sampler = sampler
+        return sampler
 
     def set_initial_training_values(self, args, dataloader):
         values = list(super().set_initial_training_values(args, dataloader))

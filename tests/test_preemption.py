@@ -361,3 +361,27 @@ def test_a_checkpoint_between_the_updates_of_one_generation_batch_is_flagged():
     flagged = [n for n in validate(parse_args([*base, "--save_steps", "3"])).notices if "--save_steps" in n]
     assert len(flagged) == 1 and flagged[0].endswith("use --save_steps 4"), flagged
     assert not [n for n in validate(parse_args([*base, "--save_steps", "4"])).notices if "--save_steps" in n]
+
+
+@pytest.mark.slow
+def test_resume_in_the_second_epoch_sees_that_epochs_page_order(tmp_path, tiny_model_dir):
+    """The 10 sample pages, one a step: a checkpoint at step 11 sits in epoch 1. Resuming there must give
+    epoch 1's pages (TRL's sampler draws each epoch's order from one running generator, so a fresh process
+    would replay epoch 0's order); steps 12-13 equal the uninterrupted run's."""
+    def flags(out, steps):
+        return [*exact_run_flags(tiny_model_dir, out), "--max_steps", steps, "--save_steps", 11,
+                "--lr_schedule", "constant", "--warmup_steps", 0, "--report_to", "none"]
+
+    run_a = tmp_path / "a"
+    a = run_cli(flags(run_a, 13), tmp_path)
+    assert a.returncode == 0, failure(a)
+    run_b = tmp_path / "b"
+    first = run_cli(flags(run_b, 11), tmp_path)
+    assert first.returncode == 0, failure(first)
+    resumed = run_cli([*flags(run_b, 13), "--resume_from_checkpoint"], tmp_path)
+    assert resumed.returncode == 0, failure(resumed)
+    assert "resuming from" in resumed.stdout + resumed.stderr
+    steps_a, steps_b = per_step(read_metrics(run_a)), per_step(read_metrics(run_b))
+    assert sorted(steps_b) == list(range(1, 14))
+    worst = {key: max(abs(steps_a[s][key] - steps_b[s][key]) for s in (12, 13)) for key in COMPARED}
+    assert all(diff <= 1e-6 for diff in worst.values()), worst
