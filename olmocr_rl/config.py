@@ -377,7 +377,6 @@ def validate(args: argparse.Namespace) -> Resolved:
             f"not the run length; for a run of {args.num_iterations} steps use --max_steps {args.num_iterations} "
             "(or --num_train_epochs)"
         )
-        logger.warning(notices[-1])
     if args.num_iterations > 1 and args.save_steps > 0 and args.save_steps % args.num_iterations:
         notices.append(
             f"WARNING: --save_steps {args.save_steps} is not a multiple of --num_iterations {args.num_iterations}: "
@@ -385,7 +384,6 @@ def validate(args: argparse.Namespace) -> Resolved:
             "hold, and a run resumed there samples that batch again instead of continuing exactly; use --save_steps "
             f"{args.num_iterations * max(1, round(args.save_steps / args.num_iterations))}"
         )
-        logger.warning(notices[-1])
     for flag in ("jsonl_filter", "pages", "exclude_pages"):
         pattern = getattr(args, flag)
         if pattern:

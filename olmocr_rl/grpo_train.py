@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         resolved = validate(args)
     except ConfigError as exc:
         return _fail(str(exc))
-    for notice in resolved.notices:
-        logger.info(notice)
+    for notice in resolved.notices:  # each logged once, here
+        (logger.warning if notice.startswith("WARNING:") else logger.info)(notice)
     if "wandb" in args.report_to and global_rank() == 0:  # the W&B run lives on the global main process only
         from olmocr_rl.wandb_check import wandb_credentials_problem
 

@@ -212,3 +212,19 @@ def test_active_sampling_needs_whole_groups_per_process(bench, monkeypatch):
     validate(_args(bench, "--olmorl", "--gradient_accumulation_steps", "2"))  # 2 x 2 = 4 rows: groups may span processes
     message = _error(bench, "--olmorl", "--active_sampling", "--gradient_accumulation_steps", "2")
     assert "--active_sampling" in message and "each process must hold whole groups" in message
+
+
+def test_a_warning_notice_is_logged_once(tmp_path, capsys):
+    """Validation collects notices; the entrypoint logs each once (the num_iterations one used to appear twice)."""
+    from conftest import BENCH_DATA_SAMPLE
+    from olmocr_rl import grpo_train
+
+    code = grpo_train.main([
+        "--train_bench_data_folder", str(BENCH_DATA_SAMPLE), "--model_name", str(tmp_path / "no-model"),
+        "--output_dir", str(tmp_path / "out"), "--reward_bench", "--num_generations", "2",
+        "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1", "--report_to", "none",
+        "--num_iterations", "5000",
+    ])
+    err = capsys.readouterr().err
+    assert code == 1 and "no-model" in err  # stopped at the model, after the notices
+    assert err.count("is GRPO's mu") == 1 and "WARNING" in err
