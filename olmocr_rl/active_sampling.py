@@ -11,8 +11,6 @@ here are the pieces that do not need the trainer:
                         completions on the right.
 ``PushbackIterator``    the Trainer's epoch iterator with a front queue, so a refill can take whole page
                         chunks ahead of repeats of the current one that later micro-steps still expect.
-``EpochSeededRepeatSampler``  TRL's ``RepeatSampler`` whose shuffle depends on (seed, epoch) only, so the
-                        page order of any epoch is the same in a resumed run as in an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from trl.trainer.utils import RepeatSampler, split_pixel_values_by_grid, unsplit_pixel_values_by_grid
+from trl.trainer.utils import split_pixel_values_by_grid, unsplit_pixel_values_by_grid
 
 STATE_FILE = "active_sampling_state.json"
 """Written into each checkpoint folder: the epoch and how many dataloader batches it had consumed."""
@@ -32,23 +30,6 @@ DEFAULT_MAX_ROUNDS = 4
 # Per-row 2-D tensors aligned with the prompt (left-padded by TRL); every other per-row 2-D tensor is
 # aligned with the completion (right-padded).
 _PROMPT_ALIGNED = {"prompt_ids", "prompt_mask", "token_type_ids", "mm_token_type_ids"}
-
-
-class EpochSeededRepeatSampler(RepeatSampler):
-    """``RepeatSampler`` reshuffled from ``seed`` and the epoch at every pass (TRL's continues one generator,
-    so a run resumed in epoch E > 0 would see epoch 0's order). Epoch 0 is TRL's order exactly."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def __iter__(self):
-        if self.shuffle:
-            self.generator.manual_seed((self.seed or 0) + 1_000_003 * self.epoch)
-        return super().__iter__()
 
 
 class PushbackIterator:

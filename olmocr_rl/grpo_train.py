@@ -176,7 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     _add_callbacks(trainer, args, reward_names, reward_logger)
 
     # --- 7. train (resume), save ---------------------------------------------------------------------
-    trainer.train(resume_from_checkpoint=resume)
+    from olmocr_rl.storage import CheckpointMismatchError
+
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    except CheckpointMismatchError as exc:  # the checkpoint's weights do not fit --model_name's architecture
+        return _fail(f"--resume_from_checkpoint: {exc}", code=1)
     trainer.save_model(args.output_dir)
     if trainer.is_world_process_zero():  # the processor beside the final model, whatever the Trainer saved
         processor.save_pretrained(args.output_dir)
@@ -268,20 +273,19 @@ def _add_callbacks(trainer, args, reward_names: list[str], reward_logger) -> Non
     if {"olmocr_bench_reward", "olmocr_bench_reward_macroavg"} & set(reward_names):
         DetailedRewardLoggingCallback.attach(trainer, reward_logger)  # bench_reward/* keys; goes first
     trainer.add_callback(MetricsFileCallback(Path(args.output_dir) / "metrics.jsonl"))
-    if "wandb" in args.report_to:  # the run id into every checkpoint, before the S3 mirror below sends it
-        from olmocr_rl.resume import WandbRunIdCallback
-
-        trainer.add_callback(WandbRunIdCallback())
     trainer.add_callback(ProgressTableCallback())
-    if "wandb" in args.report_to:  # olmOCR's W&B names: bench_reward/* at top level (same place in the order)
+    if "wandb" in args.report_to:
         from transformers.integrations import WandbCallback
 
+        from olmocr_rl.resume import WandbRunIdCallback
         from olmocr_rl.training_callbacks import olmocr_wandb_callback
 
+        # olmOCR's W&B names (bench_reward/* at top level), in the Trainer's own callback's place.
         callbacks = trainer.callback_handler.callbacks
         for index, callback in enumerate(callbacks):
             if type(callback) is WandbCallback:
                 callbacks[index] = olmocr_wandb_callback()
+        trainer.add_callback(WandbRunIdCallback())  # the run id into every checkpoint, before the S3 mirror sends it
     if args.s3_save_path:
         from olmocr_rl.storage import S3SyncCallback
 

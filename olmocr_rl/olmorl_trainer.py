@@ -200,7 +200,6 @@ class OlmoRLGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer)
         self._olmorl_keep_local: torch.Tensor | None = None
         self._as_iterator = None  # PushbackIterator over the Trainer's current epoch iterator
         self._as_epoch = 0
-        self._as_sampler = None
         self._as_resume_skip: tuple[int, int] | None = None  # (epoch, batches) read from the checkpoint
         super().__init__(*args, **kwargs)
 
@@ -262,16 +261,11 @@ class OlmoRLGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer)
     #
     # Relies on these TRL 1.16 / transformers 5 internals, wrapped and not copied:
     #   GRPOTrainer._generate_and_score_completions (one call per round, collectives inside: every process
-    #     runs the same number of rounds), GRPOTrainer._get_train_sampler (RepeatSampler: each page chunk is
-    #     one generation batch, repeated num_iterations x steps_per_generation times),
+    #     runs the same number of rounds), GRPOTrainer._get_train_sampler (RepeatSampler, epoch-seeded by
+    #     EpochSeededOrderMixin: each page chunk is one generation batch, repeated num_iterations x
+    #     steps_per_generation times),
     #   Trainer.get_batch_samples (receives the epoch iterator), Trainer._run_epoch (epoch index),
     #   Trainer.set_initial_training_values, Trainer._init_training_state (resume position), _save_checkpoint.
-
-    def _get_train_sampler(self, dataset=None):
-        sampler = super()._get_train_sampler(dataset)  # epoch-seeded: EpochSeededOrderMixin
-        if self.active_sampling:
-            self._as_sampler = sampler
-        return sampler
 
     def set_initial_training_values(self, args, dataloader):
         values = list(super().set_initial_training_values(args, dataloader))
@@ -306,8 +300,6 @@ class OlmoRLGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer)
     def _run_epoch(self, model, epoch, train_dataloader, *args, **kwargs):
         self._as_epoch = epoch
         self._as_iterator = None
-        if self._as_sampler is not None:
-            self._as_sampler.set_epoch(epoch)
         return super()._run_epoch(model, epoch, train_dataloader, *args, **kwargs)
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
@@ -388,9 +380,7 @@ class OlmoRLGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer)
                    if not bool(keep[g * G])][: target - len(kept)]  # zero-signal groups, masked out of the loss
         groups = kept + fillers
         picks = [(o, g * G + i) for o, g in groups for i in range(G)]
-        pad = self.processing_class.tokenizer.pad_token_id if hasattr(self.processing_class, "tokenizer") \
-            else self.processing_class.pad_token_id
-        merged = merge_rows(outputs, picks, pad)
+        merged = merge_rows(outputs, picks, self._tokenizer.pad_token_id)
         keep_rows = torch.tensor([bool(keeps[o][r]) for o, r in picks], device=device)
         loss_mask = merged["completion_mask"] * merged.get("tool_mask", torch.ones_like(merged["completion_mask"]))
         merged["num_items_in_batch"] = self.accelerator.gather((loss_mask * keep_rows.unsqueeze(1)).sum()).sum()

@@ -3,27 +3,55 @@
 TRL 1.16's ``RepeatSampler`` seeds one generator at construction and draws each epoch's shuffle from it
 in turn. A run resumed in epoch E > 0 builds a fresh sampler in a fresh process, so it replays epoch 0's
 order (measured: a resume at step 11 of 10 pages a epoch gave rewards 0.34 away from the uninterrupted
-run's on the next steps). :class:`EpochSeededOrderMixin` gives both trainers a sampler that reseeds
-from (seed, epoch) at every pass; the Trainer tells it the epoch (``set_epoch``) before each one, the
-resumed one included. Epoch 0's order is TRL's exactly.
+run's on the next steps). :class:`EpochSeededOrderMixin` gives both trainers an
+:class:`EpochSeededRepeatSampler` and sets its epoch at the start of every epoch, the resumed one
+included. Epoch 0's order is TRL's exactly.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from trl.trainer.utils import RepeatSampler
 
-from olmocr_rl.active_sampling import EpochSeededRepeatSampler
+
+class EpochSeededRepeatSampler(RepeatSampler):
+    """``RepeatSampler`` reshuffled from ``seed`` and the epoch at every pass."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        if self.shuffle:
+            self.generator.manual_seed((self.seed or 0) + 1_000_003 * self.epoch)
+        return super().__iter__()
 
 
 class EpochSeededOrderMixin:
-    """Put before ``GRPOTrainer`` in the bases: its train sampler becomes an :class:`EpochSeededRepeatSampler`."""
+    """Put before ``GRPOTrainer`` in the bases: its train sampler becomes an :class:`EpochSeededRepeatSampler`.
+
+    Relies on TRL's ``GRPOTrainer._get_train_sampler`` and the Trainer's ``_run_epoch(model, epoch, ...)``.
+    """
+
+    _page_sampler: EpochSeededRepeatSampler | None = None
 
     def _get_train_sampler(self, dataset=None):
         sampler = super()._get_train_sampler(dataset)
         if type(sampler) is not RepeatSampler:
             return sampler
-        return EpochSeededRepeatSampler(
+        self._page_sampler = EpochSeededRepeatSampler(
             data_source=sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
             batch_size=sampler.batch_size, repeat_count=sampler.repeat_count, shuffle=sampler.shuffle,
             seed=sampler.seed,
         )
+        return self._page_sampler
+
+    def _run_epoch(self, model, epoch, train_dataloader, *args, **kwargs):
+        # Set here, whatever wrappers (accelerate's shards, skip_first_batches) sit around the sampler.
+        if self._page_sampler is not None:
+            self._page_sampler.set_epoch(epoch)
+        return super()._run_epoch(model, epoch, train_dataloader, *args, **kwargs)

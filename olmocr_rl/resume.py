@@ -43,15 +43,22 @@ def load_checkpoint_weights(trainer, checkpoint: str, model=None) -> None:
     model = trainer.model if model is None else model
     if not _plain_hf_checkpoint(trainer, checkpoint):
         return type(trainer)._load_from_checkpoint(trainer, checkpoint, model)
+    from olmocr_rl.storage import CheckpointMismatchError
+
     first = next(iter(model.parameters()))
     saved = type(model).from_pretrained(checkpoint, dtype=first.dtype)
     state = saved.state_dict()
+    fix = "resume with the --model_name the run started from, or start a new run in another --output_dir"
     with torch.no_grad():
-        result = model.load_state_dict(state, strict=False)
+        try:
+            result = model.load_state_dict(state, strict=False)
+        except RuntimeError as exc:  # a tensor of another shape
+            size = next((line.strip() for line in str(exc).splitlines() if "size mismatch" in line), str(exc))
+            raise CheckpointMismatchError(f"{checkpoint} does not fit the model ({size}); {fix}") from None
     del saved, state
     if result.missing_keys or result.unexpected_keys:
-        raise RuntimeError(f"checkpoint {checkpoint} does not match the model: missing "
-                           f"{result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}")
+        raise CheckpointMismatchError(f"{checkpoint} does not match the model: missing {result.missing_keys[:5]}, "
+                                      f"unexpected {result.unexpected_keys[:5]}; {fix}")
     logger.info("loaded the model weights of %s (every key)", checkpoint)
 
 

@@ -675,7 +675,7 @@ def find_latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
 
 
 class CheckpointMismatchError(StorageError):
-    """The checkpoint to resume from was saved by another world size or engine than this run's."""
+    """The checkpoint to resume from was saved by another world size or engine, or for another architecture."""
 
 
 @dataclass(frozen=True)

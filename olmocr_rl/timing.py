@@ -53,30 +53,21 @@ def instrument_trainer(trainer) -> "StepTimingCallback":
         totals.model_flops += count_flops(prompt_ids, completion_ids)
         return out
 
-    calculate_rewards = trainer._calculate_rewards
-
-    @functools.wraps(calculate_rewards)
-    def timed_rewards(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return calculate_rewards(*args, **kwargs)
-        finally:
-            totals.reward_s += time.perf_counter() - start
-
-    trainer._generate = timed_generate
-    trainer._calculate_rewards = timed_rewards
-
-    refill = getattr(trainer, "_active_sampling_refill", None)  # OlmoRL --active_sampling's extra rounds
-    if refill is not None:
-        @functools.wraps(refill)
-        def timed_refill(*args, **kwargs):
+    def timed(method, field: str):
+        @functools.wraps(method)
+        def wrapper(*args, **kwargs):
             start = time.perf_counter()
             try:
-                return refill(*args, **kwargs)
+                return method(*args, **kwargs)
             finally:
-                totals.refill_s += time.perf_counter() - start
+                setattr(totals, field, getattr(totals, field) + time.perf_counter() - start)
 
-        trainer._active_sampling_refill = timed_refill
+        return wrapper
+
+    trainer._generate = timed_generate
+    trainer._calculate_rewards = timed(trainer._calculate_rewards, "reward_s")
+    if hasattr(trainer, "_active_sampling_refill"):  # OlmoRL --active_sampling's extra rounds
+        trainer._active_sampling_refill = timed(trainer._active_sampling_refill, "refill_s")
     callback = StepTimingCallback(totals)
     callback.log_refill = bool(getattr(trainer, "active_sampling", False))
     return callback

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from s3_server import moto_s3  # noqa: F401  (pytest fixture)
-from test_cli_e2e import REPO, cli_env, failure, offline_runs, read_metrics, run_cli, tiny_run_flags, training_steps
+from test_cli_e2e import REPO, cli_env, failure, offline_runs, read_metrics, run_cli, tiny_run_flags
 from test_cli_s3 import remote_files
 
 # Every per-step number that depends on the pages, the sampled completions and the weights.
@@ -385,3 +385,19 @@ def test_resume_in_the_second_epoch_sees_that_epochs_page_order(tmp_path, tiny_m
     assert sorted(steps_b) == list(range(1, 14))
     worst = {key: max(abs(steps_a[s][key] - steps_b[s][key]) for s in (12, 13)) for key in COMPARED}
     assert all(diff <= 1e-6 for diff in worst.values()), worst
+
+
+def test_resuming_a_checkpoint_of_another_architecture_is_one_error_line(tmp_path, tiny_model_dir):
+    from olmocr_rl.tiny_model import build_tiny_model
+
+    out = tmp_path / "out"
+    first = run_cli([*tiny_run_flags(tiny_model_dir, out, 2), "--report_to", "none"], tmp_path)
+    assert first.returncode == 0, failure(first)
+    other = build_tiny_model(tmp_path / "other", seed=0, vocab_size=512)  # a smaller embedding and head (710 -> 512)
+    resumed = run_cli([*tiny_run_flags(other, out, 4), "--report_to", "none", "--resume_from_checkpoint"], tmp_path)
+    assert resumed.returncode == 1, failure(resumed)
+    assert "Traceback" not in resumed.stderr
+    errors = [line for line in resumed.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: --resume_from_checkpoint: {out / 'checkpoint-2'} does "
+                                                     "not fit the model (size mismatch")
+    assert "--model_name the run started from" in errors[0]

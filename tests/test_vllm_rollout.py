@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from test_config import bench  # noqa: F401  (pytest fixture: an empty bench folder)
 
 from olmocr_rl import config as config_module
 from olmocr_rl.colocate_memory import GIB, ModelFacts, check_fit, model_facts
@@ -38,14 +39,6 @@ def test_vision_pad_tokens_are_banned_for_vllm(tiny_model_dir):
     assert kwargs == {"min_tokens": 4, "bad_words": ["foo", "<|image_pad|>", "<|video_pad|>"]}
     assert vllm_sampling_kwargs(None, tokenizer, block_image_tokens=False) is None
     assert vllm_sampling_kwargs({"seed": 1}, tokenizer, block_image_tokens=False) == {"seed": 1}
-
-
-@pytest.fixture
-def bench(tmp_path):
-    folder = tmp_path / "bench"
-    (folder / "pdfs").mkdir(parents=True)
-    (folder / "t.jsonl").write_text("")
-    return folder
 
 
 def _validate(bench, *flags, vllm=False, cuda=False, monkeypatch):
