@@ -155,10 +155,7 @@ def build_tiny_model(
 ) -> Path:
     """Write a complete random-weight Qwen2.5-VL model folder to ``out_dir`` and return its path."""
     import torch
-    from transformers import GenerationConfig, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-    from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
-
-    from olmocr_rl.models import _image_only_processor_class
+    from transformers import GenerationConfig, Qwen2_5_VLForConditionalGeneration
 
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; choose one of {sorted(SHAPES)}")
@@ -169,34 +166,7 @@ def build_tiny_model(
     corpus = [base_corpus()] + list(extra_corpus)
     tokenizer = _wrap_tokenizer(train_tokenizer(corpus, vocab_size=vocab_size))
     ids = {tok: tokenizer.convert_tokens_to_ids(tok) for tok in SPECIAL_TOKENS}
-
-    text = dict(preset["text"])
-    mrope_section = text.pop("mrope_section")
-    tie = text.pop("tie_word_embeddings")
-    text_config = dict(
-        vocab_size=len(tokenizer),
-        max_position_embeddings=32768,
-        rms_norm_eps=1e-6,
-        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": mrope_section},
-        bos_token_id=ids["<|endoftext|>"],
-        eos_token_id=ids["<|im_end|>"],
-        pad_token_id=ids["<|endoftext|>"],
-        **text,
-    )
-    vision = dict(preset["vision"])
-    vision_config = dict(
-        patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
-        out_hidden_size=text["hidden_size"], in_channels=3, **vision,
-    )
-    config = Qwen2_5_VLConfig(
-        text_config=text_config,
-        vision_config=vision_config,
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=tie,
-    )
+    config = _model_config(preset, len(tokenizer), ids)
     torch.manual_seed(seed)
     with torch.device(device):  # a real-size shape initialises in seconds on a GPU
         model = Qwen2_5_VLForConditionalGeneration(config).to(getattr(torch, dtype))
@@ -209,8 +179,55 @@ def build_tiny_model(
     )
     model.save_pretrained(out)
 
+    _save_processor(out, tokenizer, preset["max_pixels"])
+    _add_video_processor(out / "processor_config.json")
+    (out / "olmocr_rl_tiny_model.json").write_text(
+        json.dumps({"seed": seed, "shape": shape, "vocab_size": len(tokenizer),
+                    "parameters": sum(p.numel() for p in model.parameters())}, indent=2) + "\n"
+    )
+    return out
+
+
+def _model_config(preset: dict, vocab_size: int, ids: dict[str, int]):
+    """The Qwen2.5-VL config of a shape preset, with the tokenizer's special-token ids."""
+    from transformers import Qwen2_5_VLConfig
+
+    text = dict(preset["text"])
+    mrope_section = text.pop("mrope_section")
+    tie = text.pop("tie_word_embeddings")
+    text_config = dict(
+        vocab_size=vocab_size,
+        max_position_embeddings=32768,
+        rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": mrope_section},
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+        **text,
+    )
+    vision_config = dict(
+        patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
+        out_hidden_size=text["hidden_size"], in_channels=3, **preset["vision"],
+    )
+    return Qwen2_5_VLConfig(
+        text_config=text_config,
+        vision_config=vision_config,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=tie,
+    )
+
+
+def _save_processor(out: Path, tokenizer, max_pixels: int) -> None:
+    """The image-only processor and tokenizer beside the weights, recorded as the stock processor class."""
+    from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
+
+    from olmocr_rl.models import _image_only_processor_class
+
     image_processor = Qwen2VLImageProcessorPil(
-        min_pixels=56 * 56, max_pixels=preset["max_pixels"], patch_size=14, temporal_patch_size=2, merge_size=2,
+        min_pixels=56 * 56, max_pixels=max_pixels, patch_size=14, temporal_patch_size=2, merge_size=2,
     )
     processor = _image_only_processor_class()(image_processor, tokenizer, chat_template=CHAT_TEMPLATE)
     processor.save_pretrained(out)
@@ -220,12 +237,6 @@ def build_tiny_model(
         file = out / name
         if file.is_file():
             file.write_text(file.read_text().replace('"ImageOnlyQwen2_5_VLProcessor"', '"Qwen2_5_VLProcessor"'))
-    _add_video_processor(out / "processor_config.json")
-    (out / "olmocr_rl_tiny_model.json").write_text(
-        json.dumps({"seed": seed, "shape": shape, "vocab_size": len(tokenizer),
-                    "parameters": sum(p.numel() for p in model.parameters())}, indent=2) + "\n"
-    )
-    return out
 
 
 def _add_video_processor(processor_config: Path) -> None:
