@@ -13,11 +13,11 @@ import json
 import sys
 from typing import Any
 
-from olmocr_rl.config.flags import flag_key, parse_args
+from olmocr_rl.config.flags import _OneLineErrorParser, flag_key, parse_args
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineErrorParser(
         prog="python -m olmocr_rl.config", allow_abbrev=False,
         description="Print the value `python -m olmocr_rl.grpo_train` will use for a flag: the command line over "
                     "--config YAML over the default. Any trainer flag may follow.",
