@@ -19,7 +19,6 @@ against the whole step's time, and ``train_mfu`` the same FLOPs against the trai
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import resource
@@ -146,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="training steps per arm (default 4 GPU, 3 CPU)")
     parser.add_argument("--completion_length", type=int, default=None, help="fixed completion tokens (256 GPU, 16 CPU)")
     parser.add_argument("--num_generations", type=int, default=None, help="G (default 8 GPU, 4 CPU)")
-    parser.add_argument("--image_dim", type=int, default=None, help="page size, longest side (1288 GPU, 448 CPU)")
+    parser.add_argument("--image_dim", type=int, default=None, help="page size, longest side (default: the trainer's --target_longest_image_dim on GPU, 448 on CPU)")
     parser.add_argument("--arms", default="grpo,olmorl", help="comma list of grpo, olmorl")
     parser.add_argument("--work_dir", default=None, help="where the model and run outputs go (default a temp dir)")
     parser.add_argument("--out", default="gpu_check.json", help="JSON file for the table")
@@ -155,14 +154,16 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from olmocr_rl.config import build_parser, probe_environment
     from olmocr_rl.tiny_model import build_tiny_model
 
-    cuda = torch.cuda.is_available()
+    environment = probe_environment()
+    cuda = environment.cuda
     shape = args.shape or ("3b" if cuda else "tiny")
     steps = args.steps or (4 if cuda else 3)
     length = args.completion_length or (256 if cuda else 16)
     G = args.num_generations or (8 if cuda else 4)
-    image_dim = args.image_dim or (1288 if cuda else 448)
+    image_dim = args.image_dim or (build_parser().get_default("target_longest_image_dim") if cuda else 448)
     device_name = torch.cuda.get_device_name(0) if cuda else "cpu"
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="olmocr_rl_gpu_check_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[gpu_check] device {device_name}; model {shape} ({params / 1e6:.1f}M params) built in {build_s:.0f}s",
           flush=True)
 
-    if importlib.util.find_spec("vllm") is not None:  # not imported here: each arm's process starts its engine
+    if environment.vllm:  # not imported here: each arm's process starts its engine
         backend, min_tokens = "vllm-colocate", {"min_tokens": length}
     else:
         backend, min_tokens = "hf-generate", {"min_new_tokens": length}

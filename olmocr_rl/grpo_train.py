@@ -4,10 +4,12 @@
     python -m olmocr_rl.grpo_train --train_bench_data_folder bench/ --model_name Qwen/Qwen2.5-VL-7B-Instruct \\
         --reward_bench --reward_front_matter --reward_eos --num_generations 28 --gradient_accumulation_steps 28
 
-The phases, in order: parse and validate flags (before anything heavy loads) -> check W&B's credentials
-(with --report_to wandb) -> validate the bench folder -> find the checkpoint to resume from (local, or
-pulled from S3) -> build datasets -> load model and processor -> build rewards -> build the trainer
-(plain TRL GRPO, or OlmoRL with --olmorl) -> train -> save model + processor.
+The phases of ``main``, in order, each a function: parse and validate flags into a frozen ResolvedConfig
+(before anything heavy loads) -> ``_check_before_loading`` (W&B's credentials with --report_to wandb, the
+bench folders, the checkpoint to resume from, local or pulled from S3, S3 access) -> ``_build_datasets`` ->
+``_load_model`` (model and processor) -> ``_build_rewards`` -> ``_build_trainer`` (plain TRL GRPO, or
+OlmoRL with --olmorl) -> ``_train_and_save`` (train, save model + processor). A phase that cannot go on
+raises ``_Stop``, which ``main`` turns into one ``error:`` line.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from olmocr_rl.config import ConfigError, build_grpo_config, parse_args, validate
+from olmocr_rl.config import ConfigError, ResolvedConfig, build_grpo_config, parse_args, validate
 
 logger = logging.getLogger("olmocr_rl.grpo_train")
 
@@ -36,6 +38,14 @@ def setup_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+class _Stop(Exception):
+    """A phase cannot go on: ``message`` becomes the one ``error:`` line, ``code`` the exit status."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.message, self.code = message, code
+
+
 def _fail(message: str, code: int = 2) -> int:
     """One ``error:`` line on stderr (a multi-line message, e.g. from the hub client, is joined)."""
     line = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
@@ -45,126 +55,142 @@ def _fail(message: str, code: int = 2) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
-
-    # --- 1. flags ---------------------------------------------------------------------------------
     args = parse_args(argv)  # a parse error prints one `error:` line and exits 2
     try:
-        resolved = validate(args)
+        cfg = validate(args)
     except ConfigError as exc:
         return _fail(str(exc))
-    for notice in resolved.notices:  # each logged once, here
+    for notice in cfg.notices:  # each logged once, here
         (logger.warning if notice.startswith("WARNING:") else logger.info)(notice)
-    if "wandb" in args.report_to and global_rank() == 0:  # the W&B run lives on the global main process only
+    try:
+        resume = _check_before_loading(cfg)
+        train_dataset, eval_dataset = _build_datasets(cfg)
+        model, processor = _load_model(cfg)
+        rewards = _build_rewards(cfg, processor)
+        trainer = _build_trainer(cfg, model, processor, rewards, train_dataset, eval_dataset, resume)
+        _train_and_save(cfg, trainer, processor, resume)
+    except _Stop as stop:
+        return _fail(stop.message, stop.code)
+    return 0
+
+
+def _check_before_loading(cfg: ResolvedConfig) -> str | None:
+    """W&B credentials, the bench folders, the checkpoint to resume from and S3 access, before anything loads.
+
+    Returns the checkpoint to resume from (pulled from S3 on a fresh machine), or None.
+    """
+    if "wandb" in cfg.report_to and global_rank() == 0:  # the W&B run lives on the global main process only
         from olmocr_rl.wandb_check import wandb_credentials_problem
 
-        os.environ.setdefault("WANDB_PROJECT", args.wandb_project)  # before W&B reads its settings
+        os.environ.setdefault("WANDB_PROJECT", cfg.wandb_project)  # before W&B reads its settings
         problem = wandb_credentials_problem()
         if problem:
-            return _fail(problem, code=1)
-
-    # --- 2. bench data, checked before any model loads ---------------------------------------------
+            raise _Stop(problem)
     from olmocr_rl.validate_bench import validate_bench_folder
 
-    test_types = args.bench_type_filter or None
-    folders = {args.train_bench_data_folder}
-    if args.eval_steps is not None and args.eval_bench_data_folder:
-        folders.add(args.eval_bench_data_folder)
+    folders = {cfg.train_bench_data_folder}
+    if cfg.eval_steps is not None and cfg.eval_bench_data_folder:
+        folders.add(cfg.eval_bench_data_folder)
     for folder in sorted(folders):
-        report = validate_bench_folder(folder, jsonl_filter=args.jsonl_filter, test_types=test_types)
+        report = validate_bench_folder(folder, jsonl_filter=cfg.jsonl_filter, test_types=_test_types(cfg))
         if not report.ok:
             print(report.format(), file=sys.stderr)
-            return _fail(f"bench folder {folder} has problems (listed above); fix them, or check them with "
-                         f"`python -m olmocr_rl.validate_bench {folder}`", code=1)
-    os.makedirs(args.output_dir, exist_ok=True)
+            raise _Stop(f"bench folder {folder} has problems (listed above); fix them, or check them with "
+                        f"`python -m olmocr_rl.validate_bench {folder}`")
+    os.makedirs(cfg.output_dir, exist_ok=True)
 
-    # The checkpoint to resume from (pulled from S3 on a fresh machine), found before the model loads.
     from olmocr_rl.storage import StorageError
 
     try:
-        resume = _resume_checkpoint(args)
+        resume = _resume_checkpoint(cfg)
     except StorageError as exc:  # resuming was asked for and S3 cannot be read: starting over would be wrong
-        return _fail(f"--resume_from_checkpoint: {exc}", code=1)
-    if args.s3_save_path:  # a mistyped bucket or missing credentials now, not as log lines at the first save
+        raise _Stop(f"--resume_from_checkpoint: {exc}") from None
+    if cfg.s3_save_path:  # a mistyped bucket or missing credentials now, not as log lines at the first save
         from olmocr_rl.storage import check_s3_access
 
         try:
-            check_s3_access(args.s3_save_path)
+            check_s3_access(cfg.s3_save_path)
         except StorageError as exc:
-            return _fail(f"--s3_save_path: {exc}", code=1)
+            raise _Stop(f"--s3_save_path: {exc}") from None
+    return resume
 
-    # --- 3. datasets, before the model: a page filter that leaves no page fails fast ------------------
+
+def _test_types(cfg: ResolvedConfig) -> list[str] | None:
+    return list(cfg.bench_type_filter) if cfg.bench_type_filter else None
+
+
+def _build_datasets(cfg: ResolvedConfig):
+    """``(train, eval or None)``, before the model: a page filter that leaves no page fails fast."""
     from olmocr_rl.data.dataset import BenchDataError, OlmOCRBenchDataset
 
+    common = dict(target_longest_image_dim=cfg.target_longest_image_dim, jsonl_filter=cfg.jsonl_filter,
+                  test_types=_test_types(cfg), pages=cfg.pages, exclude_pages=cfg.exclude_pages)
     try:  # validate_bench checked the files; what can still fail is a page filter that leaves no page
-        train_dataset = OlmOCRBenchDataset(
-            args.train_bench_data_folder, max_samples=args.max_train_samples,
-            target_longest_image_dim=args.target_longest_image_dim, jsonl_filter=args.jsonl_filter,
-            test_types=test_types, pages=args.pages, exclude_pages=args.exclude_pages,
-        )
+        train_dataset = OlmOCRBenchDataset(cfg.train_bench_data_folder, max_samples=cfg.max_train_samples, **common)
         eval_dataset = None
-        if args.eval_steps is not None:
-            eval_dataset = OlmOCRBenchDataset(
-                args.eval_bench_data_folder or args.train_bench_data_folder,
-                max_samples=args.max_eval_samples, target_longest_image_dim=args.target_longest_image_dim,
-                jsonl_filter=args.jsonl_filter, test_types=test_types, pages=args.pages,
-                exclude_pages=args.exclude_pages,
-            )
+        if cfg.eval_steps is not None:
+            eval_dataset = OlmOCRBenchDataset(cfg.eval_bench_data_folder or cfg.train_bench_data_folder,
+                                              max_samples=cfg.max_eval_samples, **common)
     except BenchDataError as exc:
-        return _fail(" ".join(line.strip() for line in str(exc).splitlines()), code=1)
+        raise _Stop(" ".join(line.strip() for line in str(exc).splitlines())) from None
     logger.info("train pages:\n%s", train_dataset.describe())
+    return train_dataset, eval_dataset
 
-    # --- 4. model and processor --------------------------------------------------------------------
+
+def _load_model(cfg: ResolvedConfig):
+    """``(model, processor)`` with the vision speedups applied; the colocate memory check first."""
     from olmocr_rl.models import ModelLoadError, load_model_and_processor
-
-    if resolved.vllm_mode == "colocate":
-        problem = colocate_memory_problem(args, resolved)
-        if problem:
-            return _fail(problem, code=1)
-    try:
-        model, processor = load_model_and_processor(args.model_name, cache_dir=args.cache_dir)
-    except ModelLoadError as exc:
-        return _fail(str(exc), code=1)
-    except OSError as exc:  # hub id not reachable offline, missing files
-        return _fail(f"cannot load --model_name {args.model_name}: {exc}", code=1)
     from olmocr_rl.vision_speedups import apply_vision_speedups
 
-    batched_attention = args.batched_vision_attention
-    if batched_attention is None:
-        import torch
-
-        batched_attention = torch.cuda.is_available()
-    for speedup in apply_vision_speedups(model, share_pages=args.share_page_encoding,
-                                         batched_attention=batched_attention):
+    if cfg.vllm_mode == "colocate":
+        problem = colocate_memory_problem(cfg)
+        if problem:
+            raise _Stop(problem)
+    try:
+        model, processor = load_model_and_processor(cfg.model_name, cache_dir=cfg.cache_dir)
+    except ModelLoadError as exc:
+        raise _Stop(str(exc)) from None
+    except OSError as exc:  # hub id not reachable offline, missing files
+        raise _Stop(f"cannot load --model_name {cfg.model_name}: {exc}") from None
+    for speedup in apply_vision_speedups(model, share_pages=cfg.share_page_encoding,
+                                         batched_attention=cfg.batched_vision_attention):
         logger.info("vision tower: %s", speedup)
+    return model, processor
 
-    # --- 5. rewards ----------------------------------------------------------------------------------
+
+def _build_rewards(cfg: ResolvedConfig, processor):
+    """``(reward_funcs, reward_weights, reward_names, reward_logger)`` from the resolved reward spec."""
     from olmocr_rl.rewards import build_reward_functions
     from olmocr_rl.telemetry import DetailedRewardLogger
 
     reward_logger = DetailedRewardLogger()
     try:
-        reward_funcs, reward_weights, reward_names = build_reward_functions(
-            resolved.reward_spec, eos_token_id=processor.tokenizer.eos_token_id,
-            raw_completion=args.bench_raw_completion, reward_logger=reward_logger,
+        funcs, weights, names = build_reward_functions(
+            cfg.reward_spec, eos_token_id=processor.tokenizer.eos_token_id,
+            raw_completion=cfg.bench_raw_completion, reward_logger=reward_logger,
         )
     except ValueError as exc:
-        return _fail(str(exc))
-    logger.info("rewards: %s", ", ".join(f"{n} x {w:g}" for n, w in zip(reward_names, reward_weights)))
+        raise _Stop(str(exc), code=2) from None
+    logger.info("rewards: %s", ", ".join(f"{n} x {w:g}" for n, w in zip(names, weights)))
+    return funcs, weights, names, reward_logger
 
-    # --- 6. trainer ----------------------------------------------------------------------------------
-    grpo_config = build_grpo_config(args, resolved, reward_weights, tokenizer=processor.tokenizer)
-    if "wandb" in args.report_to:
-        problem = _init_wandb(args, resolved, resume)
+
+def _build_trainer(cfg: ResolvedConfig, model, processor, rewards, train_dataset, eval_dataset, resume):
+    """Plain TRL GRPO or OlmoRL, with W&B started and the callbacks in place."""
+    reward_funcs, reward_weights, reward_names, reward_logger = rewards
+    grpo_config = build_grpo_config(cfg, reward_weights, tokenizer=processor.tokenizer)
+    if "wandb" in cfg.report_to:
+        problem = _init_wandb(cfg, resume)
         if problem:
-            return _fail(problem, code=1)
+            raise _Stop(problem)
     extra = {}
-    if args.olmorl:
+    if cfg.olmorl:
         from olmocr_rl.olmorl_trainer import OlmoRLGRPOTrainer as trainer_cls
 
-        extra = {"active_sampling": args.active_sampling, "active_sampling_max_rounds": args.active_sampling_max_rounds}
+        extra = {"active_sampling": cfg.active_sampling, "active_sampling_max_rounds": cfg.active_sampling_max_rounds}
     else:
         from olmocr_rl.completions_log import PlainGRPOTrainer as trainer_cls
-    with _rollout_backend(args, resolved):
+    with _rollout_backend(cfg):
         trainer = trainer_cls(
             **extra, model=model, args=grpo_config, processing_class=processor, reward_funcs=reward_funcs,
             train_dataset=train_dataset.to_trl_dataset(),
@@ -173,66 +199,65 @@ def main(argv: list[str] | None = None) -> int:
     from olmocr_rl.resume import install_checkpoint_loader
 
     install_checkpoint_loader(trainer)  # the checkpoint's weights, whatever key layout it was saved in
-    _add_callbacks(trainer, args, reward_names, reward_logger)
+    _add_callbacks(trainer, cfg, reward_names, reward_logger)
+    return trainer
 
-    # --- 7. train (resume), save ---------------------------------------------------------------------
+
+def _train_and_save(cfg: ResolvedConfig, trainer, processor, resume: str | None) -> None:
+    """Train (resumed from ``resume``), save the model and processor, write the summary and mirror."""
     from olmocr_rl.storage import CheckpointMismatchError
 
     try:
         trainer.train(resume_from_checkpoint=resume)
     except CheckpointMismatchError as exc:  # the checkpoint's weights do not fit --model_name's architecture
-        return _fail(f"--resume_from_checkpoint: {exc}", code=1)
-    trainer.save_model(args.output_dir)
+        raise _Stop(f"--resume_from_checkpoint: {exc}") from None
+    trainer.save_model(cfg.output_dir)
     if trainer.is_world_process_zero():  # the processor beside the final model, whatever the Trainer saved
-        processor.save_pretrained(args.output_dir)
-    _finish(trainer, args)
-    return 0
+        processor.save_pretrained(cfg.output_dir)
+    _finish(trainer, cfg)
 
 
-def colocate_memory_problem(args, resolved) -> str | None:
+def colocate_memory_problem(cfg: ResolvedConfig) -> str | None:
     """On a CUDA GPU: do the colocated engine and the trainer fit (olmocr_rl.colocate_memory)? From the config only."""
-    import torch
-
-    if not torch.cuda.is_available():
+    if not cfg.environment.cuda:
         return None  # vLLM's CPU engine takes its KV cache from RAM (VLLM_CPU_KVCACHE_SPACE)
+    import torch
     from transformers import AutoConfig
 
     from olmocr_rl.colocate_memory import check_fit, model_facts
-    from olmocr_rl.config import vllm_engine_dtype
     from olmocr_rl.models import MODEL_CLASSES, ModelLoadError, resolve_model_path
 
     try:
-        config = AutoConfig.from_pretrained(resolve_model_path(args.model_name, cache_dir=args.cache_dir))
+        config = AutoConfig.from_pretrained(resolve_model_path(cfg.model_name, cache_dir=cfg.cache_dir))
     except (OSError, ValueError, ModelLoadError) as exc:  # the model load right after reports it properly
-        logger.warning("colocate memory check skipped: no config for %s (%s)", args.model_name, exc)
+        logger.warning("colocate memory check skipped: no config for %s (%s)", cfg.model_name, exc)
         return None
     if config.model_type not in MODEL_CLASSES:
         return None  # load_model_and_processor names the supported types
     gpu_bytes = torch.cuda.get_device_properties(int(os.environ.get("LOCAL_RANK", "0"))).total_memory
     problem = check_fit(
-        model_facts(config), gpu_bytes=gpu_bytes, utilization=args.vllm_gpu_memory_utilization,
-        max_model_length=resolved.vllm_max_model_length, engine_dtype=vllm_engine_dtype(args),
-        reference_model=args.beta > 0, single_process=resolved.num_processes == 1,
-        tensor_parallel=args.vllm_tensor_parallel_size,
+        model_facts(config), gpu_bytes=gpu_bytes, utilization=cfg.vllm_gpu_memory_utilization,
+        max_model_length=cfg.vllm_max_model_length, engine_dtype=cfg.vllm_engine_dtype,
+        reference_model=cfg.beta > 0, single_process=cfg.num_processes == 1,
+        tensor_parallel=cfg.vllm_tensor_parallel_size,
     )
     if problem is None:
         logger.info("colocate memory check: vLLM engine and trainer fit on the %.0f GiB GPU", gpu_bytes / 2**30)
     return problem
 
 
-def _rollout_backend(args, resolved):
+def _rollout_backend(cfg: ResolvedConfig):
     """vLLM backends get our prompt/dtype fixes (olmocr_rl.vllm_rollout); HF generation needs nothing."""
     import contextlib
 
-    if resolved.vllm_mode == "none":
+    if cfg.vllm_mode == "none":
         return contextlib.nullcontext()
-    from olmocr_rl.config import vllm_engine_dtype
     from olmocr_rl.vllm_rollout import page_vllm_generation
 
-    return page_vllm_generation({"dtype": vllm_engine_dtype(args)})
+    return page_vllm_generation({"dtype": cfg.vllm_engine_dtype})
 
 
-def _init_wandb(args, resolved, resume: str | None = None) -> str | None:
+def _init_wandb(cfg: ResolvedConfig, resume: str | None = None) -> str | None:
     """W&B on the global main process only, with the full flag set as its config; a problem as one line.
 
     A run resumed from a checkpoint that holds a W&B run id (resume.WandbRunIdCallback) continues that
@@ -246,23 +271,20 @@ def _init_wandb(args, resolved, resume: str | None = None) -> str | None:
     from olmocr_rl.resume import read_wandb_run
     from olmocr_rl.wandb_check import WAYS_OUT
 
-    os.environ.setdefault("WANDB_PROJECT", args.wandb_project)
-    config = {k: v for k, v in vars(args).items()}
-    config["resolved_vllm_mode"] = resolved.vllm_mode
-    config["num_processes"] = resolved.num_processes
+    os.environ.setdefault("WANDB_PROJECT", cfg.wandb_project)
     previous = read_wandb_run(resume)
     run_id = previous["id"] if previous else None
     if run_id:
         logger.info("W&B: continuing run %s (its id is stored in %s)", run_id, resume)
     try:
-        wandb.init(project=args.wandb_project, name=args.wandb_run_name, config=config,
-                   dir=args.output_dir, id=run_id, resume="allow")
+        wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, config=cfg.as_dict(),
+                   dir=cfg.output_dir, id=run_id, resume="allow")
     except WandbError as exc:  # credentials the early check could not judge (another wandb version), server errors
         return f"--report_to wandb: W&B could not start a run ({' '.join(str(exc).split())}); {WAYS_OUT}"
     return None
 
 
-def _add_callbacks(trainer, args, reward_names: list[str], reward_logger) -> None:
+def _add_callbacks(trainer, cfg: ResolvedConfig, reward_names: list[str], reward_logger) -> None:
     from olmocr_rl.telemetry import DetailedRewardLoggingCallback
     from olmocr_rl.timing import instrument_trainer
     from olmocr_rl.training_callbacks import MetricsFileCallback, ProgressTableCallback
@@ -272,9 +294,9 @@ def _add_callbacks(trainer, args, reward_names: list[str], reward_logger) -> Non
     trainer.callback_handler.callbacks.insert(0, instrument_trainer(trainer))  # timing/* keys
     if {"olmocr_bench_reward", "olmocr_bench_reward_macroavg"} & set(reward_names):
         DetailedRewardLoggingCallback.attach(trainer, reward_logger)  # bench_reward/* keys; goes first
-    trainer.add_callback(MetricsFileCallback(Path(args.output_dir) / "metrics.jsonl"))
+    trainer.add_callback(MetricsFileCallback(Path(cfg.output_dir) / "metrics.jsonl"))
     trainer.add_callback(ProgressTableCallback())
-    if "wandb" in args.report_to:
+    if "wandb" in cfg.report_to:
         from transformers.integrations import WandbCallback
 
         from olmocr_rl.resume import WandbRunIdCallback
@@ -286,10 +308,10 @@ def _add_callbacks(trainer, args, reward_names: list[str], reward_logger) -> Non
             if type(callback) is WandbCallback:
                 callbacks[index] = olmocr_wandb_callback()
         trainer.add_callback(WandbRunIdCallback())  # the run id into every checkpoint, before the S3 mirror sends it
-    if args.s3_save_path:
+    if cfg.s3_save_path:
         from olmocr_rl.storage import S3SyncCallback
 
-        trainer.add_callback(S3SyncCallback(args.s3_save_path, args.output_dir))  # never fatal to training
+        trainer.add_callback(S3SyncCallback(cfg.s3_save_path, cfg.output_dir))  # never fatal to training
 
 
 def _resume_checkpoint(args) -> str | None:

@@ -30,9 +30,7 @@ except ImportError:  # pragma: no cover - torch is always installed in this proj
 STD_EPS = 1e-6
 """Added to the group std before dividing (original GRPO only), so a zero-std group gives 0, not NaN."""
 
-EPS_LOW = 0.2
-EPS_HIGH = 0.272
-"""OLMo 3's clip range: ratios are clipped to [1 - 0.2, 1 + 0.272] ("clip-higher", after DAPO)."""
+from olmocr_rl.olmorl_settings import EPS_HIGH, EPS_LOW  # noqa: E402  (OLMo 3's clip range, defined once)
 
 __all__ = [
     "EPS_HIGH",

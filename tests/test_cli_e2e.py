@@ -190,7 +190,7 @@ def console_tables(stdout: str) -> dict[int, str]:
 def test_default_flags_train_an_epoch_with_wandb_and_its_completions_table(tmp_path, tiny_model_dir):
     """As a new user runs it: --report_to wandb, --log_completions, --logging_steps 5, --warmup_steps 100,
     --vllm_mode auto, 1288 px pages, gradient checkpointing, one epoch (no --max_steps) ... all defaults."""
-    from olmocr_rl.config import _cuda_available, _vllm_available
+    from olmocr_rl.config import cuda_available, vllm_available
 
     out = tmp_path / "out"
     env = {**cli_env(tmp_path), "COLUMNS": "200"}  # rich's console width: page names printed whole
@@ -199,7 +199,7 @@ def test_default_flags_train_an_epoch_with_wandb_and_its_completions_table(tmp_p
     assert result.returncode == 0, failure(result)
     log = result.stdout + result.stderr
     assert "Traceback" not in log
-    if not (_vllm_available() and _cuda_available()):
+    if not (vllm_available() and cuda_available()):
         assert "vllm_mode auto:" in log and "generating with HF generate" in log, log[-3000:]
 
     # One epoch of the 10 sample pages (one page x 4 samples per step), logged every 5 steps, with the

@@ -176,7 +176,7 @@ def test_guide_command_lines(bench):
             validate(args)
         args.vllm_mode = "none"
     resolved = validate(args)
-    assert args.scale_rewards == "group"
+    assert resolved.scale_rewards == "group" and args.scale_rewards == "true"  # resolved, args as given
     assert resolved.vllm_mode == ("none" if importlib.util.find_spec("vllm") is None else "colocate")
     # The same line with the guide's `--loss_type "policy"` stops with the list of loss types.
     args.loss_type = "policy"
@@ -196,7 +196,7 @@ def test_log_multimodal_is_off_unless_asked(bench, tmp_path):
 
     for extra, expected in (((), False), (("--log_multimodal",), True)):
         args = _args(bench, "--output_dir", str(tmp_path / "out"), "--report_to", "none", *extra)
-        config = build_grpo_config(args, validate(args), [1.0])
+        config = build_grpo_config(validate(args), [1.0])
         assert config.log_multimodal is expected and config.log_completions is True
 
 

@@ -53,7 +53,7 @@ def test_no_reward_is_an_error_listing_every_flag():
         ({"bench_typo": 1.0}, "unknown reward 'bench_typo'"),
         ({"eos": "lots"}, "--reward_eos takes an optional weight"),
         ({"front_matter": float("nan")}, "finite"),
-        ({"bench": "./no/such/file.jsonl"}, "no such JSONL file"),
+        ({"bench": "./no/such/file.jsonl"}, "JSONL file not found"),
         ({"eos": 1.0}, "eos_token_id"),
     ],
 )

@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import pytest
 from test_config import bench  # noqa: F401  (pytest fixture: an empty bench folder)
 
-from olmocr_rl import config as config_module
+from olmocr_rl.config import environment as config_environment
 from olmocr_rl.colocate_memory import GIB, ModelFacts, check_fit, model_facts
-from olmocr_rl.config import ConfigError, build_grpo_config, parse_args, validate, vllm_engine_dtype
+from olmocr_rl.config import ConfigError, build_grpo_config, parse_args, validate
 from olmocr_rl.vllm_rollout import collapse_image_runs, vision_pad_tokens, vllm_sampling_kwargs
 
 IMG, VID = 7, 8
@@ -42,8 +42,8 @@ def test_vision_pad_tokens_are_banned_for_vllm(tiny_model_dir):
 
 
 def _validate(bench, *flags, vllm=False, cuda=False, monkeypatch):
-    monkeypatch.setattr(config_module, "_vllm_available", lambda: vllm)
-    monkeypatch.setattr(config_module, "_cuda_available", lambda: cuda)
+    monkeypatch.setattr(config_environment, "vllm_available", lambda: vllm)
+    monkeypatch.setattr(config_environment, "cuda_available", lambda: cuda)
     args = parse_args(["--train_bench_data_folder", str(bench), "--reward_bench", "--num_generations", "2",
                        "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1", *flags])
     return args, validate(args)
@@ -89,10 +89,10 @@ def test_vllm_engine_flag_checks(bench, monkeypatch):
         _validate(bench, "--vllm_mode", "colocate", "--vllm_enable_sleep_mode", vllm=True, monkeypatch=monkeypatch)
     with pytest.raises(ConfigError, match=r"--vllm_gpu_memory_utilization must be in \(0, 1\]"):
         _validate(bench, "--vllm_gpu_memory_utilization", "1.5", monkeypatch=monkeypatch)
-    args, _ = _validate(bench, monkeypatch=monkeypatch)
-    assert vllm_engine_dtype(args) == "float32"  # the trainer's dtype on CPU
-    args, _ = _validate(bench, "--vllm_dtype", "bfloat16", monkeypatch=monkeypatch)
-    assert vllm_engine_dtype(args) == "bfloat16"
+    _, resolved = _validate(bench, monkeypatch=monkeypatch)
+    assert resolved.vllm_engine_dtype == "float32"  # the trainer's dtype on CPU
+    _, resolved = _validate(bench, "--vllm_dtype", "bfloat16", monkeypatch=monkeypatch)
+    assert resolved.vllm_engine_dtype == "bfloat16"
 
 
 def test_grpo_config_carries_the_vllm_settings(bench, monkeypatch, tiny_model_dir):
@@ -101,14 +101,14 @@ def test_grpo_config_carries_the_vllm_settings(bench, monkeypatch, tiny_model_di
     tokenizer = load_processor(str(tiny_model_dir)).tokenizer
     args, resolved = _validate(bench, "--vllm_mode", "colocate", "--generation_kwargs", '{"min_tokens": 3}',
                                "--vllm_gpu_memory_utilization", "0.3", vllm=True, monkeypatch=monkeypatch)
-    config = build_grpo_config(args, resolved, [1.0], tokenizer=tokenizer)
+    config = build_grpo_config(resolved, [1.0], tokenizer=tokenizer)
     assert config.use_vllm and config.vllm_mode == "colocate"
     assert config.vllm_max_model_length == resolved.vllm_max_model_length
     assert config.vllm_gpu_memory_utilization == 0.3 and config.vllm_tensor_parallel_size == 1
     assert config.generation_kwargs == {"min_tokens": 3, "bad_words": ["<|image_pad|>", "<|video_pad|>"]}
     args, resolved = _validate(bench, "--vllm_mode", "none", "--generation_kwargs", '{"min_new_tokens": 3}',
                                monkeypatch=monkeypatch)
-    config = build_grpo_config(args, resolved, [1.0], tokenizer=tokenizer)
+    config = build_grpo_config(resolved, [1.0], tokenizer=tokenizer)
     assert not config.use_vllm and config.generation_kwargs == {"min_new_tokens": 3}  # HF: TRL masks pads itself
 
 
@@ -157,8 +157,8 @@ def test_cli_stops_before_loading_when_colocate_cannot_fit(tmp_path, monkeypatch
 
     model = tmp_path / "qwen-7b-shape"
     released_qwen25_vl_config("7b").save_pretrained(model)
-    monkeypatch.setattr(config_module, "_vllm_available", lambda: True)
-    monkeypatch.setattr(config_module, "_cuda_available", lambda: True)
+    monkeypatch.setattr(config_environment, "vllm_available", lambda: True)
+    monkeypatch.setattr(config_environment, "cuda_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace(total_memory=80 * GIB))
 

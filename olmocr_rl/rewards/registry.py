@@ -1,34 +1,27 @@
 """From ``--reward_*`` flags to TRL's ``reward_funcs`` and ``reward_weights``.
 
-Each flag takes an optional value: absent = disabled, bare = weight 1.0, a number = that weight. The two
-bench flags also accept a JSONL path (weight 1.0, the page's tests restricted to that file), since a
-published guide passes ``--reward_bench ./bench_data/test1.jsonl``. Functions are returned in olmOCR's
+The flag names, help lines and the parsing of their values live in ``olmocr_rl.config.rewards`` (light, shared
+with the CLI); this module builds the functions. Functions are returned in olmOCR's
 order and carry olmOCR's ``__name__``s, which TRL uses in ``rewards/<name>/mean``.
 """
 
 from __future__ import annotations
 
-import math
-import os
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from olmocr_rl.config.rewards import (
+    BENCH_REWARDS,
+    NO_REWARD,
+    REWARD_FLAGS,
+    REWARD_HELP,
+    flag_list,
+    parse_reward_value,
+)
 from olmocr_rl.rewards.bench_reward import BenchRewardScorer
 from olmocr_rl.rewards.eos import make_reward_eos
 from olmocr_rl.rewards.front_matter_reward import reward_front_matter
 from olmocr_rl.rewards.similarity import bench_edit_distance_reward, medoid_reward
 from olmocr_rl.rewards.structure import reward_element_count, reward_rect_tables
-
-# olmOCR's order (docs/design.md, "Compatibility with olmOCR's trainer"); the CLI flag of each is ``--reward_<key>``.
-REWARD_FLAGS: tuple[str, ...] = (
-    "bench",
-    "bench_macroavg",
-    "medoid",
-    "bench_edit_distance",
-    "front_matter",
-    "element_count",
-    "rect_tables",
-    "eos",
-)
 
 REWARD_FUNCTION_NAMES: dict[str, str] = {
     "bench": "olmocr_bench_reward",
@@ -41,51 +34,14 @@ REWARD_FUNCTION_NAMES: dict[str, str] = {
     "eos": "reward_eos",
 }
 
-REWARD_HELP: dict[str, str] = {
-    "bench": "share of the page's olmOCR-bench unit tests the completion passes (micro average); "
-    "a JSONL path instead of a weight restricts the tests to that file",
-    "bench_macroavg": "mean over test types of the per-type pass rates (macro average); also accepts a JSONL path",
-    "medoid": "closeness (Levenshtein) to the medoid of the page's completions in the batch (experimental)",
-    "bench_edit_distance": "rapidfuzz ratio between completion and the claude_original reference (experimental)",
-    "front_matter": "0.5 for valid YAML front matter, +0.1 per field equal to the reference's",
-    "element_count": "0.5 each for matching the reference's HTML-table count and math-span count (experimental)",
-    "rect_tables": "share of the completion's HTML tables that are rectangular; 1.0 without tables (experimental)",
-    "eos": "1.0 when the completion ends with the EOS token (was not truncated)",
-}
-
-_BENCH_KEYS = ("bench", "bench_macroavg")
-
-
-def flag_list() -> str:
-    """Every reward flag, for messages."""
-    return ", ".join(f"--reward_{key}" for key in REWARD_FLAGS)
-
-
-def parse_reward_value(key: str, value: Any) -> tuple[float | None, str | None]:
-    """``(weight, jsonl_path)`` for one flag value; weight None = disabled. Raises ValueError naming the flag."""
-    flag = f"--reward_{key}"
-    if value is None or value is False:
-        return None, None
-    if value is True:
-        return 1.0, None
-    if isinstance(value, (int, float)):
-        weight = float(value)
-    elif isinstance(value, str):
-        try:
-            weight = float(value)
-        except ValueError:
-            if key not in _BENCH_KEYS:
-                raise ValueError(f"{flag} takes an optional weight (a number), got {value!r}") from None
-            if not os.path.isfile(value):
-                raise ValueError(
-                    f"{flag} {value!r}: no such JSONL file; pass a weight (e.g. {flag} 1.0) or an existing bench JSONL path"
-                ) from None
-            return 1.0, value
-    else:
-        raise ValueError(f"{flag} takes an optional weight (a number), got {type(value).__name__} {value!r}")
-    if not math.isfinite(weight):
-        raise ValueError(f"{flag} weight must be a finite number, got {value!r}")
-    return weight, None
+__all__ = [
+    "REWARD_FLAGS",
+    "REWARD_FUNCTION_NAMES",
+    "REWARD_HELP",
+    "build_reward_functions",
+    "flag_list",
+    "parse_reward_value",
+]
 
 
 def build_reward_functions(
@@ -117,13 +73,10 @@ def build_reward_functions(
     parsed = {key: parse_reward_value(key, values.get(key)) for key in REWARD_FLAGS}
     enabled = [key for key in REWARD_FLAGS if parsed[key][0] is not None]
     if not enabled:
-        raise ValueError(
-            f"no reward enabled: pass at least one of {flag_list()} "
-            "(a bare flag means weight 1.0, e.g. --reward_bench --reward_front_matter --reward_eos)"
-        )
+        raise ValueError(NO_REWARD)
 
     scorer = None
-    if any(key in enabled for key in _BENCH_KEYS):
+    if any(key in enabled for key in BENCH_REWARDS):
         sink = reward_logger.add_batch_stats if reward_logger is not None else None
         scorer = BenchRewardScorer(workers=workers, stats_sink=sink)
     recording_key = "bench" if "bench" in enabled else "bench_macroavg"
@@ -131,7 +84,7 @@ def build_reward_functions(
     funcs, weights, names = [], [], []
     for key in enabled:
         weight, jsonl_path = parsed[key]
-        if key in _BENCH_KEYS:
+        if key in BENCH_REWARDS:
             func = _bench_function(
                 scorer,
                 macro_average=key == "bench_macroavg",

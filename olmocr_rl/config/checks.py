@@ -1,0 +1,309 @@
+"""The checks behind ``validate``: small pure functions of the parsed flags and the environment facts.
+
+``check_*`` return the problems they find (one ``error:``-ready line each; validation reports the first);
+``resolve_*`` return the values the run will use (with any notices) and raise ConfigError for a problem.
+None of them probes the machine (``environment.probe_environment`` does, once) or changes ``args``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from argparse import Namespace
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from olmocr_rl.config.environment import Environment
+from olmocr_rl.config.flags import LOSS_TYPES, PROMPT_TEXT_TOKENS, ConfigError
+from olmocr_rl.config.rewards import NO_REWARD, REWARD_FLAGS, parse_reward_value
+
+Problems = list[str]
+
+_POSITIVE = ("learning_rate", "per_device_train_batch_size", "per_device_eval_batch_size",
+             "gradient_accumulation_steps", "num_generations", "num_iterations", "max_completion_length",
+             "logging_steps", "save_steps", "save_total_limit", "target_longest_image_dim")
+_NON_NEGATIVE = ("warmup_steps", "dataloader_num_workers", "beta")
+#: The GRPOConfig values --olmorl fixes that also have a flag.
+OLMORL_FLAGS = ("loss_type", "scale_rewards", "beta", "importance_sampling_level")
+
+
+def check_folders(a: Namespace) -> Problems:
+    """The train folder is given; the bench folders named exist."""
+    if not a.train_bench_data_folder:
+        return ["--train_bench_data_folder is required: a folder with *.jsonl tests and pdfs/"]
+    return [f"--{flag} {folder}: folder not found"
+            for flag, folder in (("train_bench_data_folder", a.train_bench_data_folder),
+                                 ("eval_bench_data_folder", a.eval_bench_data_folder))
+            if folder and not Path(folder).is_dir()]
+
+
+def resolve_loss(a: Namespace) -> tuple[str, str]:
+    """``(loss_type, scale_rewards)`` in TRL's spelling. olmOCR offered 'exo' (never a TRL loss); guides write 'policy'."""
+    loss_type = str(a.loss_type).strip().lower()
+    if loss_type not in LOSS_TYPES:
+        raise ConfigError(
+            f"--loss_type {loss_type!r} is not a loss type; choose one of {', '.join(LOSS_TYPES)} "
+            "(olmOCR's default is bnpo; the clipped policy-gradient loss is what every one of them optimises)"
+        )
+    scale = str(a.scale_rewards).strip().lower()
+    scale = {"true": "group", "false": "none", "1": "group", "0": "none"}.get(scale, scale)
+    if scale not in ("group", "batch", "none"):
+        raise ConfigError(f"--scale_rewards {a.scale_rewards!r}: choose group, batch or none (true = group)")
+    return loss_type, scale
+
+
+def check_ranges(a: Namespace) -> Problems:
+    """Every numeric flag within its range."""
+    problems = [f"--{name} must be > 0 (got {getattr(a, name)})" for name in _POSITIVE
+                if getattr(a, name) is not None and getattr(a, name) <= 0]
+    problems += [f"--{name} must be >= 0 (got {getattr(a, name)})" for name in _NON_NEGATIVE if getattr(a, name) < 0]
+    if a.max_steps == 0 or a.max_steps < -1:
+        problems.append(f"--max_steps must be a positive number of steps, or -1 for --num_train_epochs (got {a.max_steps})")
+    if a.num_train_epochs <= 0:
+        problems.append(f"--num_train_epochs must be > 0 (got {a.num_train_epochs})")
+    if a.eval_steps is not None and a.eval_steps <= 0:
+        problems.append(f"--eval_steps must be > 0 (got {a.eval_steps}); omit it to turn evaluation off")
+    if a.temperature <= 0:
+        problems.append(f"--temperature must be > 0 for sampling (got {a.temperature})")
+    if not 0 < a.top_p <= 1:
+        problems.append(f"--top_p must be in (0, 1] (got {a.top_p})")
+    if a.num_generations < 2:
+        problems.append(f"--num_generations must be >= 2: GRPO compares completions within a group "
+                        f"(got {a.num_generations})")
+    return problems
+
+
+def schedule_notices(a: Namespace) -> list[str]:
+    """Warnings for --num_iterations taken as a run length, and checkpoints inside a generation batch."""
+    notices = []
+    mu = a.num_iterations
+    if mu > 16:
+        notices.append(f"WARNING: --num_iterations {mu} is GRPO's mu (policy updates per generation batch), "
+                       f"not the run length; for a run of {mu} steps use --max_steps {mu} (or --num_train_epochs)")
+    if mu > 1 and a.save_steps > 0 and a.save_steps % mu:
+        notices.append(
+            f"WARNING: --save_steps {a.save_steps} is not a multiple of --num_iterations {mu}: "
+            "a checkpoint then falls between the policy updates of one generation batch, which checkpoints do not "
+            "hold, and a run resumed there samples that batch again instead of continuing exactly; use --save_steps "
+            f"{mu * max(1, round(a.save_steps / mu))}"
+        )
+    return notices
+
+
+def check_filters(a: Namespace) -> Problems:
+    """The page and file regexes compile; the test types exist."""
+    problems = []
+    for flag in ("jsonl_filter", "pages", "exclude_pages"):
+        pattern = getattr(a, flag)
+        if pattern:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                problems.append(f"--{flag} {pattern!r} is not a valid regex: {exc}")
+    if a.bench_type_filter:
+        from olmocr_rl.bench import TEST_TYPES
+
+        problems += [f"--bench_type_filter {t!r}: unknown test type; choose from {', '.join(TEST_TYPES)}"
+                     for t in a.bench_type_filter if t not in TEST_TYPES]
+    return problems
+
+
+def resolve_rewards(a: Namespace) -> tuple[dict[str, float | str | None], list[str]]:
+    """``(reward spec, notices)``: each reward's weight, or the resolved JSONL path of a per-file bench reward."""
+    given = {name: getattr(a, f"reward_{name}") for name in REWARD_FLAGS}
+    notices = []
+    if a.macro_average:  # olmOCR's alias: --reward_bench becomes --reward_bench_macroavg
+        if given["bench"] is not None:
+            given["bench_macroavg"], given["bench"] = given["bench"], None
+        elif given["bench_macroavg"] is None:
+            given["bench_macroavg"] = 1.0
+        notices.append("--macro_average: using the macro-averaged bench reward (--reward_bench_macroavg)")
+    if all(v is None for v in given.values()):
+        raise ConfigError(NO_REWARD)
+    spec: dict[str, float | str | None] = {}
+    for name, value in given.items():
+        try:
+            weight, path = parse_reward_value(name, value, a.train_bench_data_folder)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        spec[name] = path if path is not None else weight
+    return spec, notices
+
+
+def check_olmorl(a: Namespace, explicit: Mapping[str, Any]) -> Problems:
+    """--olmorl against the objective values set explicitly (``explicit``); --active_sampling's needs."""
+    problems = []
+    if a.olmorl:
+        from olmocr_rl.olmorl_settings import check_olmorl_settings
+
+        try:
+            check_olmorl_settings(explicit, source="the command line / --config YAML")
+        except ValueError as exc:
+            problems.append(" ".join(line.strip() for line in str(exc).splitlines()))
+    if a.active_sampling and not a.olmorl:
+        problems.append("--active_sampling refills the groups that --olmorl drops; add --olmorl or drop "
+                        "--active_sampling")
+    if a.active_sampling_max_rounds < 1:
+        problems.append(f"--active_sampling_max_rounds must be >= 1 (got {a.active_sampling_max_rounds})")
+    return problems
+
+
+def check_geometry(a: Namespace, num_processes: int) -> Problems:
+    """Batch geometry (TRL: generation batch = per-device batch x processes x steps_per_generation)."""
+    per_step = a.per_device_train_batch_size * num_processes
+    generation_batch = per_step * a.gradient_accumulation_steps
+    G = a.num_generations
+    if generation_batch % G:
+        need_ga = G // math.gcd(per_step, G)
+        return [
+            f"batch geometry: per_device_train_batch_size ({a.per_device_train_batch_size}) x processes "
+            f"({num_processes}) x gradient_accumulation_steps ({a.gradient_accumulation_steps}) = {generation_batch} "
+            f"completions per generation, which is not a multiple of --num_generations {G}. "
+            f"Use --gradient_accumulation_steps {need_ga * max(1, a.gradient_accumulation_steps // need_ga)} "
+            f"(any multiple of {need_ga}) or a --num_generations that divides {generation_batch}"
+        ]
+    if a.active_sampling:
+        from olmocr_rl.olmorl_settings import check_active_sampling_geometry
+
+        try:
+            check_active_sampling_geometry(a.per_device_train_batch_size, a.gradient_accumulation_steps,
+                                           a.gradient_accumulation_steps, G, a.active_sampling_max_rounds)
+        except ValueError as exc:
+            return [str(exc)]
+    eval_batch = a.per_device_eval_batch_size * num_processes
+    if a.eval_steps is not None and eval_batch % G:
+        return [f"eval geometry: per_device_eval_batch_size ({a.per_device_eval_batch_size}) x processes "
+                f"({num_processes}) = {eval_batch} is not a multiple of --num_generations {G}; "
+                f"use --per_device_eval_batch_size {G // math.gcd(num_processes, G)} (or a multiple)"]
+    return []
+
+
+def max_image_tokens(longest_side: int) -> int:
+    """Most image tokens a page rendered at ``longest_side`` px can take in Qwen2.5-VL (square page).
+
+    The processor rounds each side to a multiple of 28 px (14 px patches merged 2 x 2) and gives one
+    token per 28 x 28 block.
+    """
+    blocks = math.ceil(longest_side / 28)
+    return blocks * blocks
+
+
+def default_vllm_max_model_length(longest_side: int, max_completion_length: int) -> int:
+    """The context a page rollout can need: image tokens + prompt text + completion."""
+    return max_image_tokens(longest_side) + PROMPT_TEXT_TOKENS + max_completion_length
+
+
+class Backend(NamedTuple):
+    """The generation backend validation settled on."""
+
+    vllm_mode: str  # colocate | server | none
+    vllm_max_model_length: int  # colocated engine's context (derived when not given)
+    vllm_engine_dtype: str  # --vllm_dtype, or the trainer's own
+    notices: list[str]
+
+
+def resolve_vllm_mode(a: Namespace, env: Environment) -> tuple[str, list[str]]:
+    """colocate | server | none from --vllm_mode and what this machine has (auto prefers HF on CPU)."""
+    mode = a.vllm_mode
+    if mode == "auto":
+        if env.vllm and env.cuda:
+            return "colocate", ["vllm_mode auto: vLLM and a CUDA GPU found, generating with colocated vLLM"]
+        why = "vLLM is not installed" if not env.vllm else "no CUDA GPU is visible"
+        hint = ("install the gpu extra for vLLM" if not env.vllm else
+                "on CPU HF generate is faster than starting an engine; --vllm_mode colocate runs vLLM's CPU build")
+        return "none", [f"vllm_mode auto: {why}, generating with HF generate ({hint})"]
+    if mode in ("colocate", "server") and not env.vllm:
+        raise ConfigError(
+            f"--vllm_mode {mode} needs vLLM importable in the trainer's environment: pip install '.[gpu]' on a GPU "
+            "machine, or `bash scripts/setup_env.sh --vllm` for vLLM's CPU build (.venv-vllm); or use --vllm_mode none"
+        )
+    if mode == "colocate" and not env.cuda:
+        return mode, ["vllm_mode colocate without a CUDA GPU: running vLLM's CPU engine"]
+    return mode, []
+
+
+def check_vllm_engine(a: Namespace, mode: str, env: Environment) -> Problems:
+    """The engine flags: tensor parallel size, memory share, sleep mode."""
+    problems = []
+    if a.vllm_tensor_parallel_size < 1:
+        problems.append(f"--vllm_tensor_parallel_size must be >= 1 (got {a.vllm_tensor_parallel_size})")
+    elif mode == "colocate" and env.num_processes % a.vllm_tensor_parallel_size:
+        problems.append(
+            f"--vllm_tensor_parallel_size {a.vllm_tensor_parallel_size} must divide the number of training "
+            f"processes ({env.num_processes}): each group of that many processes shares one colocated engine"
+        )
+    if not 0 < a.vllm_gpu_memory_utilization <= 1:
+        problems.append(f"--vllm_gpu_memory_utilization must be in (0, 1] (got {a.vllm_gpu_memory_utilization})")
+    if mode == "colocate" and a.vllm_enable_sleep_mode and not env.cuda:
+        problems.append("--vllm_enable_sleep_mode needs a CUDA GPU (vLLM's CPU engine cannot sleep); drop the flag")
+    return problems
+
+
+def resolve_vllm_max_model_length(a: Namespace, mode: str) -> tuple[int, list[str]]:
+    """The colocated engine's context: --vllm_max_model_length, or what a page rollout can need."""
+    derived = default_vllm_max_model_length(a.target_longest_image_dim, a.max_completion_length)
+    max_len = a.vllm_max_model_length
+    if max_len is None:
+        return derived, []
+    if max_len <= a.max_completion_length:
+        raise ConfigError(
+            f"--vllm_max_model_length {max_len} leaves no room for the prompt: it must exceed "
+            f"--max_completion_length {a.max_completion_length} by the page prompt (up to "
+            f"{derived - a.max_completion_length} tokens at {a.target_longest_image_dim} px); use {derived}"
+        )
+    if max_len < derived and mode == "colocate":
+        return max_len, [
+            f"WARNING: --vllm_max_model_length {max_len} is below the {derived} tokens a square "
+            f"{a.target_longest_image_dim} px page + {a.max_completion_length} completion tokens can take; "
+            "a longer prompt makes vLLM refuse the request"
+        ]
+    return max_len, []
+
+
+def resolve_backend(a: Namespace, env: Environment) -> Backend:
+    """The generation backend and its engine settings. Raises ConfigError."""
+    mode, notices = resolve_vllm_mode(a, env)
+    problems = check_vllm_engine(a, mode, env)
+    if problems:
+        raise ConfigError(problems[0])
+    max_len, length_notices = resolve_vllm_max_model_length(a, mode)
+    dtype = a.vllm_dtype if a.vllm_dtype != "auto" else ("bfloat16" if env.cuda else "float32")
+    return Backend(mode, max_len, dtype, notices + length_notices)
+
+
+def resolve_batched_vision_attention(a: Namespace, env: Environment) -> bool:
+    """--batched_vision_attention, or auto: on with a CUDA GPU (the per-window loop's launches dominate), off on CPU."""
+    return env.cuda if a.batched_vision_attention is None else a.batched_vision_attention
+
+
+def resolve_report_to(a: Namespace) -> tuple[str, ...]:
+    """--report_to as a tuple of integrations (``none`` = empty). Raises ConfigError."""
+    value = a.report_to
+    names = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    report_to = tuple(n.strip() for n in names if n.strip() and n.strip() != "none")
+    for name in report_to:
+        if name not in ("wandb", "tensorboard"):
+            raise ConfigError(f"--report_to {name!r}: choose wandb, tensorboard or none (comma-separated)")
+    return report_to
+
+
+def resolve_resume(a: Namespace) -> bool | str | None:
+    """--resume_from_checkpoint: True (the newest checkpoint), a checkpoint folder, or None. Raises ConfigError."""
+    value = a.resume_from_checkpoint
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true" or None
+    if not Path(text).is_dir():
+        raise ConfigError(f"--resume_from_checkpoint {text}: no such checkpoint folder (or pass the bare flag "
+                          "to take the newest checkpoint in --output_dir)")
+    return text
+
+
+def check_s3(a: Namespace) -> Problems:
+    """--s3_save_path is an s3:// URI."""
+    if a.s3_save_path and not str(a.s3_save_path).startswith("s3://"):
+        return [f"--s3_save_path {a.s3_save_path!r}: expected s3://bucket/prefix"]
+    return []

@@ -1,0 +1,37 @@
+"""What this machine and launcher offer, probed in one place and handed to the (pure) config checks."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Environment:
+    """The facts validation depends on besides the flags."""
+
+    cuda: bool  # a CUDA GPU is visible to torch
+    vllm: bool  # vLLM is importable
+    num_processes: int = 1  # training processes (the launcher's WORLD_SIZE)
+
+
+def vllm_available() -> bool:
+    """vLLM importable here (found without importing it)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def cuda_available() -> bool:
+    """A CUDA GPU visible to torch (False when torch itself cannot load)."""
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def probe_environment() -> Environment:
+    """This process's environment: GPU, vLLM, and the process count accelerate/torchrun set."""
+    return Environment(cuda=cuda_available(), vllm=vllm_available(),
+                       num_processes=int(os.environ.get("WORLD_SIZE", "1")))

@@ -1,0 +1,328 @@
+"""The flags of ``python -m olmocr_rl.grpo_train``: the parser, its groups, and the ``--config`` YAML merge.
+
+Every flag of olmOCR's trainer keeps its name, type, default and meaning, with the fixes listed in
+docs/design.md ("Where olmocr_rl differs"): booleans can be switched off (``--no-X`` or ``--X false``),
+``exo`` is not a loss, ``--lr_schedule constant`` changes only the scheduler, evaluation runs when ``--eval_steps`` asks.
+``--config FILE.yaml`` supplies flag values (keys = flag names); the command line overrides the file.
+Each flag's default is written here and nowhere else. Light: argparse and yaml only (no torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from olmocr_rl.config.rewards import REWARD_FLAGS, REWARD_HELP, parse_reward_value
+
+# TRL 1.16's loss formulations (GRPOConfig.loss_type).
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+VLLM_MODES = ("auto", "colocate", "server", "none")
+VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
+#: Upper bound on a page prompt's text tokens (instructions, chat markup, vision start/end).
+PROMPT_TEXT_TOKENS = 512
+#: Flag aliases (another name for the same value), accepted on the command line and as YAML keys.
+ALIASES = {"num_completions": "num_generations"}
+
+
+class ConfigError(ValueError):
+    """A flag or flag combination the user must change; the message (one line) says how."""
+
+
+def parse_bool(value: Any) -> bool:
+    """``true``/``false`` and their usual spellings (1/0, yes/no, on/off)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "y", "on"):
+        return True
+    if text in ("0", "false", "no", "n", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+def _reward_type(key: str) -> Callable[[Any], float | str | None]:
+    """argparse ``type`` of ``--reward_<key>``: a weight, or a JSONL path (validation checks the file and range)."""
+
+    def reward_value(value: Any) -> float | str | None:
+        try:
+            weight, path = parse_reward_value(key, value, form_only=True)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return path if path is not None else weight
+
+    reward_value.__name__ = f"reward_{key}"
+    return reward_value
+
+
+class _BoolFlag(argparse.Action):
+    """``--flag`` (true), ``--flag false`` / ``--flag true``, and ``--no-flag`` (false)."""
+
+    def __init__(self, option_strings, dest, default=None, help=None, **kwargs):
+        names = list(option_strings)
+        for opt in option_strings:
+            if opt.startswith("--"):
+                names.append("--no-" + opt[2:])
+        super().__init__(names, dest, nargs="?", const=True, default=default, type=parse_bool, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string.startswith("--no-"):
+            values = False
+        setattr(namespace, self.dest, True if values is None else values)
+
+
+class _OneLineErrorParser(argparse.ArgumentParser):
+    """A parse error is one ``error: ...`` line (exit 2), not argparse's usage block above it."""
+
+    def error(self, message: str):
+        hint = f" ({self.prog} --help lists every flag)" if "unrecognized" in message else ""
+        self.exit(2, f"error: {message}{hint}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The trainer's parser: every flag with its one default, in olmOCR's groups."""
+    parser = _OneLineErrorParser(
+        prog="python -m olmocr_rl.grpo_train",
+        description=(
+            "GRPO fine-tuning of a vision-language OCR model (Qwen2.5-VL family) on an olmOCR-bench folder, "
+            "rewarded by the unit tests of each page. Flags follow olmOCR's trainer; --config FILE.yaml "
+            "supplies any of them (the command line wins)."
+        ),
+        epilog=(
+            "The value a flag will take (command line over --config YAML over default): "
+            "python -m olmocr_rl.config --print KEY [these flags], or --print-all for every flag as JSON."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    group = parser.add_argument_group("config")
+    group.add_argument("--config", default=None, help="YAML file of flag values (keys are flag names without --)")
+    for add_group in (_add_data_flags, _add_model_flags, _add_optimisation_flags, _add_speed_flags,
+                      _add_grpo_flags, _add_reward_flags, _add_backend_flags, _add_logging_flags):
+        add_group(parser)
+    return parser
+
+
+def _add_data_flags(parser: argparse.ArgumentParser) -> None:
+    """The bench folder and which of its pages and tests are used."""
+    g = parser.add_argument_group("data")
+    g.add_argument("--train_bench_data_folder", default=None,
+                   help="bench folder: *.jsonl unit tests + pdfs/ (+ optional claude_original/). Required.")
+    g.add_argument("--eval_bench_data_folder", default=None, help="eval bench folder (default: the train folder)")
+    g.add_argument("--jsonl_filter", default=None,
+                   help="case-insensitive regex searched in each JSONL basename; only matching files are used")
+    g.add_argument("--bench_type_filter", action="append", default=None, metavar="TYPE",
+                   help="keep only tests of this type (repeatable: --bench_type_filter table --bench_type_filter math)")
+    g.add_argument("--pages", default=None, metavar="REGEX",
+                   help="keep only pages whose name <pdf>:<page> (e.g. counting.pdf:2) matches this regex "
+                        "(train and eval sets)")
+    g.add_argument("--exclude_pages", default=None, metavar="REGEX",
+                   help="drop pages whose name matches this regex, e.g. to hold pages out for evaluate")
+    g.add_argument("--max_train_samples", type=int, default=None, help="use only the first N pages (sorted)")
+    g.add_argument("--max_eval_samples", type=int, default=10, help="use only the first N eval pages")
+    g.add_argument("--target_longest_image_dim", type=int, default=1288, help="rendered page size (longest side, px)")
+
+
+def _add_model_flags(parser: argparse.ArgumentParser) -> None:
+    """The model to train and where its outputs go."""
+    g = parser.add_argument_group("model")
+    g.add_argument("--model_name", default="Qwen/Qwen2.5-VL-7B-Instruct",
+                   help="HF hub id, local folder, or s3://bucket/prefix (downloaded to --cache_dir)")
+    g.add_argument("--cache_dir", default=None, help="local cache for s3:// models (default ~/.cache/olmocr_rl/s3)")
+    g.add_argument("--output_dir", default="outputs/grpo_test", help="checkpoints, final model and metrics.jsonl")
+
+
+def _add_optimisation_flags(parser: argparse.ArgumentParser) -> None:
+    """Optimizer, schedule, batch sizes and data loading."""
+    g = parser.add_argument_group("optimisation")
+    g.add_argument("--learning_rate", type=float, default=2e-6, help="peak learning rate")
+    g.add_argument("--lr_schedule", choices=("linear", "constant"), default="linear",
+                   help="learning-rate schedule after warmup (constant changes only the scheduler)")
+    g.add_argument("--warmup_steps", type=int, default=100, help="linear warmup steps")
+    g.add_argument("--num_train_epochs", type=float, default=1, help="epochs over the train pages")
+    g.add_argument("--max_steps", type=int, default=-1, help="stop after N optimizer steps (overrides epochs)")
+    g.add_argument("--per_device_train_batch_size", type=int, default=1, help="completions per device per micro-step")
+    g.add_argument("--per_device_eval_batch_size", type=int, default=1, help="eval completions per device")
+    g.add_argument("--gradient_accumulation_steps", type=int, default=8,
+                   help="micro-steps per optimizer step (TRL also uses it as steps_per_generation)")
+    g.add_argument("--gradient_checkpointing", action=_BoolFlag, default=True,
+                   help="recompute activations in backward (TRL's default)")
+    g.add_argument("--seed", type=int, default=42, help="seed for data order, sampling and init")
+    g.add_argument("--dataloader_num_workers", type=int, default=0,
+                   help="dataloader worker processes (0: render in the trainer, where the page cache serves all G "
+                        "samples of a page; workers pickle every copy back, measured slower in docs/data.md)")
+
+
+def _add_speed_flags(parser: argparse.ArgumentParser) -> None:
+    """Vision-tower speedups that give the same numbers as the stock model."""
+    g = parser.add_argument_group("speed (exact: the same numbers as the stock model)")
+    g.add_argument("--share_page_encoding", action=_BoolFlag, default=True,
+                   help="encode each distinct page image once per forward and reuse its features for the G "
+                        "copies of the page (generation prefill and training)")
+    g.add_argument("--batched_vision_attention", action=_BoolFlag, default=None,
+                   help="run the vision tower's window attention as one batched call per window size instead "
+                        "of transformers' per-window loop (SDPA/eager; flash attention is already batched). "
+                        "Default: on with a CUDA GPU, where the loop's ~100 kernel launches per image and layer "
+                        "dominate; off on CPU, where it measured no faster (scripts/bench/bench_vision.py)")
+
+
+def _add_grpo_flags(parser: argparse.ArgumentParser) -> None:
+    """GRPO's objective, sampling, and OlmoRL."""
+    g = parser.add_argument_group("GRPO")
+    g.add_argument("--num_generations", "--num_completions", dest="num_generations", type=int, default=28,
+                   help="completions sampled per page (group size G); --num_completions is an alias")
+    g.add_argument("--num_iterations", type=int, default=1,
+                   help="GRPO's mu: policy updates per generation batch (NOT the number of training steps)")
+    g.add_argument("--max_completion_length", type=int, default=8000, help="max new tokens per completion")
+    g.add_argument("--temperature", type=float, default=0.8, help="sampling temperature")
+    g.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling")
+    g.add_argument("--generation_kwargs", type=json.loads, default=None, metavar="JSON",
+                   help='extra sampling arguments for the generation backend, e.g. \'{"min_new_tokens": 256}\' (HF) '
+                        'or \'{"min_tokens": 256}\' (vLLM)')
+    g.add_argument("--beta", type=float, default=0.0, help="KL coefficient; > 0 builds a frozen reference model")
+    g.add_argument("--loss_type", default="bnpo", help=f"TRL loss formulation: {', '.join(LOSS_TYPES)}")
+    g.add_argument("--scale_rewards", default="group",
+                   help="advantage scaling: group (divide by group std), batch, or none (true=group, false=none)")
+    g.add_argument("--importance_sampling_level", choices=("token", "sequence"), default="token",
+                   help="importance ratio per token, or per sequence (GSPO)")
+    g.add_argument("--cast_lm_head_to_fp32", action=_BoolFlag, default=False, help="compute the LM head in fp32")
+    g.add_argument("--vllm_importance_sampling_correction", action=_BoolFlag, default=True,
+                   help="correct for vLLM-vs-trainer log-prob mismatch (vLLM only)")
+    g.add_argument("--vllm_importance_sampling_mode", choices=IS_MODES, default="sequence_mask",
+                   help="how the vLLM IS ratio is constrained")
+    g.add_argument("--vllm_importance_sampling_cap", type=float, default=3.0, help="IS ratio cap")
+    g.add_argument("--olmorl", action=_BoolFlag, default=False,
+                   help="OLMo 3's OlmoRL objective: no std normalisation, zero-signal groups dropped, "
+                        "clip-higher (0.2/0.272), token-level loss, beta 0")
+    g.add_argument("--active_sampling", action=_BoolFlag, default=False,
+                   help="OlmoRL only: generate groups from further pages of the epoch until every optimizer step "
+                        "holds its full number of groups with signal (costs extra generation; docs/olmorl.md)")
+    g.add_argument("--active_sampling_max_rounds", type=int, default=4, metavar="N",
+                   help="at most N extra generation rounds per step for --active_sampling; a step still short "
+                        "after them trains on what it has (logged)")
+    g.add_argument("--macro_average", action=_BoolFlag, default=False,
+                   help="use the macro-averaged bench reward (alias: turns --reward_bench into --reward_bench_macroavg)")
+
+
+def _add_reward_flags(parser: argparse.ArgumentParser) -> None:
+    """One ``--reward_<name>`` flag per reward (olmocr_rl.config.rewards), and how bench tests see a completion."""
+    g = parser.add_argument_group("rewards (bare flag = weight 1.0; a .jsonl path = weight 1.0 on that file's tests)")
+    for name in REWARD_FLAGS:
+        g.add_argument(f"--reward_{name}", nargs="?", const=1.0, default=None, type=_reward_type(name),
+                       metavar="W", help=REWARD_HELP[name])
+    g.add_argument("--bench_raw_completion", action=_BoolFlag, default=False,
+                   help="run bench tests on the raw completion incl. front matter (olmOCR's behaviour); "
+                        "default: front matter removed, as the benchmark scores it")
+
+
+def _add_backend_flags(parser: argparse.ArgumentParser) -> None:
+    """Generation backend: vLLM (colocated or server) or HF generate."""
+    g = parser.add_argument_group("generation backend")
+    g.add_argument("--vllm_mode", choices=VLLM_MODES, default="auto",
+                   help="colocate (vLLM in the trainer process; GPU, or vLLM's CPU build), server (trl vllm-serve), "
+                        "none (HF generate); auto = colocate when vLLM and a CUDA GPU are present, else none "
+                        "(on CPU, HF generate is faster than starting an engine; the choice is logged)")
+    g.add_argument("--vllm_server_host", default="0.0.0.0", help="vLLM server host (server mode)")
+    g.add_argument("--vllm_server_port", type=int, default=8000, help="vLLM server port (server mode)")
+    g.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.15,
+                   help="share of the GPU's memory for the colocated vLLM engine (weights + KV cache); checked "
+                        "against the model's size before it loads")
+    g.add_argument("--vllm_max_model_length", type=int, default=None, metavar="TOKENS",
+                   help="colocated vLLM's context (prompt + completion); default: the page's largest image-token "
+                        f"count at --target_longest_image_dim + {PROMPT_TEXT_TOKENS} text tokens + "
+                        "--max_completion_length (not the model's 128k, whose KV cache would not fit)")
+    g.add_argument("--vllm_tensor_parallel_size", type=int, default=1,
+                   help="GPUs per colocated vLLM engine (must divide the number of training processes)")
+    g.add_argument("--vllm_enable_sleep_mode", action=_BoolFlag, default=False,
+                   help="offload the colocated engine's weights and KV cache while the trainer runs its "
+                        "optimizer step (frees GPU memory, costs a weight reload per step; CUDA only)")
+    g.add_argument("--vllm_dtype", choices=VLLM_DTYPES, default="auto",
+                   help="dtype of the colocated vLLM engine; auto = the trainer's (bfloat16 on GPU, float32 on "
+                        "CPU), so vLLM's log-probs match the trainer's")
+    g.add_argument("--vllm_block_image_tokens", action=_BoolFlag, default=True,
+                   help="never let vLLM sample <|image_pad|> / <|video_pad|> (one sampled pad token breaks the "
+                        "training forward); passed as vLLM bad_words in colocate and server mode")
+
+
+def _add_logging_flags(parser: argparse.ArgumentParser) -> None:
+    """Logging, W&B, checkpoints, the S3 mirror and resume."""
+    g = parser.add_argument_group("logging, checkpoints, resume")
+    g.add_argument("--logging_steps", type=int, default=5, help="log every N optimizer steps")
+    g.add_argument("--save_steps", type=int, default=25, help="checkpoint every N optimizer steps")
+    g.add_argument("--save_total_limit", type=int, default=30, help="keep at most N checkpoints")
+    g.add_argument("--eval_steps", type=int, default=None, help="evaluate every N steps (default: no evaluation)")
+    g.add_argument("--report_to", default="wandb",
+                   help="comma list: wandb, tensorboard, none. wandb needs an API key (`wandb login`, WANDB_API_KEY) "
+                        "or WANDB_MODE=offline; it is checked before the model loads")
+    g.add_argument("--wandb_project", default="olmocr-grpo-v5", help="W&B project")
+    g.add_argument("--wandb_run_name", default=None, help="W&B run name")
+    g.add_argument("--log_completions", action=_BoolFlag, default=True,
+                   help="log the sampled completions every logging step: a console table, OUTPUT_DIR/completions/"
+                        "*.parquet and the W&B table 'completions' (prompt text, completion, rewards, advantage, page)")
+    g.add_argument("--num_completions_to_print", type=int, default=2, help="sample completions printed per log")
+    g.add_argument("--log_multimodal", action=_BoolFlag, default=False,
+                   help="log the page image beside each sampled completion in the W&B completions table "
+                        "(gathers the page images across ranks at every generation)")
+    g.add_argument("--s3_save_path", default=None, help="s3://bucket/prefix mirrored after every save")
+    g.add_argument("--resume_from_checkpoint", nargs="?", const=True, default=None,
+                   help="resume: bare flag = newest checkpoint in --output_dir (pulled from --s3_save_path "
+                        "when the local dir has none; starts fresh when neither has one), or a checkpoint path")
+
+
+def flag_key(name: str) -> str:
+    """The attribute a flag or YAML key names: ``--num-completions`` -> ``num_generations``."""
+    dest = str(name).lstrip("-").replace("-", "_")
+    return ALIASES.get(dest, dest)
+
+
+def _yaml_value(action: argparse.Action, value: Any) -> Any:
+    """A YAML value converted as the command line converts it. Raises ArgumentTypeError or ValueError."""
+    if isinstance(action, _BoolFlag):
+        value = parse_bool(value)
+    elif action.type is not None and value is not None and not isinstance(value, (list, dict)):
+        value = action.type(value)
+    if action.choices and value is not None and value not in action.choices:
+        raise argparse.ArgumentTypeError(f"choose one of {', '.join(map(str, action.choices))}")
+    if action.dest == "bench_type_filter" and isinstance(value, str):
+        value = [value]
+    return value
+
+
+def yaml_defaults(parser: argparse.ArgumentParser, path: str) -> dict[str, Any]:
+    """The flag values in a ``--config`` YAML file, converted like the command line. Raises ConfigError."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"--config {path}: file not found")
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--config {path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path}: expected a mapping of flag names to values")
+    known = {a.dest: a for a in parser._actions}
+    out = {}
+    for key, value in data.items():
+        dest = flag_key(key)
+        if dest not in known or dest in ("help", "config"):
+            close = [k for k in known if k.startswith(dest[:6])][:3]
+            raise ConfigError(f"--config {path}: unknown key {key!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+        try:
+            out[dest] = _yaml_value(known[dest], value)
+        except (argparse.ArgumentTypeError, ValueError) as exc:
+            raise ConfigError(f"--config {path}: key {key!r}: {exc}") from None
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse flags (YAML first, command line on top). A bad flag or file: one ``error:`` line, SystemExit(2)."""
+    parser = build_parser()
+    pre, _ = parser.parse_known_args(argv)
+    if pre.config:
+        try:
+            parser.set_defaults(**yaml_defaults(parser, pre.config))
+        except ConfigError as exc:
+            parser.error(str(exc))
+    return parser.parse_args(argv)

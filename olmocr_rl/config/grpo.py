@@ -1,0 +1,73 @@
+"""From the resolved config to TRL's ``GRPOConfig``, with olmOCR's values where no flag exists (docs/design.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from olmocr_rl.config.resolved import ResolvedConfig
+
+
+def _plain(value: Any) -> Any:
+    """A read-only flag value as the plain dict/list TRL expects."""
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if hasattr(value, "items"):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float], tokenizer=None) -> dict[str, Any]:
+    """GRPOConfig's arguments. ``tokenizer`` names the vision pad tokens a vLLM backend must never sample."""
+    on_gpu = cfg.environment.cuda
+    use_vllm = cfg.vllm_mode != "none"
+    generation_kwargs = _plain(cfg.generation_kwargs)
+    if use_vllm and tokenizer is not None:
+        from olmocr_rl.vllm_rollout import vllm_sampling_kwargs
+
+        generation_kwargs = vllm_sampling_kwargs(generation_kwargs, tokenizer, cfg.vllm_block_image_tokens)
+    kwargs: dict[str, Any] = dict(
+        output_dir=cfg.output_dir, num_train_epochs=cfg.num_train_epochs, max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.per_device_train_batch_size,
+        per_device_eval_batch_size=cfg.per_device_eval_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps, gradient_checkpointing=cfg.gradient_checkpointing,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type="constant_with_warmup" if cfg.lr_schedule == "constant" else "linear",
+        warmup_steps=cfg.warmup_steps, logging_steps=cfg.logging_steps, save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit, max_completion_length=cfg.max_completion_length,
+        temperature=cfg.temperature, top_p=cfg.top_p, report_to=list(cfg.report_to) or "none",
+        run_name=cfg.wandb_run_name,
+        remove_unused_columns=False,  # pdf_path, test_ids, ... must reach the reward functions
+        bf16=on_gpu, use_cpu=not on_gpu, shuffle_dataset=True, seed=cfg.seed,
+        dataloader_num_workers=cfg.dataloader_num_workers, dataloader_drop_last=True,
+        loss_type=cfg.loss_type, scale_rewards=cfg.scale_rewards, beta=cfg.beta,
+        importance_sampling_level=cfg.importance_sampling_level, reward_weights=reward_weights,
+        num_iterations=cfg.num_iterations, num_generations=cfg.num_generations,
+        cast_lm_head_to_fp32=cfg.cast_lm_head_to_fp32,
+        use_vllm=use_vllm, vllm_mode=cfg.vllm_mode if use_vllm else "colocate",
+        vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+        vllm_server_host=cfg.vllm_server_host, vllm_server_port=cfg.vllm_server_port,
+        vllm_importance_sampling_correction=cfg.vllm_importance_sampling_correction,
+        vllm_importance_sampling_mode=cfg.vllm_importance_sampling_mode,
+        vllm_importance_sampling_clip_max=cfg.vllm_importance_sampling_cap,
+        vllm_max_model_length=cfg.vllm_max_model_length, vllm_tensor_parallel_size=cfg.vllm_tensor_parallel_size,
+        vllm_enable_sleep_mode=cfg.vllm_enable_sleep_mode, generation_kwargs=generation_kwargs,
+        log_completions=cfg.log_completions,
+        log_multimodal=cfg.log_multimodal,  # TRL's default is True: page images gathered every generation
+        num_completions_to_print=cfg.num_completions_to_print,
+    )
+    if cfg.eval_steps is not None:
+        kwargs.update(eval_strategy="steps", eval_steps=cfg.eval_steps)
+    if cfg.dataloader_num_workers == 0:
+        kwargs["dataloader_persistent_workers"] = False
+    if cfg.olmorl:
+        from olmocr_rl.olmorl_settings import olmorl_config_overrides
+
+        kwargs.update(olmorl_config_overrides())
+    return kwargs
+
+
+def build_grpo_config(cfg: ResolvedConfig, reward_weights: list[float], tokenizer=None):
+    """TRL's GRPOConfig for this run (imports trl)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(**grpo_config_kwargs(cfg, reward_weights, tokenizer))
