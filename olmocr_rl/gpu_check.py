@@ -138,7 +138,25 @@ def _run_arm_in_own_process(cli: list[str]) -> tuple[int, float]:
     return results.get()
 
 
-def main(argv: list[str] | None = None) -> int:
+def _arm_cli(arm: str, bench: str, model_dir: Path, out_dir: Path, G: int, length: int, steps: int,
+             image_dim: int, backend: str, min_tokens: dict) -> list[str]:
+    """The trainer flags of one arm: fixed-length completions, one log per step, no saves."""
+    cli = [
+        "--train_bench_data_folder", bench, "--model_name", str(model_dir), "--output_dir", str(out_dir),
+        "--reward_bench", "--reward_front_matter", "--reward_eos",
+        "--num_generations", str(G), "--per_device_train_batch_size", str(G), "--gradient_accumulation_steps", "1",
+        "--max_completion_length", str(length), "--generation_kwargs", json.dumps(min_tokens),
+        "--max_steps", str(steps), "--logging_steps", "1", "--save_steps", "100000", "--warmup_steps", "0",
+        "--learning_rate", "1e-6", "--temperature", "1.0", "--target_longest_image_dim", str(image_dim),
+        "--dataloader_num_workers", "0", "--report_to", "none", "--seed", "0",
+        "--vllm_mode", "colocate" if backend == "vllm-colocate" else "none",
+    ]
+    if arm == "olmorl":
+        cli.append("--olmorl")
+    return cli
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m olmocr_rl.gpu_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", choices=("tiny", "3b", "7b"), default=None,
                         help="model architecture (default 3b on CUDA, tiny on CPU)")
@@ -150,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work_dir", default=None, help="where the model and run outputs go (default a temp dir)")
     parser.add_argument("--out", default="gpu_check.json", help="JSON file for the table")
     parser.add_argument("--bench", default=str(REPO_ROOT / "bench_data_sample"), help="bench folder")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
 
     import torch
 
@@ -188,18 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for arm in [a.strip() for a in args.arms.split(",") if a.strip()]:
         out_dir = work / f"run-{arm}"
-        cli = [
-            "--train_bench_data_folder", args.bench, "--model_name", str(model_dir), "--output_dir", str(out_dir),
-            "--reward_bench", "--reward_front_matter", "--reward_eos",
-            "--num_generations", str(G), "--per_device_train_batch_size", str(G), "--gradient_accumulation_steps", "1",
-            "--max_completion_length", str(length), "--generation_kwargs", json.dumps(min_tokens),
-            "--max_steps", str(steps), "--logging_steps", "1", "--save_steps", "100000", "--warmup_steps", "0",
-            "--learning_rate", "1e-6", "--temperature", "1.0", "--target_longest_image_dim", str(image_dim),
-            "--dataloader_num_workers", "0", "--report_to", "none", "--seed", "0",
-            "--vllm_mode", "colocate" if backend == "vllm-colocate" else "none",
-        ]
-        if arm == "olmorl":
-            cli.append("--olmorl")
+        cli = _arm_cli(arm, args.bench, model_dir, out_dir, G, length, steps, image_dim, backend, min_tokens)
         print(f"[gpu_check] arm {arm}: python -m olmocr_rl.grpo_train {' '.join(cli)}", flush=True)
         if backend == "vllm-colocate":
             # A colocated engine holds GPU memory and torch.distributed state until its process ends: two
