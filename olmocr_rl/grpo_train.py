@@ -25,8 +25,10 @@ logger = logging.getLogger("olmocr_rl.grpo_train")
 
 
 def global_rank() -> int:
-    """Global rank from the launcher's environment (accelerate/torchrun set RANK); 0 when single-process."""
-    return int(os.environ.get("RANK", "0"))
+    """Global rank from the launcher's environment (olmocr_rl.ranks, the one notion of main process)."""
+    from olmocr_rl.ranks import global_rank as rank
+
+    return rank()
 
 
 def setup_logging() -> None:
@@ -293,83 +295,31 @@ def _add_callbacks(trainer, args, reward_names: list[str], reward_logger) -> Non
 
 
 def _resume_checkpoint(args) -> str | None:
-    if not args.resume_from_checkpoint:
-        return None
-    if args.resume_from_checkpoint is not True:
-        checkpoint = Path(args.resume_from_checkpoint)
-    else:
-        from olmocr_rl.storage import resolve_resume_checkpoint
+    from olmocr_rl.storage import resume_checkpoint
 
-        checkpoint = resolve_resume_checkpoint(args.output_dir, args.s3_save_path)
-        if checkpoint is None:
-            where = f"{args.output_dir}" + (f" or {args.s3_save_path}" if args.s3_save_path else "")
-            logger.info("--resume_from_checkpoint: no checkpoint in %s, starting fresh", where)
-            return None
-    logger.info("resuming from %s", checkpoint)
-    if global_rank() == 0:
-        _restore_history(args, checkpoint)
-    return str(checkpoint)
-
-
-def _restore_history(args, checkpoint: Path) -> None:
-    """Make OUTPUT_DIR/metrics.jsonl end at the checkpoint's step before training appends to it.
-
-    On a fresh machine (the checkpoint was pulled from --s3_save_path) the file is fetched from S3
-    first; otherwise the final mirror would replace the remote history with only the resumed steps.
-    Failures are logged: the history is a convenience, the checkpoint is what matters.
-    """
-    from olmocr_rl.training_callbacks import trim_history
-
-    metrics = Path(args.output_dir) / "metrics.jsonl"
-    try:
-        last_step = int(json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        logger.warning("cannot read the step of %s (%s); metrics.jsonl left as it is", checkpoint, exc)
-        return
-    if not metrics.exists() and args.s3_save_path:
-        _fetch_s3_history(args.s3_save_path, metrics)
-    kept, dropped = trim_history(metrics, last_step)
-    if dropped:
-        logger.info("metrics.jsonl: dropped %d records after step %d (trained again now), kept %d",
-                    dropped, last_step, kept)
-
-
-def _fetch_s3_history(s3_save_path: str, destination: Path) -> None:
-    from olmocr_rl.storage import make_s3_client, parse_s3_uri
-
-    bucket, prefix = parse_s3_uri(s3_save_path)
-    key = "/".join(part for part in (prefix.strip("/"), destination.name) if part)
-    partial = destination.with_name(destination.name + ".part")
-    try:
-        make_s3_client().download_file(bucket, key, str(partial))
-        partial.replace(destination)
-    except Exception as exc:  # a missing object, a dead server: the run goes on with a shorter history
-        partial.unlink(missing_ok=True)
-        logger.warning("could not restore the run history from s3://%s/%s (%s: %s); metrics.jsonl starts at "
-                       "the resumed step", bucket, key, type(exc).__name__, exc)
-        return
-    logger.info("restored the run history from s3://%s/%s", bucket, key)
+    return resume_checkpoint(args.resume_from_checkpoint, args.output_dir, args.s3_save_path)
 
 
 def _finish(trainer, args) -> None:
+    from olmocr_rl.ranks import is_local_main_process, is_main_process
     from olmocr_rl.storage import S3SyncCallback
 
     summary = {"global_step": trainer.state.global_step, "output_dir": str(Path(args.output_dir).resolve()),
                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    if trainer.is_world_process_zero():
+    if is_main_process(trainer.state):
         (Path(args.output_dir) / "run_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     # on_train_end fired before the final save; mirror the final model (and the summary) too (logged,
     # never fatal).
     for callback in trainer.callback_handler.callbacks:
-        if isinstance(callback, S3SyncCallback) and trainer.is_local_process_zero():  # every node's own files
+        if isinstance(callback, S3SyncCallback) and is_local_main_process(trainer.state):  # every node's own files
             callback.sync(wait=True)
-    if trainer.is_world_process_zero():
+    if is_main_process(trainer.state):
         logger.info("done: %d steps, model and processor saved in %s", trainer.state.global_step, args.output_dir)
-    if "wandb" in args.report_to and global_rank() == 0:
-        import wandb
+        if "wandb" in args.report_to:
+            import wandb
 
-        if wandb.run is not None:
-            wandb.finish()
+            if wandb.run is not None:
+                wandb.finish()
 
 
 if __name__ == "__main__":
