@@ -13,7 +13,6 @@ grouping and rendering need (pdf, page, id, type), plus duplicate ids and the PD
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import Counter
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from olmocr_rl.bench import TEST_TYPES  # olmOCR-bench's test types, in its order
+from olmocr_rl.bench.loading import read_test_jsonl
 from olmocr_rl.data.render import RenderError, pdf_page_count
 
 __all__ = ["TEST_TYPES", "BenchPage", "BenchProblem", "BenchScan", "TestRef", "scan_bench_folder"]
@@ -141,61 +141,46 @@ def _check_pdf_field(value: object) -> str | None:
 def read_test_refs(jsonl_path: Path) -> tuple[list[TestRef], list[BenchProblem]]:
     """Parse one JSONL file: a TestRef per well-formed line, a problem per bad line or field.
 
-    Blank lines are allowed. Checked here: valid JSON object, `pdf` (non-empty relative path),
-    `page` (int >= 1), `id` (non-empty string), `type` (one of TEST_TYPES).
+    The file is read by `olmocr_rl.bench.loading.read_test_jsonl` (blank lines allowed; unreadable,
+    non-UTF-8, non-JSON and non-object lines are problems). Checked here: `pdf` (non-empty relative
+    path), `page` (int >= 1), `id` (non-empty string), `type` (one of TEST_TYPES).
     """
     name = str(jsonl_path)
-    try:
-        raw = jsonl_path.read_bytes()
-    except OSError as exc:
-        return [], [BenchProblem(name, None, None, f"cannot read the file ({exc.strerror}); check its permissions")]
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        return [], [BenchProblem(name, line, None, "not UTF-8 text; save the file as UTF-8")]
-
+    entries, errors = read_test_jsonl(jsonl_path)
+    problems = [BenchProblem(error.path or name, error.line, error.field, error.reason) for error in errors]
     refs: list[TestRef] = []
-    problems: list[BenchProblem] = []
-    # split("\n"), not splitlines(): a JSON string may legally hold U+2028 and other separators.
-    for line_number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as exc:
-            problems.append(
-                BenchProblem(name, line_number, None, f"not valid JSON ({exc.msg} at column {exc.colno}); write one JSON object per line")
-            )
-            continue
-        if not isinstance(entry, dict):
-            problems.append(
-                BenchProblem(name, line_number, None, f"a test must be a JSON object, got {type(entry).__name__}")
-            )
-            continue
-        line_problems = []
-        pdf_problem = _check_pdf_field(entry.get("pdf"))
-        if pdf_problem:
-            line_problems.append(BenchProblem(name, line_number, "pdf", pdf_problem))
-        page = entry.get("page")
-        if "page" not in entry:
-            line_problems.append(BenchProblem(name, line_number, "page", "missing; give the 1-based page number"))
-        elif isinstance(page, bool) or not isinstance(page, int):
-            line_problems.append(BenchProblem(name, line_number, "page", f"must be an integer, got {page!r}"))
-        elif page < 1:
-            line_problems.append(BenchProblem(name, line_number, "page", f"{page} is not a page: pages are numbered from 1"))
-        test_id = entry.get("id")
-        if not isinstance(test_id, str) or not test_id.strip():
-            line_problems.append(BenchProblem(name, line_number, "id", "missing or empty; give every test a unique string id"))
-        test_type = entry.get("type")
-        if test_type not in TEST_TYPES:
-            shown = "missing" if test_type is None else f"unknown test type {test_type!r}"
-            line_problems.append(BenchProblem(name, line_number, "type", f"{shown}; use one of {', '.join(TEST_TYPES)}"))
+    for line_number, entry in entries:
+        line_problems = [
+            BenchProblem(name, line_number, field_name, message) for field_name, message in _ref_field_problems(entry)
+        ]
         if line_problems:
             problems.extend(line_problems)
             continue
-        refs.append(TestRef(test_id, test_type, entry["pdf"], page, name, line_number, entry))
+        refs.append(TestRef(entry["id"], entry["type"], entry["pdf"], entry["page"], name, line_number, entry))
     return refs, problems
+
+
+def _ref_field_problems(entry: dict) -> list[tuple[str, str]]:
+    """(field, problem; fix) for each field grouping and rendering need that is missing or wrong."""
+    problems = []
+    pdf_problem = _check_pdf_field(entry.get("pdf"))
+    if pdf_problem:
+        problems.append(("pdf", pdf_problem))
+    page = entry.get("page")
+    if "page" not in entry:
+        problems.append(("page", "missing; give the 1-based page number"))
+    elif isinstance(page, bool) or not isinstance(page, int):
+        problems.append(("page", f"must be an integer, got {page!r}"))
+    elif page < 1:
+        problems.append(("page", f"{page} is not a page: pages are numbered from 1"))
+    test_id = entry.get("id")
+    if not isinstance(test_id, str) or not test_id.strip():
+        problems.append(("id", "missing or empty; give every test a unique string id"))
+    test_type = entry.get("type")
+    if test_type not in TEST_TYPES:
+        shown = "missing" if test_type is None else f"unknown test type {test_type!r}"
+        problems.append(("type", f"{shown}; use one of {', '.join(TEST_TYPES)}"))
+    return problems
 
 
 def _check_pdfs(folder: Path, refs: list[TestRef]) -> tuple[set[tuple[str, int]], list[BenchProblem]]:
