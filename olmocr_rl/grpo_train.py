@@ -71,8 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     folders = {args.train_bench_data_folder}
     if args.eval_steps is not None and args.eval_bench_data_folder:
         folders.add(args.eval_bench_data_folder)
+    scans = {}  # each folder read once: the datasets below take validation's scan
     for folder in sorted(folders):
         report = validate_bench_folder(folder, jsonl_filter=args.jsonl_filter, test_types=test_types)
+        scans[folder] = report.scan
         if not report.ok:
             print(report.format(), file=sys.stderr)
             return _fail(f"bench folder {folder} has problems (listed above); fix them, or check them with "
@@ -102,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             args.train_bench_data_folder, max_samples=args.max_train_samples,
             target_longest_image_dim=args.target_longest_image_dim, jsonl_filter=args.jsonl_filter,
             test_types=test_types, pages=args.pages, exclude_pages=args.exclude_pages,
+            scan=scans[args.train_bench_data_folder],
         )
         eval_dataset = None
         if args.eval_steps is not None:
@@ -109,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.eval_bench_data_folder or args.train_bench_data_folder,
                 max_samples=args.max_eval_samples, target_longest_image_dim=args.target_longest_image_dim,
                 jsonl_filter=args.jsonl_filter, test_types=test_types, pages=args.pages,
-                exclude_pages=args.exclude_pages,
+                exclude_pages=args.exclude_pages, scan=scans[args.eval_bench_data_folder or args.train_bench_data_folder],
             )
     except BenchDataError as exc:
         return _fail(" ".join(line.strip() for line in str(exc).splitlines()), code=1)

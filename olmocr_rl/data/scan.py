@@ -96,6 +96,12 @@ class BenchScan:
     kept_tests: list[TestRef]  # those tests after the type filter, PDF problems or not
     dropped_tests_by_type: Counter  # tests left out by the type filter, by type
     dropped_pages_by_type: int  # pages left with no test after the type filter
+    jsonl_filter: str | None = None  # the filters it was made with: a consumer checks they match its own
+    test_types: tuple[str, ...] | None = None
+
+    def made_with(self, folder: str | os.PathLike, jsonl_filter: str | None, test_types) -> bool:
+        """Whether this scan is of ``folder`` with these filters, so it can stand in for scanning it again."""
+        return (self.folder, self.jsonl_filter, self.test_types) == (str(folder), jsonl_filter, _types_key(test_types))
 
 
 def list_jsonl_files(folder: Path, jsonl_filter: str | None) -> tuple[list[Path], list[BenchProblem]]:
@@ -236,6 +242,13 @@ def _check_pdfs(folder: Path, refs: list[TestRef]) -> tuple[set[tuple[str, int]]
     return bad, problems
 
 
+def _types_key(test_types) -> tuple[str, ...] | None:
+    """A --bench_type_filter value (None, a name, names) as the tuple a BenchScan records."""
+    if test_types is None:
+        return None
+    return (test_types,) if isinstance(test_types, str) else tuple(test_types)
+
+
 def validate_test_types(test_types: list[str] | tuple[str, ...] | None) -> list[BenchProblem]:
     """Problems with a --bench_type_filter list (unknown names, empty list)."""
     if test_types is None:
@@ -270,16 +283,16 @@ def scan_bench_folder(
     only tests of these types; pages left with none are dropped and counted. Duplicate test ids
     (within or across files) are problems. With `check_pdfs`, each named PDF is opened once:
     missing, encrypted or corrupt PDFs and out-of-range pages are problems and their pages are
-    left out of `pages`.
+    left out of `pages`. Validation and the dataset share one scan (`BenchScan.made_with`).
     """
     folder_path = Path(folder)
+    types = _types_key(test_types)
     problems: list[BenchProblem] = []
-    empty = BenchScan(str(folder), [], [], problems, 0, [], Counter(), 0)
     if not folder_path.is_dir():
         problems.append(
             BenchProblem(str(folder), None, None, "bench folder not found; pass the folder that holds *.jsonl and pdfs/")
         )
-        return empty
+        return BenchScan(str(folder), [], [], problems, 0, [], Counter(), 0, jsonl_filter, types)
     if not (folder_path / "pdfs").is_dir():
         problems.append(
             BenchProblem(str(folder_path / "pdfs"), None, None, "pdfs/ folder not found; put the test PDFs in <folder>/pdfs/")
@@ -287,7 +300,35 @@ def scan_bench_folder(
     problems.extend(validate_test_types(test_types))
     jsonl_files, file_problems = list_jsonl_files(folder_path, jsonl_filter)
     problems.extend(file_problems)
+    refs = _read_unique_refs(jsonl_files, problems)
 
+    wanted = set(test_types) if test_types is not None and not validate_test_types(test_types) else None
+    kept = [ref for ref in refs if wanted is None or ref.type in wanted]
+    dropped_by_type = Counter(ref.type for ref in refs if wanted is not None and ref.type not in wanted)
+    dropped_pages = len({(ref.pdf, ref.page) for ref in refs} - {(ref.pdf, ref.page) for ref in kept})
+    if wanted is not None and refs and not kept:
+        problems.append(
+            BenchProblem(
+                "--bench_type_filter",
+                None,
+                None,
+                f"no test has type {', '.join(sorted(wanted))} in the JSONL files read; "
+                f"they hold {', '.join(sorted({ref.type for ref in refs}))}",
+            )
+        )
+
+    unrenderable: set[tuple[str, int]] = set()
+    if check_pdfs and (folder_path / "pdfs").is_dir():
+        unrenderable, pdf_problems = _check_pdfs(folder_path, kept)
+        problems.extend(pdf_problems)
+    return BenchScan(
+        str(folder), [str(path) for path in jsonl_files], _group_pages(str(folder), kept, unrenderable), problems,
+        len(refs), kept, dropped_by_type, dropped_pages, jsonl_filter, types,
+    )
+
+
+def _read_unique_refs(jsonl_files: list[Path], problems: list[BenchProblem]) -> list[TestRef]:
+    """The well-formed tests of the files in order; bad lines and repeated ids (anywhere) added to `problems`."""
     refs: list[TestRef] = []
     first_seen: dict[str, TestRef] = {}
     for jsonl_path in jsonl_files:
@@ -308,37 +349,17 @@ def scan_bench_folder(
                 continue
             first_seen[ref.id] = ref
             refs.append(ref)
+    return refs
 
-    wanted = set(test_types) if test_types is not None and not validate_test_types(test_types) else None
-    kept = [ref for ref in refs if wanted is None or ref.type in wanted]
-    dropped_by_type = Counter(ref.type for ref in refs if wanted is not None and ref.type not in wanted)
-    kept_pages = {(ref.pdf, ref.page) for ref in kept}
-    dropped_pages = len({(ref.pdf, ref.page) for ref in refs} - kept_pages)
-    if wanted is not None and refs and not kept:
-        problems.append(
-            BenchProblem(
-                "--bench_type_filter",
-                None,
-                None,
-                f"no test has type {', '.join(sorted(wanted))} in the JSONL files read; "
-                f"they hold {', '.join(sorted({ref.type for ref in refs}))}",
-            )
-        )
 
-    unrenderable: set[tuple[str, int]] = set()
-    if check_pdfs and (folder_path / "pdfs").is_dir():
-        unrenderable, pdf_problems = _check_pdfs(folder_path, kept)
-        problems.extend(pdf_problems)
-
+def _group_pages(folder: str, kept: list[TestRef], unrenderable: set[tuple[str, int]]) -> list[BenchPage]:
+    """One BenchPage per renderable (pdf, page) of `kept`, sorted, its tests in file then line order."""
     grouped: dict[tuple[str, int], BenchPage] = {}
     for ref in kept:
         key = (ref.pdf, ref.page)
         if key in unrenderable:
             continue
         if key not in grouped:
-            grouped[key] = BenchPage(ref.pdf, ref.page, os.path.join(str(folder), "pdfs", ref.pdf), [])
+            grouped[key] = BenchPage(ref.pdf, ref.page, os.path.join(folder, "pdfs", ref.pdf), [])
         grouped[key].tests.append(ref)
-    pages = [grouped[key] for key in sorted(grouped)]
-    return BenchScan(
-        str(folder), [str(path) for path in jsonl_files], pages, problems, len(refs), kept, dropped_by_type, dropped_pages
-    )
+    return [grouped[key] for key in sorted(grouped)]
