@@ -22,17 +22,13 @@ import time
 from pathlib import Path
 
 from olmocr_rl.config import ConfigError, ResolvedConfig, build_grpo_config, parse_args, validate
+from olmocr_rl.ranks import is_main_process
 
 logger = logging.getLogger("olmocr_rl.grpo_train")
 
 
-def global_rank() -> int:
-    """Global rank from the launcher's environment (accelerate/torchrun set RANK); 0 when single-process."""
-    return int(os.environ.get("RANK", "0"))
-
-
 def setup_logging() -> None:
-    level = logging.INFO if global_rank() == 0 else logging.WARNING
+    level = logging.INFO if is_main_process() else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     for noisy in ("httpx", "urllib3", "botocore", "filelock", "PIL"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -63,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     for notice in cfg.notices:  # each logged once, here
         (logger.warning if notice.startswith("WARNING:") else logger.info)(notice)
     try:
-        resume = _check_before_loading(cfg)
-        train_dataset, eval_dataset = _build_datasets(cfg)
+        resume, scans = _check_before_loading(cfg)
+        train_dataset, eval_dataset = _build_datasets(cfg, scans)
         model, processor = _load_model(cfg)
         rewards = _build_rewards(cfg, processor)
         trainer = _build_trainer(cfg, model, processor, rewards, train_dataset, eval_dataset, resume)
@@ -74,12 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _check_before_loading(cfg: ResolvedConfig) -> str | None:
+def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
     """W&B credentials, the bench folders, the checkpoint to resume from and S3 access, before anything loads.
 
-    Returns the checkpoint to resume from (pulled from S3 on a fresh machine), or None.
+    Returns the checkpoint to resume from (pulled from S3 on a fresh machine) or None, and each bench folder's
+    scan (the datasets reuse it: every folder is read once).
     """
-    if "wandb" in cfg.report_to and global_rank() == 0:  # the W&B run lives on the global main process only
+    if "wandb" in cfg.report_to and is_main_process():  # the W&B run lives on the global main process only
         from olmocr_rl.wandb_check import wandb_credentials_problem
 
         os.environ.setdefault("WANDB_PROJECT", cfg.wandb_project)  # before W&B reads its settings
@@ -91,8 +88,10 @@ def _check_before_loading(cfg: ResolvedConfig) -> str | None:
     folders = {cfg.train_bench_data_folder}
     if cfg.eval_steps is not None and cfg.eval_bench_data_folder:
         folders.add(cfg.eval_bench_data_folder)
+    scans = {}  # each folder read once: the datasets take validation's scan
     for folder in sorted(folders):
         report = validate_bench_folder(folder, jsonl_filter=cfg.jsonl_filter, test_types=_test_types(cfg))
+        scans[folder] = report.scan
         if not report.ok:
             print(report.format(), file=sys.stderr)
             raise _Stop(f"bench folder {folder} has problems (listed above); fix them, or check them with "
@@ -112,25 +111,27 @@ def _check_before_loading(cfg: ResolvedConfig) -> str | None:
             check_s3_access(cfg.s3_save_path)
         except StorageError as exc:
             raise _Stop(f"--s3_save_path: {exc}") from None
-    return resume
+    return resume, scans
 
 
 def _test_types(cfg: ResolvedConfig) -> list[str] | None:
     return list(cfg.bench_type_filter) if cfg.bench_type_filter else None
 
 
-def _build_datasets(cfg: ResolvedConfig):
+def _build_datasets(cfg: ResolvedConfig, scans: dict):
     """``(train, eval or None)``, before the model: a page filter that leaves no page fails fast."""
     from olmocr_rl.data.dataset import BenchDataError, OlmOCRBenchDataset
 
     common = dict(target_longest_image_dim=cfg.target_longest_image_dim, jsonl_filter=cfg.jsonl_filter,
                   test_types=_test_types(cfg), pages=cfg.pages, exclude_pages=cfg.exclude_pages)
     try:  # validate_bench checked the files; what can still fail is a page filter that leaves no page
-        train_dataset = OlmOCRBenchDataset(cfg.train_bench_data_folder, max_samples=cfg.max_train_samples, **common)
+        train_dataset = OlmOCRBenchDataset(cfg.train_bench_data_folder, max_samples=cfg.max_train_samples,
+                                           scan=scans[cfg.train_bench_data_folder], **common)
         eval_dataset = None
         if cfg.eval_steps is not None:
-            eval_dataset = OlmOCRBenchDataset(cfg.eval_bench_data_folder or cfg.train_bench_data_folder,
-                                              max_samples=cfg.max_eval_samples, **common)
+            eval_folder = cfg.eval_bench_data_folder or cfg.train_bench_data_folder
+            eval_dataset = OlmOCRBenchDataset(eval_folder, max_samples=cfg.max_eval_samples, scan=scans[eval_folder],
+                                              **common)
     except BenchDataError as exc:
         raise _Stop(" ".join(line.strip() for line in str(exc).splitlines())) from None
     logger.info("train pages:\n%s", train_dataset.describe())
@@ -212,7 +213,7 @@ def _train_and_save(cfg: ResolvedConfig, trainer, processor, resume: str | None)
     except CheckpointMismatchError as exc:  # the checkpoint's weights do not fit --model_name's architecture
         raise _Stop(f"--resume_from_checkpoint: {exc}") from None
     trainer.save_model(cfg.output_dir)
-    if trainer.is_world_process_zero():  # the processor beside the final model, whatever the Trainer saved
+    if is_main_process(trainer.state):  # the processor beside the final model, whatever the Trainer saved
         processor.save_pretrained(cfg.output_dir)
     _finish(trainer, cfg)
 
@@ -263,7 +264,7 @@ def _init_wandb(cfg: ResolvedConfig, resume: str | None = None) -> str | None:
     A run resumed from a checkpoint that holds a W&B run id (resume.WandbRunIdCallback) continues that
     run; a fresh start (no checkpoint) begins a new one.
     """
-    if global_rank() != 0:
+    if not is_main_process():
         return None
     import wandb
     from wandb.errors import Error as WandbError
@@ -314,84 +315,32 @@ def _add_callbacks(trainer, cfg: ResolvedConfig, reward_names: list[str], reward
         trainer.add_callback(S3SyncCallback(cfg.s3_save_path, cfg.output_dir))  # never fatal to training
 
 
-def _resume_checkpoint(args) -> str | None:
-    if not args.resume_from_checkpoint:
-        return None
-    if args.resume_from_checkpoint is not True:
-        checkpoint = Path(args.resume_from_checkpoint)
-    else:
-        from olmocr_rl.storage import resolve_resume_checkpoint
+def _resume_checkpoint(cfg: ResolvedConfig) -> str | None:
+    from olmocr_rl.storage import resume_checkpoint
 
-        checkpoint = resolve_resume_checkpoint(args.output_dir, args.s3_save_path)
-        if checkpoint is None:
-            where = f"{args.output_dir}" + (f" or {args.s3_save_path}" if args.s3_save_path else "")
-            logger.info("--resume_from_checkpoint: no checkpoint in %s, starting fresh", where)
-            return None
-    logger.info("resuming from %s", checkpoint)
-    if global_rank() == 0:
-        _restore_history(args, checkpoint)
-    return str(checkpoint)
+    return resume_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir, cfg.s3_save_path)
 
 
-def _restore_history(args, checkpoint: Path) -> None:
-    """Make OUTPUT_DIR/metrics.jsonl end at the checkpoint's step before training appends to it.
-
-    On a fresh machine (the checkpoint was pulled from --s3_save_path) the file is fetched from S3
-    first; otherwise the final mirror would replace the remote history with only the resumed steps.
-    Failures are logged: the history is a convenience, the checkpoint is what matters.
-    """
-    from olmocr_rl.training_callbacks import trim_history
-
-    metrics = Path(args.output_dir) / "metrics.jsonl"
-    try:
-        last_step = int(json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        logger.warning("cannot read the step of %s (%s); metrics.jsonl left as it is", checkpoint, exc)
-        return
-    if not metrics.exists() and args.s3_save_path:
-        _fetch_s3_history(args.s3_save_path, metrics)
-    kept, dropped = trim_history(metrics, last_step)
-    if dropped:
-        logger.info("metrics.jsonl: dropped %d records after step %d (trained again now), kept %d",
-                    dropped, last_step, kept)
-
-
-def _fetch_s3_history(s3_save_path: str, destination: Path) -> None:
-    from olmocr_rl.storage import make_s3_client, parse_s3_uri
-
-    bucket, prefix = parse_s3_uri(s3_save_path)
-    key = "/".join(part for part in (prefix.strip("/"), destination.name) if part)
-    partial = destination.with_name(destination.name + ".part")
-    try:
-        make_s3_client().download_file(bucket, key, str(partial))
-        partial.replace(destination)
-    except Exception as exc:  # a missing object, a dead server: the run goes on with a shorter history
-        partial.unlink(missing_ok=True)
-        logger.warning("could not restore the run history from s3://%s/%s (%s: %s); metrics.jsonl starts at "
-                       "the resumed step", bucket, key, type(exc).__name__, exc)
-        return
-    logger.info("restored the run history from s3://%s/%s", bucket, key)
-
-
-def _finish(trainer, args) -> None:
+def _finish(trainer, cfg: ResolvedConfig) -> None:
+    from olmocr_rl.ranks import is_local_main_process
     from olmocr_rl.storage import S3SyncCallback
 
-    summary = {"global_step": trainer.state.global_step, "output_dir": str(Path(args.output_dir).resolve()),
+    summary = {"global_step": trainer.state.global_step, "output_dir": str(Path(cfg.output_dir).resolve()),
                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    if trainer.is_world_process_zero():
-        (Path(args.output_dir) / "run_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if is_main_process(trainer.state):
+        (Path(cfg.output_dir) / "run_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     # on_train_end fired before the final save; mirror the final model (and the summary) too (logged,
     # never fatal).
     for callback in trainer.callback_handler.callbacks:
-        if isinstance(callback, S3SyncCallback) and trainer.is_local_process_zero():  # every node's own files
+        if isinstance(callback, S3SyncCallback) and is_local_main_process(trainer.state):  # every node's own files
             callback.sync(wait=True)
-    if trainer.is_world_process_zero():
-        logger.info("done: %d steps, model and processor saved in %s", trainer.state.global_step, args.output_dir)
-    if "wandb" in args.report_to and global_rank() == 0:
-        import wandb
+    if is_main_process(trainer.state):
+        logger.info("done: %d steps, model and processor saved in %s", trainer.state.global_step, cfg.output_dir)
+        if "wandb" in cfg.report_to:
+            import wandb
 
-        if wandb.run is not None:
-            wandb.finish()
+            if wandb.run is not None:
+                wandb.finish()
 
 
 if __name__ == "__main__":

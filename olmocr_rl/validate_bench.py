@@ -21,17 +21,22 @@ from dataclasses import dataclass
 
 from olmocr_rl.bench import TestLoadError, load_single_test
 from olmocr_rl.data.references import InvalidReferenceError, find_reference
-from olmocr_rl.data.scan import BenchProblem, scan_bench_folder
+from olmocr_rl.data.scan import BenchProblem, BenchScan, scan_bench_folder
 from olmocr_rl.data.summary import BenchSummary, summarize
 
 
 @dataclass(frozen=True)
 class BenchReport:
-    """The result of validate_bench_folder: every problem, and the counts of the usable part."""
+    """The result of validate_bench_folder: every problem, the counts of the usable part, and the scan.
+
+    `scan` is the folder read once (every PDF opened): the training CLI builds its dataset from it
+    (`OlmOCRBenchDataset(..., scan=report.scan)`) instead of reading the folder again.
+    """
 
     folder: str
     problems: list[BenchProblem]
     summary: BenchSummary
+    scan: BenchScan
 
     @property
     def ok(self) -> bool:
@@ -85,7 +90,7 @@ def validate_bench_folder(
         dropped_tests_by_type=scan.dropped_tests_by_type,
         dropped_pages_by_type=scan.dropped_pages_by_type,
     )
-    return BenchReport(str(folder), problems, summary)
+    return BenchReport(str(folder), problems, summary, scan)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

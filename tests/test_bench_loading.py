@@ -152,3 +152,44 @@ def test_tests_are_immutable_hashable_and_picklable():
 def test_direct_construction_validates_too():
     with pytest.raises(ValueError):
         PresenceTest(pdf="a.pdf", page=1, id="x", type="present", text="")
+
+
+def test_one_jsonl_reader_serves_the_loader_the_data_scan_and_the_reward_cache(tmp_path, monkeypatch):
+    """bench.loading.read_test_jsonl is the only JSONL reader: all three callers report a bad line alike."""
+    from olmocr_rl.bench import loading
+    from olmocr_rl.data.scan import read_test_refs
+    from olmocr_rl.rewards.page_tests import PageKey, PageTestCache
+
+    good = line(id="a", type="present", text="one\u2028two")  # U+2028 inside a string is not a line break
+    path = write(tmp_path, good, '{"pdf": "doc.pdf", ', "[1, 2]")
+    expected = [
+        f"{path}:2: not valid JSON (Expecting property name enclosed in double quotes at column 20); "
+        "write one JSON object per line",
+        f"{path}:3: expected a JSON object, got list; write each test as one JSON object",
+    ]
+    reads = []
+    real = loading.read_test_jsonl
+    monkeypatch.setattr(loading, "read_test_jsonl", lambda p: reads.append(str(p)) or real(p))
+    import olmocr_rl.data.scan as scan_module
+    import olmocr_rl.rewards.page_tests as page_tests_module
+
+    monkeypatch.setattr(scan_module, "read_test_jsonl", loading.read_test_jsonl)
+    monkeypatch.setattr(page_tests_module, "read_test_jsonl", loading.read_test_jsonl)
+
+    tests, errors = load_tests(path, collect_errors=True)
+    refs, problems = read_test_refs(path)
+    page = PageTestCache().get(PageKey.build([str(path)], ["a"]))
+    assert [t.id for t in tests] == [r.id for r in refs] == [t.test.id for t in page.tests] == ["a"]
+    assert [str(e) for e in errors] == [str(p) for p in problems] == list(page.load_errors) == expected
+    assert reads == [str(path)] * 3
+
+
+def test_the_jsonl_reader_locates_unreadable_files(tmp_path):
+    from olmocr_rl.bench.loading import read_test_jsonl
+
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(line(id="a", type="present", text="x").encode() + b"\n" + '{"text": "caf\xe9"}'.encode("latin-1"))
+    entries, errors = read_test_jsonl(path)
+    assert entries == [] and [str(e) for e in errors] == [f"{path}:2: not UTF-8 text; save the file as UTF-8"]
+    entries, errors = read_test_jsonl(tmp_path / "nope.jsonl")
+    assert [str(e) for e in errors] == [f"{tmp_path / 'nope.jsonl'}: file not found; check the path"]

@@ -199,3 +199,35 @@ def test_real_bench_sample_grouping_and_sizes():
             seen.add(key)
         assert sample["claude_original"] is None  # that folder has no claude_original/
     assert seen == set(SHARED_SIZES)
+
+
+def test_validation_and_the_dataset_read_the_folder_once(monkeypatch):
+    """The training CLI's start-up: validate_bench_folder's scan feeds the dataset, so every PDF opens once."""
+    from collections import Counter
+
+    import olmocr_rl.data.dataset as dataset_module
+    import olmocr_rl.data.render as render_module
+    import olmocr_rl.validate_bench as validate_module
+    from olmocr_rl.validate_bench import validate_bench_folder
+
+    opened, scans = Counter(), []
+    real_open, real_scan = render_module._open_document, validate_module.scan_bench_folder
+    monkeypatch.setattr(render_module, "_open_document", lambda path: opened.update([Path(path).name]) or real_open(path))
+
+    def counting_scan(*args, **kwargs):
+        scans.append(args[0])
+        return real_scan(*args, **kwargs)
+
+    monkeypatch.setattr(validate_module, "scan_bench_folder", counting_scan)
+    monkeypatch.setattr(dataset_module, "scan_bench_folder", counting_scan)
+    report = validate_bench_folder(SAMPLE, test_types=["present", "absent"])
+    dataset = OlmOCRBenchDataset(SAMPLE, test_types=["present", "absent"], scan=report.scan,
+                                 render_cache=PageRenderCache())
+    assert report.ok and len(dataset) == len(report.scan.pages) > 0
+    assert scans == [SAMPLE]  # one scan of the folder
+    assert opened and set(opened.values()) == {1}, opened  # each PDF opened once, by that scan
+
+    with pytest.raises(ValueError, match=r"scan= is of .* \(jsonl_filter=None, test_types=\('present', 'absent'\)\)"):
+        OlmOCRBenchDataset(SAMPLE, test_types=["present"], scan=report.scan)
+    with pytest.raises(ValueError, match="pass the matching scan or none"):
+        OlmOCRBenchDataset(SAMPLE, jsonl_filter="basic", test_types=["present", "absent"], scan=report.scan)

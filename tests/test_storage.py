@@ -12,6 +12,8 @@ import pytest
 from s3_server import moto_s3  # noqa: F401  (pytest fixture)
 
 from olmocr_rl import storage
+from olmocr_rl.storage import mirror as storage_mirror
+from olmocr_rl.storage import s3 as storage_s3
 from olmocr_rl.storage import (
     RemoteObject,
     LocalFile,
@@ -25,6 +27,7 @@ from olmocr_rl.storage import (
     parse_s3_uri,
     pull_latest_checkpoint_from_s3,
     resolve_resume_checkpoint,
+    resume_checkpoint,
     sync_dir_to_s3,
 )
 
@@ -58,10 +61,10 @@ def put(server, key: str, body: bytes) -> None:
 
 
 class WorldState:
-    """The two TrainerState fields the callback reads."""
+    """The TrainerState fields the callback reads (one machine: its main process is the world's)."""
 
     def __init__(self, main: bool = True):
-        self.is_world_process_zero = main
+        self.is_world_process_zero = self.is_local_process_zero = main
         self.global_step = 0
 
 
@@ -69,7 +72,7 @@ class WorldState:
 def s3_calls(monkeypatch):
     """Names of every S3 API call storage makes (GetObject, PutObject, ...), in order."""
     calls: list[str] = []
-    real = storage.make_s3_client
+    real = storage_s3.make_s3_client
 
     def counting_client():
         client = real()
@@ -79,7 +82,7 @@ def s3_calls(monkeypatch):
         )
         return client
 
-    monkeypatch.setattr(storage, "make_s3_client", counting_client)
+    monkeypatch.setattr(storage_s3, "make_s3_client", counting_client)
     return calls
 
 
@@ -211,7 +214,7 @@ def test_download_s3_prefix_refetches_changed_keys_and_drops_deleted_ones(moto_s
 
 def test_interrupted_download_never_looks_complete_and_resumes(moto_s3, tmp_path, monkeypatch, s3_calls):
     uri = upload_model(moto_s3)
-    real_download = storage._download_object
+    real_download = storage_s3.download_object
     done = []
 
     def dies_on_second_file(client, bucket, key, destination):
@@ -220,7 +223,7 @@ def test_interrupted_download_never_looks_complete_and_resumes(moto_s3, tmp_path
         real_download(client, bucket, key, destination)
         done.append(key)
 
-    monkeypatch.setattr(storage, "_download_object", dies_on_second_file)
+    monkeypatch.setattr(storage_s3, "download_object", dies_on_second_file)
     with pytest.raises(KeyboardInterrupt):
         download_s3_prefix(uri, cache_dir=tmp_path)
     folder = tmp_path / moto_s3.bucket / "models" / "tiny"
@@ -228,7 +231,7 @@ def test_interrupted_download_never_looks_complete_and_resumes(moto_s3, tmp_path
     assert marker["complete"] is False and list(marker["objects"]) == ["config.json"]
     assert not [p for p in folder.rglob("*") if p.name.endswith(storage.PARTIAL_SUFFIX)]
 
-    monkeypatch.setattr(storage, "_download_object", real_download)
+    monkeypatch.setattr(storage_s3, "download_object", real_download)
     s3_calls.clear()
     download_s3_prefix(uri, cache_dir=tmp_path)
     assert s3_calls.count("GetObject") == len(MODEL_FILES) - 1  # the whole first file is kept
@@ -344,14 +347,14 @@ def test_mirror_skips_files_deleted_during_the_pass_and_remembers_what_it_sent(m
     write_files(out, {"checkpoint-1/model.safetensors": b"w", "checkpoint-1/trainer_state.json": b"{}"})
     ahead = time.time() + 100  # a local clock running ahead of the server's
     os.utime(out / "checkpoint-1" / "model.safetensors", (ahead, ahead))
-    real_scan = storage.scan_local
+    real_scan = storage_mirror.scan_local
 
     def scan_with_a_ghost(local_dir, exclude):
         files = real_scan(local_dir, exclude)
         files["checkpoint-0/optimizer.pt"] = LocalFile(Path(local_dir) / "checkpoint-0" / "optimizer.pt", 3, 1.0)
         return files  # as if rotation removed it between the listing and its upload
 
-    monkeypatch.setattr(storage, "scan_local", scan_with_a_ghost)
+    monkeypatch.setattr(storage_mirror, "scan_local", scan_with_a_ghost)
     mirror = S3Mirror(out, f"s3://{moto_s3.bucket}/r")
     first = mirror.sync()
     assert (sorted(first.uploaded), first.vanished) == (
@@ -367,7 +370,7 @@ def test_mirror_retries_transient_failures_then_succeeds(moto_s3, tmp_path, monk
 
     out = tmp_path / "out"
     write_files(out, {"a.txt": b"a"})
-    real = storage.make_s3_client
+    real = storage_s3.make_s3_client
     attempts = []
 
     def flaky():
@@ -376,7 +379,7 @@ def test_mirror_retries_transient_failures_then_succeeds(moto_s3, tmp_path, monk
             raise EndpointConnectionError(endpoint_url=moto_s3.endpoint_url)
         return real()
 
-    monkeypatch.setattr(storage, "make_s3_client", flaky)
+    monkeypatch.setattr(storage_s3, "make_s3_client", flaky)
     with caplog.at_level(logging.WARNING, logger="olmocr_rl.storage"):
         result = S3Mirror(out, f"s3://{moto_s3.bucket}/r", retries=3, backoff_s=0.01).sync()
     assert (result.attempts, result.uploaded) == (2, ["a.txt"])
@@ -456,7 +459,7 @@ def test_check_s3_access_is_a_preflight_for_the_save_path(moto_s3):
 
 def test_without_boto3_s3_fails_with_an_install_hint_and_training_goes_on(tmp_path, monkeypatch, caplog):
     monkeypatch.setitem(__import__("sys").modules, "boto3", None)  # import boto3 -> ImportError
-    monkeypatch.setattr(storage, "_CLIENTS", {})
+    monkeypatch.setattr(storage_s3, "_CLIENTS", {})
     with pytest.raises(StorageError, match="pip install boto3"):
         download_s3_prefix("s3://bucket/model", cache_dir=tmp_path)
     fake_checkpoint(tmp_path / "out", 1)
@@ -517,6 +520,45 @@ def test_resolve_resume_checkpoint_prefers_local_then_s3_then_none(moto_s3, tmp_
     assert resolve_resume_checkpoint(out, uri) == out / "checkpoint-7"  # local wins, S3 not needed
     with pytest.raises(StorageError, match=r"listing checkpoints in s3://olmocr-rl-test/run/ failed: cannot reach"):
         resolve_resume_checkpoint(tmp_path / "other", uri)
+
+
+@pytest.mark.parametrize("save_path", ["run", "run/"])
+def test_resume_checkpoint_restores_the_history_from_s3_up_to_the_checkpoint(moto_s3, tmp_path, save_path):
+    uri = f"s3://{moto_s3.bucket}/{save_path}"
+    remote = tmp_path / "remote"
+    fake_checkpoint(remote, 3)
+    write_files(remote, {"metrics.jsonl": "".join(json.dumps({"step": n}) + "\n" for n in range(1, 6)).encode()})
+    sync_dir_to_s3(remote, f"s3://{moto_s3.bucket}/run/")
+    out = tmp_path / "out"
+    assert resume_checkpoint(True, out, uri) == str(out / "checkpoint-3")
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+    assert resume_checkpoint(False, out, uri) is None
+    assert resume_checkpoint(str(remote / "checkpoint-3"), tmp_path / "other") == str(remote / "checkpoint-3")
+
+
+def test_resume_checkpoint_without_a_history_on_s3_warns_and_goes_on(moto_s3, tmp_path, caplog):
+    uri = f"s3://{moto_s3.bucket}/run/"
+    fake_checkpoint(tmp_path / "remote", 2)
+    sync_dir_to_s3(tmp_path / "remote", uri)
+    with caplog.at_level(logging.WARNING, logger="olmocr_rl.storage"):
+        assert resume_checkpoint(True, tmp_path / "out", uri) == str(tmp_path / "out" / "checkpoint-2")
+    assert "could not restore the run history from s3://olmocr-rl-test/run/metrics.jsonl" in caplog.text
+    assert not list((tmp_path / "out").glob("metrics.jsonl*"))  # no partial file left behind
+
+
+def test_importing_storage_loads_neither_transformers_nor_boto3():
+    """Only storage.callback needs transformers, and it loads on first use of S3SyncCallback."""
+    import subprocess
+    import sys
+
+    code = ("import sys, olmocr_rl.storage, olmocr_rl.storage.s3, olmocr_rl.storage.cache, olmocr_rl.storage.mirror, "
+            "olmocr_rl.storage.checkpoints\n"
+            "heavy = sorted({'transformers', 'torch', 'boto3'} & set(sys.modules))\n"
+            "assert not heavy, heavy\n"
+            "from olmocr_rl.storage import S3SyncCallback\n"
+            "assert 'transformers' in sys.modules")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
 
 
 # ---- a real Trainer --------------------------------------------------------------------------------
@@ -581,7 +623,7 @@ def test_training_finishes_when_the_s3_server_goes_away_mid_run(moto_s3, tmp_pat
         trainer.train()
     assert trainer.state.global_step == 3
     assert find_latest_checkpoint(out) == out / "checkpoint-3"
-    messages = [r.getMessage() for r in caplog.records if r.name == "olmocr_rl.storage"]
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("olmocr_rl.storage")]
     assert any(m.startswith("S3 sync") and "uploaded" in m for m in messages), messages  # step 1 went up
     failures = [m for m in messages if "failed; training goes on" in m]
     assert failures and all(uri in m and "cannot reach the S3 endpoint" in m for m in failures)

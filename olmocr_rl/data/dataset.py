@@ -22,7 +22,7 @@ from torch.utils.data import Dataset
 from olmocr_rl.data.prompts import build_no_anchoring_v4_yaml_prompt
 from olmocr_rl.data.references import InvalidReferenceError, find_reference
 from olmocr_rl.data.render import DEFAULT_TARGET_LONGEST_IMAGE_DIM, PageRenderCache, default_render_cache
-from olmocr_rl.data.scan import BenchProblem, scan_bench_folder
+from olmocr_rl.data.scan import BenchProblem, BenchScan, scan_bench_folder
 from olmocr_rl.data.summary import summarize
 
 _MAX_PROBLEMS_SHOWN = 20
@@ -61,6 +61,19 @@ def select_pages(keys: Sequence[str], pages=None, exclude_pages=None) -> list[in
     ]
 
 
+def _scan_of(folder, jsonl_filter: str | None, test_types: Sequence[str] | None, scan: BenchScan | None) -> BenchScan:
+    """``scan`` when it is of ``folder`` with these filters (ValueError when it is not), else a new scan."""
+    types = list(test_types) if test_types is not None else None
+    if scan is None:
+        return scan_bench_folder(folder, jsonl_filter, types)
+    if not scan.made_with(folder, jsonl_filter, types):
+        raise ValueError(
+            f"scan= is of {scan.folder} (jsonl_filter={scan.jsonl_filter!r}, test_types={scan.test_types!r}), not of "
+            f"{folder} (jsonl_filter={jsonl_filter!r}, test_types={types!r}); pass the matching scan or none"
+        )
+    return scan
+
+
 class OlmOCRBenchDataset(Dataset):
     """Pages of an olmOCR-bench folder (`*.jsonl` + `pdfs/`, optional `claude_original/`) as prompts.
 
@@ -75,7 +88,9 @@ class OlmOCRBenchDataset(Dataset):
 
     Construction scans the folder, opens every PDF once to check its pages, and reads the
     references; any problem raises BenchDataError listing all of them (an invalid reference names
-    its file). Items are dicts:
+    its file). `scan`: a scan of this folder with these filters already made (the training CLI passes
+    `validate_bench_folder`'s), used instead of reading the folder and opening every PDF again; a scan
+    of another folder or other filters is a ValueError. Items are dicts:
 
     - prompt: [{"role": "user", "content": [{"type": "text", "text": PROMPT}, {"type": "image"}]}]
     - image: PIL RGB image, longest side `target_longest_image_dim`
@@ -96,6 +111,7 @@ class OlmOCRBenchDataset(Dataset):
         render_cache: PageRenderCache | None = None,
         pages: str | None = None,
         exclude_pages: str | None = None,
+        scan: BenchScan | None = None,
     ) -> None:
         if max_samples is not None and (isinstance(max_samples, bool) or not isinstance(max_samples, int) or max_samples < 1):
             raise ValueError(f"max_samples must be a positive integer or None, got {max_samples!r}")
@@ -107,7 +123,7 @@ class OlmOCRBenchDataset(Dataset):
         self.render_cache = render_cache if render_cache is not None else default_render_cache()
         self.prompt_text = build_no_anchoring_v4_yaml_prompt()
 
-        scan = scan_bench_folder(bench_data_folder, jsonl_filter, list(test_types) if test_types is not None else None)
+        scan = _scan_of(bench_data_folder, jsonl_filter, test_types, scan)
         if scan.problems:
             raise BenchDataError(self.bench_data_folder, scan.problems)
         if not scan.pages:

@@ -13,7 +13,6 @@ grouping and rendering need (pdf, page, id, type), plus duplicate ids and the PD
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import Counter
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from olmocr_rl.bench import TEST_TYPES  # olmOCR-bench's test types, in its order
+from olmocr_rl.bench.loading import read_test_jsonl
 from olmocr_rl.data.render import RenderError, pdf_page_count
 
 __all__ = ["TEST_TYPES", "BenchPage", "BenchProblem", "BenchScan", "TestRef", "scan_bench_folder"]
@@ -96,6 +96,12 @@ class BenchScan:
     kept_tests: list[TestRef]  # those tests after the type filter, PDF problems or not
     dropped_tests_by_type: Counter  # tests left out by the type filter, by type
     dropped_pages_by_type: int  # pages left with no test after the type filter
+    jsonl_filter: str | None = None  # the filters it was made with: a consumer checks they match its own
+    test_types: tuple[str, ...] | None = None
+
+    def made_with(self, folder: str | os.PathLike, jsonl_filter: str | None, test_types) -> bool:
+        """Whether this scan is of ``folder`` with these filters, so it can stand in for scanning it again."""
+        return (self.folder, self.jsonl_filter, self.test_types) == (str(folder), jsonl_filter, _types_key(test_types))
 
 
 def list_jsonl_files(folder: Path, jsonl_filter: str | None) -> tuple[list[Path], list[BenchProblem]]:
@@ -141,61 +147,46 @@ def _check_pdf_field(value: object) -> str | None:
 def read_test_refs(jsonl_path: Path) -> tuple[list[TestRef], list[BenchProblem]]:
     """Parse one JSONL file: a TestRef per well-formed line, a problem per bad line or field.
 
-    Blank lines are allowed. Checked here: valid JSON object, `pdf` (non-empty relative path),
-    `page` (int >= 1), `id` (non-empty string), `type` (one of TEST_TYPES).
+    The file is read by `olmocr_rl.bench.loading.read_test_jsonl` (blank lines allowed; unreadable,
+    non-UTF-8, non-JSON and non-object lines are problems). Checked here: `pdf` (non-empty relative
+    path), `page` (int >= 1), `id` (non-empty string), `type` (one of TEST_TYPES).
     """
     name = str(jsonl_path)
-    try:
-        raw = jsonl_path.read_bytes()
-    except OSError as exc:
-        return [], [BenchProblem(name, None, None, f"cannot read the file ({exc.strerror}); check its permissions")]
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        return [], [BenchProblem(name, line, None, "not UTF-8 text; save the file as UTF-8")]
-
+    entries, errors = read_test_jsonl(jsonl_path)
+    problems = [BenchProblem(error.path or name, error.line, error.field, error.reason) for error in errors]
     refs: list[TestRef] = []
-    problems: list[BenchProblem] = []
-    # split("\n"), not splitlines(): a JSON string may legally hold U+2028 and other separators.
-    for line_number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as exc:
-            problems.append(
-                BenchProblem(name, line_number, None, f"not valid JSON ({exc.msg} at column {exc.colno}); write one JSON object per line")
-            )
-            continue
-        if not isinstance(entry, dict):
-            problems.append(
-                BenchProblem(name, line_number, None, f"a test must be a JSON object, got {type(entry).__name__}")
-            )
-            continue
-        line_problems = []
-        pdf_problem = _check_pdf_field(entry.get("pdf"))
-        if pdf_problem:
-            line_problems.append(BenchProblem(name, line_number, "pdf", pdf_problem))
-        page = entry.get("page")
-        if "page" not in entry:
-            line_problems.append(BenchProblem(name, line_number, "page", "missing; give the 1-based page number"))
-        elif isinstance(page, bool) or not isinstance(page, int):
-            line_problems.append(BenchProblem(name, line_number, "page", f"must be an integer, got {page!r}"))
-        elif page < 1:
-            line_problems.append(BenchProblem(name, line_number, "page", f"{page} is not a page: pages are numbered from 1"))
-        test_id = entry.get("id")
-        if not isinstance(test_id, str) or not test_id.strip():
-            line_problems.append(BenchProblem(name, line_number, "id", "missing or empty; give every test a unique string id"))
-        test_type = entry.get("type")
-        if test_type not in TEST_TYPES:
-            shown = "missing" if test_type is None else f"unknown test type {test_type!r}"
-            line_problems.append(BenchProblem(name, line_number, "type", f"{shown}; use one of {', '.join(TEST_TYPES)}"))
+    for line_number, entry in entries:
+        line_problems = [
+            BenchProblem(name, line_number, field_name, message) for field_name, message in _ref_field_problems(entry)
+        ]
         if line_problems:
             problems.extend(line_problems)
             continue
-        refs.append(TestRef(test_id, test_type, entry["pdf"], page, name, line_number, entry))
+        refs.append(TestRef(entry["id"], entry["type"], entry["pdf"], entry["page"], name, line_number, entry))
     return refs, problems
+
+
+def _ref_field_problems(entry: dict) -> list[tuple[str, str]]:
+    """(field, problem; fix) for each field grouping and rendering need that is missing or wrong."""
+    problems = []
+    pdf_problem = _check_pdf_field(entry.get("pdf"))
+    if pdf_problem:
+        problems.append(("pdf", pdf_problem))
+    page = entry.get("page")
+    if "page" not in entry:
+        problems.append(("page", "missing; give the 1-based page number"))
+    elif isinstance(page, bool) or not isinstance(page, int):
+        problems.append(("page", f"must be an integer, got {page!r}"))
+    elif page < 1:
+        problems.append(("page", f"{page} is not a page: pages are numbered from 1"))
+    test_id = entry.get("id")
+    if not isinstance(test_id, str) or not test_id.strip():
+        problems.append(("id", "missing or empty; give every test a unique string id"))
+    test_type = entry.get("type")
+    if test_type not in TEST_TYPES:
+        shown = "missing" if test_type is None else f"unknown test type {test_type!r}"
+        problems.append(("type", f"{shown}; use one of {', '.join(TEST_TYPES)}"))
+    return problems
 
 
 def _check_pdfs(folder: Path, refs: list[TestRef]) -> tuple[set[tuple[str, int]], list[BenchProblem]]:
@@ -251,6 +242,13 @@ def _check_pdfs(folder: Path, refs: list[TestRef]) -> tuple[set[tuple[str, int]]
     return bad, problems
 
 
+def _types_key(test_types) -> tuple[str, ...] | None:
+    """A --bench_type_filter value (None, a name, names) as the tuple a BenchScan records."""
+    if test_types is None:
+        return None
+    return (test_types,) if isinstance(test_types, str) else tuple(test_types)
+
+
 def validate_test_types(test_types: list[str] | tuple[str, ...] | None) -> list[BenchProblem]:
     """Problems with a --bench_type_filter list (unknown names, empty list)."""
     if test_types is None:
@@ -285,16 +283,16 @@ def scan_bench_folder(
     only tests of these types; pages left with none are dropped and counted. Duplicate test ids
     (within or across files) are problems. With `check_pdfs`, each named PDF is opened once:
     missing, encrypted or corrupt PDFs and out-of-range pages are problems and their pages are
-    left out of `pages`.
+    left out of `pages`. Validation and the dataset share one scan (`BenchScan.made_with`).
     """
     folder_path = Path(folder)
+    types = _types_key(test_types)
     problems: list[BenchProblem] = []
-    empty = BenchScan(str(folder), [], [], problems, 0, [], Counter(), 0)
     if not folder_path.is_dir():
         problems.append(
             BenchProblem(str(folder), None, None, "bench folder not found; pass the folder that holds *.jsonl and pdfs/")
         )
-        return empty
+        return BenchScan(str(folder), [], [], problems, 0, [], Counter(), 0, jsonl_filter, types)
     if not (folder_path / "pdfs").is_dir():
         problems.append(
             BenchProblem(str(folder_path / "pdfs"), None, None, "pdfs/ folder not found; put the test PDFs in <folder>/pdfs/")
@@ -302,7 +300,35 @@ def scan_bench_folder(
     problems.extend(validate_test_types(test_types))
     jsonl_files, file_problems = list_jsonl_files(folder_path, jsonl_filter)
     problems.extend(file_problems)
+    refs = _read_unique_refs(jsonl_files, problems)
 
+    wanted = set(test_types) if test_types is not None and not validate_test_types(test_types) else None
+    kept = [ref for ref in refs if wanted is None or ref.type in wanted]
+    dropped_by_type = Counter(ref.type for ref in refs if wanted is not None and ref.type not in wanted)
+    dropped_pages = len({(ref.pdf, ref.page) for ref in refs} - {(ref.pdf, ref.page) for ref in kept})
+    if wanted is not None and refs and not kept:
+        problems.append(
+            BenchProblem(
+                "--bench_type_filter",
+                None,
+                None,
+                f"no test has type {', '.join(sorted(wanted))} in the JSONL files read; "
+                f"they hold {', '.join(sorted({ref.type for ref in refs}))}",
+            )
+        )
+
+    unrenderable: set[tuple[str, int]] = set()
+    if check_pdfs and (folder_path / "pdfs").is_dir():
+        unrenderable, pdf_problems = _check_pdfs(folder_path, kept)
+        problems.extend(pdf_problems)
+    return BenchScan(
+        str(folder), [str(path) for path in jsonl_files], _group_pages(str(folder), kept, unrenderable), problems,
+        len(refs), kept, dropped_by_type, dropped_pages, jsonl_filter, types,
+    )
+
+
+def _read_unique_refs(jsonl_files: list[Path], problems: list[BenchProblem]) -> list[TestRef]:
+    """The well-formed tests of the files in order; bad lines and repeated ids (anywhere) added to `problems`."""
     refs: list[TestRef] = []
     first_seen: dict[str, TestRef] = {}
     for jsonl_path in jsonl_files:
@@ -323,37 +349,17 @@ def scan_bench_folder(
                 continue
             first_seen[ref.id] = ref
             refs.append(ref)
+    return refs
 
-    wanted = set(test_types) if test_types is not None and not validate_test_types(test_types) else None
-    kept = [ref for ref in refs if wanted is None or ref.type in wanted]
-    dropped_by_type = Counter(ref.type for ref in refs if wanted is not None and ref.type not in wanted)
-    kept_pages = {(ref.pdf, ref.page) for ref in kept}
-    dropped_pages = len({(ref.pdf, ref.page) for ref in refs} - kept_pages)
-    if wanted is not None and refs and not kept:
-        problems.append(
-            BenchProblem(
-                "--bench_type_filter",
-                None,
-                None,
-                f"no test has type {', '.join(sorted(wanted))} in the JSONL files read; "
-                f"they hold {', '.join(sorted({ref.type for ref in refs}))}",
-            )
-        )
 
-    unrenderable: set[tuple[str, int]] = set()
-    if check_pdfs and (folder_path / "pdfs").is_dir():
-        unrenderable, pdf_problems = _check_pdfs(folder_path, kept)
-        problems.extend(pdf_problems)
-
+def _group_pages(folder: str, kept: list[TestRef], unrenderable: set[tuple[str, int]]) -> list[BenchPage]:
+    """One BenchPage per renderable (pdf, page) of `kept`, sorted, its tests in file then line order."""
     grouped: dict[tuple[str, int], BenchPage] = {}
     for ref in kept:
         key = (ref.pdf, ref.page)
         if key in unrenderable:
             continue
         if key not in grouped:
-            grouped[key] = BenchPage(ref.pdf, ref.page, os.path.join(str(folder), "pdfs", ref.pdf), [])
+            grouped[key] = BenchPage(ref.pdf, ref.page, os.path.join(folder, "pdfs", ref.pdf), [])
         grouped[key].tests.append(ref)
-    pages = [grouped[key] for key in sorted(grouped)]
-    return BenchScan(
-        str(folder), [str(path) for path in jsonl_files], pages, problems, len(refs), kept, dropped_by_type, dropped_pages
-    )
+    return [grouped[key] for key in sorted(grouped)]

@@ -20,13 +20,13 @@ The caller logs each report once; none of these raise.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from olmocr_rl.bench import load_single_test
+from olmocr_rl.bench.loading import read_test_jsonl
 
 # Bounds on the caches. A test set is a few kilobytes; 4096 pages covers the public synthetic mix
 # (2,186 pages) for multi-epoch runs. Bench files are few, but each index can hold ~30k entries.
@@ -160,26 +160,17 @@ class PageTestCache:
 
 
 def _read_index(path: str, stamp: tuple[int, int]) -> _FileIndex:
-    """Map each test id of a JSONL file to its raw entry; blank lines are allowed, the first of duplicate ids wins."""
+    """Map each test id of a JSONL file to its raw entry (read by ``read_test_jsonl``); the first of duplicate ids wins.
+
+    Unreadable files and bad lines are problems (``file:line: what; fix``); entries without a string id are skipped.
+    """
     entries: dict[str, dict] = {}
-    problems: list[str] = []
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line_number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    entry = json.loads(line)
-                except json.JSONDecodeError as error:
-                    problems.append(f"{path}:{line_number}: not valid JSON ({error.msg})")
-                    continue
-                test_id = entry.get("id") if isinstance(entry, dict) else None
-                if not isinstance(test_id, str):
-                    continue
-                entries.setdefault(test_id, entry)
-    except OSError as error:
-        problems.append(f"{path}: cannot read: {error}")
-    return _FileIndex(stamp=stamp, entries=entries, problems=problems)
+    lines, errors = read_test_jsonl(path)
+    for _line, entry in lines:
+        test_id = entry.get("id")
+        if isinstance(test_id, str):
+            entries.setdefault(test_id, entry)
+    return _FileIndex(stamp=stamp, entries=entries, problems=[str(error) for error in errors])
 
 
 def page_key_for(

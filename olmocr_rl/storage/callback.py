@@ -1,0 +1,215 @@
+"""``S3SyncCallback``: a Trainer callback that mirrors ``output_dir`` to S3 after each checkpoint and at the end.
+
+The only storage module that imports transformers; ``olmocr_rl.storage`` loads it on first use of
+``S3SyncCallback``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from olmocr_rl.ranks import is_local_main_process
+from olmocr_rl.storage import s3
+from olmocr_rl.storage.checkpoints import (
+    MANIFEST_DIR,
+    TRAINER_STATE,
+    Topology,
+    checkpoint_step,
+    current_topology,
+    local_checkpoint_files,
+    manifest_name,
+)
+from olmocr_rl.storage.mirror import DEFAULT_EXCLUDE, S3Mirror, SyncResult, is_excluded
+from olmocr_rl.storage.s3 import PARTIAL_SUFFIX, explain, parse_s3_uri
+
+logger = logging.getLogger(__name__)
+
+
+class S3SyncCallback(TrainerCallback):
+    """Mirror ``output_dir`` to ``s3_save_path`` after every checkpoint save and at the end of training.
+
+    Runs on every machine's local main process (``state.is_local_process_zero``): each mirrors its own
+    disk to the same prefix, so the files only another machine holds (its ranks' RNG states, optimizer
+    and weight shards of a sharded engine) reach S3 too; no shared file system is needed. At each save
+    every rank first waits for the others (a barrier: their files are written), then each node's local
+    main notes the checkpoint's files and, once they are on S3, uploads its manifest
+    ``checkpoint-N/olmocr_rl_manifest/node-R.json`` (files, sizes, world size, engine) last. The resume
+    side (:func:`checkpoint_problem`) takes a checkpoint only when every node's manifest and every listed
+    file are there. With one process, or a shared ``output_dir``, it is the same mirror as before (plus
+    the manifest). On a machine other than the first, whose disk the Trainer does not prune, the
+    checkpoints beyond ``save_total_limit`` are pruned here, and so on S3.
+
+    It never raises: a failed sync (server gone, bad credentials) is logged as an error naming the URI,
+    the checkpoints stay on local disk, the next save tries again. With ``background=True`` (the
+    default) each sync runs in a worker thread so a node does not stall the other ranks during a
+    multi-GB upload (long enough to hit collective timeouts); saves that arrive while a sync runs are
+    coalesced into one more pass, and ``on_train_end`` waits for the last pass. Deletions mirror local
+    pruning but keep remote objects this node never had locally (see ``S3Mirror.keep_remote_only``).
+    ``last_result`` / ``last_error`` hold the outcome of the latest pass. Call ``sync(wait=True)`` after
+    a final ``save_model`` that happens after ``train()`` returns.
+    """
+
+    def __init__(
+        self,
+        s3_save_path: str,
+        output_dir: str | os.PathLike,
+        retries: int = 3,
+        *,
+        background: bool = True,
+        backoff_s: float = 2.0,
+        exclude: Iterable[str] = DEFAULT_EXCLUDE,
+        topology: Topology | None = None,
+    ):
+        parse_s3_uri(s3_save_path)  # a malformed URI is a user error: fail at construction, not hours later
+        self.s3_save_path = s3_save_path.rstrip("/") + "/"
+        self.output_dir = Path(output_dir)
+        self.background = background
+        self.topology = topology or current_topology()
+        self.mirror = S3Mirror(
+            self.output_dir, self.s3_save_path, delete=True, keep_remote_only=True,
+            exclude=exclude, retries=retries, backoff_s=backoff_s,
+        )
+        self.last_result: SyncResult | None = None
+        self.last_error: str | None = None
+        self._lock = threading.Lock()
+        self._pending = False
+        self._worker: threading.Thread | None = None
+        self._manifests: dict[str, dict[str, int]] = {}  # checkpoint name -> its files, awaiting upload
+
+    # Trainer events --------------------------------------------------------------------------------
+    def on_train_begin(self, args, state, control, **kwargs):
+        if is_local_main_process(state):
+            self.mirror.remember_local()  # pre-existing local checkpoints are ours to prune remotely
+
+    def on_save(self, args, state, control, **kwargs):
+        _barrier()  # every rank's files of this checkpoint are written before any node lists them
+        if not is_local_main_process(state):
+            return
+        folder = self.output_dir / f"checkpoint-{state.global_step}"
+        if folder.is_dir():
+            if self.topology.node_rank > 0:
+                self._prune(args, folder)
+            files = {rel: (folder / rel).stat().st_size for rel in local_checkpoint_files(folder)
+                     if not rel.startswith(MANIFEST_DIR + "/") and not is_excluded(rel, self.mirror.exclude)}
+            with self._lock:
+                self._manifests[folder.name] = files
+        self.sync(wait=not self.background)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if is_local_main_process(state):
+            self.sync(wait=True)
+
+    def _prune(self, args, newest: Path) -> None:
+        """Keep this machine's newest ``save_total_limit`` checkpoints (the Trainer prunes the first machine's
+        disk only); skipped when the folder is shared (the first machine's trainer_state.json is here)."""
+        limit = getattr(args, "save_total_limit", None)
+        if not limit or (newest / TRAINER_STATE).exists():
+            return
+        steps = sorted((step, path) for path in self.output_dir.iterdir()
+                       if path.is_dir() and (step := checkpoint_step(path.name)) is not None)
+        for _step, path in steps[:-limit]:
+            shutil.rmtree(path, ignore_errors=True)
+            logger.info("pruned %s (save_total_limit %d)", path, limit)
+
+    # The work ---------------------------------------------------------------------------------------
+    def sync(self, wait: bool = True) -> None:
+        """Request a mirror pass; with ``wait`` return only after every requested pass finished.
+
+        No rank check here (the Trainer events do that): call it on the global main process only.
+        """
+        if not self.background:
+            self._run_pass()
+            return
+        with self._lock:
+            self._pending = True
+            if self._worker is None:
+                # Not a daemon: an interpreter exiting after a crash still finishes the upload in flight.
+                self._worker = threading.Thread(target=self._drain, name="olmocr_rl-s3-sync", daemon=False)
+                self._worker.start()
+        if wait:
+            self.wait()
+
+    def wait(self) -> None:
+        """Block until the background worker has no pass running or pending."""
+        while True:
+            with self._lock:
+                worker = self._worker
+            if worker is None:
+                return
+            worker.join()
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._pending:
+                    self._worker = None
+                    return
+                self._pending = False
+            try:
+                self._run_pass()
+            except BaseException:  # _run_pass catches Exception; this is KeyboardInterrupt and kin
+                with self._lock:
+                    self._worker = None
+                raise
+
+    def _run_pass(self) -> None:
+        if not self.output_dir.is_dir():  # training ended before its first save: nothing to mirror
+            logger.info("S3 sync skipped: %s does not exist yet", self.output_dir)
+            return
+        with self._lock:  # only checkpoints noted before this pass listed the folder
+            manifests = dict(self._manifests)
+        try:
+            result = self.mirror.sync()
+            for name, files in manifests.items():
+                self._upload_manifest(name, files)
+                with self._lock:
+                    if self._manifests.get(name) is files:
+                        del self._manifests[name]
+        except Exception as exc:  # never let S3 stop training
+            self.last_error = str(exc)
+            logger.error("S3 sync of %s to %s failed; training goes on, checkpoints stay on local disk: %s",
+                         self.output_dir, self.s3_save_path, exc)
+            return
+        self.last_result, self.last_error = result, None
+        logger.info("S3 sync %s -> %s: %s", self.output_dir, self.s3_save_path, result.summary())
+
+    def _upload_manifest(self, name: str, files: dict[str, int]) -> None:
+        """This node's manifest of checkpoint ``name``, once its files are on S3: written locally, uploaded last."""
+        folder = self.output_dir / name
+        if not all((folder / rel).is_file() and (folder / rel).stat().st_size == size for rel, size in files.items()):
+            logger.info("no manifest for %s: pruned or changed since the save", folder)
+            return
+        topo = self.topology
+        record = {"checkpoint": name, "node_rank": topo.node_rank, "num_machines": topo.num_machines,
+                  "world_size": topo.world_size, "engine": topo.engine, "files": files}
+        rel = manifest_name(topo.node_rank)
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + PARTIAL_SUFFIX)
+        partial.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        os.replace(partial, path)
+        try:
+            s3.make_s3_client().upload_file(str(path), self.mirror.bucket, f"{self.mirror.folder}{name}/{rel}")
+        except Exception as exc:
+            raise explain(exc, f"uploading the manifest of {name} to", self.s3_save_path) from exc
+        stat = path.stat()
+        self.mirror._sent[f"{name}/{rel}"] = (stat.st_size, stat.st_mtime)
+        self.mirror._seen.add(f"{name}/{rel}")
+
+
+def _barrier() -> None:
+    """torch.distributed's barrier when several processes train; nothing otherwise."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
