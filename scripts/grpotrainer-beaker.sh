@@ -4,8 +4,5 @@
 # Options and defaults: scripts/grpotrainer-beaker.sh --help (olmocr_rl/launch/beaker.py).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-python="${PYTHON:-}"
-if [[ -z "$python" ]]; then
-  if [[ -x .venv/bin/python ]]; then python=.venv/bin/python; else python=python3; fi
-fi
-exec "$python" -m olmocr_rl.launch.beaker "$@"
+if [[ -z "${PYTHON:-}" && -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; fi  # else python3 on PATH
+exec "${PYTHON:-python3}" -m olmocr_rl.launch.beaker "$@"

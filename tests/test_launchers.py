@@ -594,8 +594,11 @@ def test_task_fails_fast_when_server_exits(tmp_path, fake_bin):
 # shell hygiene
 
 
-def test_launcher_bash_is_small():
+def test_launcher_bash_is_small_and_repeats_no_trainer_setting():
     assert sum(len(p.read_text().splitlines()) for p in SHELL_SCRIPTS) <= 150
+    # The default model (and every other trainer default) comes from the trainer's parser alone.
+    sources = [*SHELL_SCRIPTS, *(REPO / "olmocr_rl" / "launch").glob("*.py")]
+    assert not [p.name for p in sources if DEFAULT_MODEL in p.read_text()]
 
 
 @pytest.mark.parametrize("script", SHELL_SCRIPTS, ids=lambda p: p.name)
