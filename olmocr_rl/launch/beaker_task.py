@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from olmocr_rl.launch.plan import Hints, LaunchError, Plan, ServerSettings, flag_value, plan
-from olmocr_rl.launch.runtime import (env_dry_run, guarded, log, require_sync_tool, run_or_show, start_server,
+from olmocr_rl.launch.runtime import (env_dry_run, guarded, log, require_sync_tool, run_or_show, say, start_server,
                                       sync_tool, wait_for_server)
 
 #: task.sh's options, all required, in the order the spec writes them.
@@ -78,8 +78,8 @@ def task_plan(argv: Sequence[str], env: Mapping[str, str] = os.environ, dry_run:
     tool = sync_tool(dry_run)
     the_plan = plan(nodes=nodes, gpus_per_node=train + vllm, vllm_gpus=vllm, engine=opts["--accelerate-config"],
                     trainer_args=trainer_args, main_ip=leader, main_port=opts["--main-process-port"],
-                    server=server, data_root=opts["--data-root"], sync_tool=tool or "s5cmd", fill=fill, resume=auto_resume,
-                    hints=HINTS)
+                    server=server, data_root=opts["--data-root"], sync_tool=tool or "s5cmd", fill=fill,
+                    resume=auto_resume, hints=HINTS)
     require_sync_tool(the_plan, tool)
     return the_plan
 
@@ -87,8 +87,7 @@ def task_plan(argv: Sequence[str], env: Mapping[str, str] = os.environ, dry_run:
 def run(argv: Sequence[str], env: Mapping[str, str] = os.environ, dry_run: bool | None = None) -> int:
     """Plan, then sync, serve, and train (or, in a dry run, print every command)."""
     dry_run = env_dry_run(env) if dry_run is None else dry_run
-    the_plan = task_plan(argv, env, dry_run)
-    output_dir = parse(argv)[0]["--output-dir"]
+    the_plan, opts = task_plan(argv, env, dry_run), parse(argv)[0]
     for sync in the_plan.syncs:
         status = run_or_show(sync, dry_run)
         if status:
@@ -96,12 +95,12 @@ def run(argv: Sequence[str], env: Mapping[str, str] = os.environ, dry_run: bool 
     server, status = None, 1
     try:
         if the_plan.server is not None:
-            server = start_server(the_plan.server, f"{output_dir}/vllm-server.log", dry_run)
-            wait_for_server(server, the_plan.server_url, parse(argv)[0]["--vllm-health-timeout"])
+            server = start_server(the_plan.server, f"{opts['--output-dir']}/vllm-server.log", dry_run)
+            wait_for_server(server, the_plan.server_url, opts["--vllm-health-timeout"])
         if dry_run and len(the_plan.trains) > 1:
             # Every replica's command; BEAKER_* values are only known inside the running job.
             for cmd in the_plan.trains:
-                print(cmd.shown(), flush=True)
+                say(cmd.shown())
             status = 0
             return status
         status = run_or_show(the_plan.train(env.get("BEAKER_REPLICA_RANK") or "0"), dry_run)

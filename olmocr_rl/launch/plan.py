@@ -172,6 +172,10 @@ class Layout:
     def train_visible(self) -> str:
         return gpu_list(0, self.train_gpus)
 
+    @property
+    def vllm_gpus(self) -> int:
+        return len(self.server_gpus.split(",")) if self.server_gpus else 0
+
 
 def gpu_layout(nodes: int, gpus_per_node: int, vllm_gpus: int, vllm_node: bool = False,
                hosts: Sequence[str] | None = None) -> Layout:
@@ -232,7 +236,6 @@ class Plan:
     server: Command | None
     accelerate: tuple[str, ...]  # `accelerate launch ... --machine_rank {rank} ...` up to the trainer args
     trains: tuple[Command, ...] = field(default=())
-    vllm_gpus: int = 0
 
     @property
     def server_url(self) -> str | None:
@@ -245,9 +248,8 @@ class Plan:
         return Command(label or f"train rank {rank}", argv, (("CUDA_VISIBLE_DEVICES", self.layout.train_visible),))
 
 
-def settle_trainer_args(args: Sequence[str], layout: Layout, vllm_gpus: int, server: ServerSettings,
-                        fill: Sequence[tuple[str, str]] = (), resume: bool = True,
-                        hints: Hints = Hints()) -> list[str]:
+def settle_trainer_args(args: Sequence[str], layout: Layout, server: ServerSettings,
+                        fill: Sequence[tuple[str, str]] = (), resume: bool = True, hints: Hints = Hints()) -> list[str]:
     """Add what the launch decides: unset ``fill`` flags, ``--resume_from_checkpoint``, and for a
     server the model both sides load plus ``--vllm_mode server`` and its host and port."""
     out = list(args)
@@ -259,7 +261,7 @@ def settle_trainer_args(args: Sequence[str], layout: Layout, vllm_gpus: int, ser
     parsed = settings(out)
     if layout.server_host is not None:
         if parsed.vllm_mode not in ("server", "auto"):
-            raise LaunchError(hints.conflict.format(mode=parsed.vllm_mode, vllm_gpus=vllm_gpus))
+            raise LaunchError(hints.conflict.format(mode=parsed.vllm_mode, vllm_gpus=layout.vllm_gpus))
         for flag, value in (("--model_name", parsed.model_name), ("--vllm_mode", "server"),
                             ("--vllm_server_host", layout.server_host), ("--vllm_server_port", server.port)):
             out = set_flag(out, flag, value)
@@ -279,10 +281,10 @@ def accelerate_prefix(engine: str, layout: Layout, main_ip: str, main_port: int 
     return (*argv, "--main_process_port", str(main_port), "-m", "olmocr_rl.grpo_train")
 
 
-def server_command(model: str, layout: Layout, vllm_gpus: int, server: ServerSettings) -> Command:
+def server_command(model: str, layout: Layout, server: ServerSettings) -> Command:
     """``trl vllm-serve`` on the server's GPUs; tensor parallel (TRL refuses data parallel for dense models)."""
     argv = ("trl", "vllm-serve", "--model", model, "--host", "0.0.0.0", "--port", server.port,
-            "--tensor_parallel_size", str(vllm_gpus), "--gpu_memory_utilization", server.gpu_memory_utilization,
+            "--tensor_parallel_size", str(layout.vllm_gpus), "--gpu_memory_utilization", server.gpu_memory_utilization,
             "--max_model_len", server.max_model_len)
     return Command("vllm", argv, (("CUDA_VISIBLE_DEVICES", layout.server_gpus),))
 
@@ -299,15 +301,12 @@ def plan(*, nodes: int, gpus_per_node: int, vllm_gpus: int, engine: str, trainer
     flags set to a value unless the user set them (``output_dir``, ...). Raises :class:`LaunchError`.
     """
     layout = gpu_layout(nodes, gpus_per_node, vllm_gpus, vllm_node, hosts)
-    if vllm_node and vllm_gpus <= 0:
-        vllm_gpus = 1
     args, syncs = localize(trainer_args, data_root, sync_tool) if data_root else (list(trainer_args), [])
-    args = settle_trainer_args(args, layout, vllm_gpus, server, fill, resume, hints)
+    args = settle_trainer_args(args, layout, server, fill, resume, hints)
     if hosts is not None:
         main_ip = layout.train_hosts[0]
     server_cmd = None
     if layout.server_host is not None:
-        server_cmd = server_command(flag_value(args, "--model_name") or "", layout, vllm_gpus, server)
-    base = Plan(layout, tuple(args), tuple(syncs), server_cmd, accelerate_prefix(engine, layout, main_ip, main_port),
-                vllm_gpus=vllm_gpus)
+        server_cmd = server_command(flag_value(args, "--model_name") or "", layout, server)
+    base = Plan(layout, tuple(args), tuple(syncs), server_cmd, accelerate_prefix(engine, layout, main_ip, main_port))
     return replace(base, trains=tuple(base.train(r) for r in range(len(layout.train_hosts))))

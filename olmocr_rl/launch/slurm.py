@@ -269,7 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {"job": job, "submit": submit}
     if not argv or argv[0] not in commands:
-        print("error: expected `job` or `submit` first: python -m olmocr_rl.launch.slurm submit --help", file=sys.stderr)
+        print("error: expected `job` or `submit` first: python -m olmocr_rl.launch.slurm submit --help",
+              file=sys.stderr)
         return 2
     return guarded(lambda: commands[argv[0]](argv[1:]))
 
