@@ -49,7 +49,7 @@ RUN python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["
  && rm /tmp/requirements.txt
 
 # The code itself (the launchers run scripts/ and configs/ from here: keep WORKDIR in sync with
-# IMAGE_REPO_DIR in scripts/beaker/experiment_spec.py).
+# IMAGE_REPO_DIR in olmocr_rl/launch/beaker.py).
 COPY . .
 RUN pip install --no-deps -e ".[gpu]" \
  && python3 -c 'import olmocr_rl, torch, vllm, trl, transformers, accelerate, deepspeed; print("olmocr_rl image ok:", torch.__version__, vllm.__version__, trl.__version__, transformers.__version__, accelerate.__version__, deepspeed.__version__)'
