@@ -2,10 +2,8 @@
 
 Run:
 
-1. Candidate equations are taken from the raw completion in olmOCR-bench's order, each pattern's
-   matches removed before the next pattern is applied: ``\\( … \\)``, ``\\[ … \\]``, then (unless
-   ``ignore_dollar_delimited``) ``$$ … $$`` and ``$ … $``; non-greedy, across lines, at least one
-   character, stripped. (Scanned with ``str.find`` — the same matches as the regexes, in linear time.)
+1. Candidate equations are taken from the raw completion in olmOCR-bench's order
+   (:func:`olmocr_rl.bench.equations.extract_equations`).
 2. A candidate equal to the reference string passes at once.
 3. Otherwise candidates are tried most-similar first (``fuzz.ratio``); the test passes on the first
    one whose rendering contains the reference's rendering (``latex.equation_contains``).
@@ -14,7 +12,7 @@ olmOCR-bench renders both with KaTeX in headless Chromium (≈90 ms a test) and 
 reference's MathML is a substring of the candidate's or when every reference glyph can be mapped to
 a distinct candidate glyph with the same character and the same neighbouring characters (up, down,
 left, right). Here LaTeX is laid out by :mod:`olmocr_rl.bench.latex`, a small TeX-like layout of
-glyphs, and the same neighbour matching is applied: see that module for the approach and its known
+glyphs, and the same neighbour matching is applied: see that package for the approach and its known
 differences from KaTeX.
 """
 
@@ -23,57 +21,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from typing import TYPE_CHECKING
-
 from rapidfuzz import fuzz
 
-from .base import BenchTest
-from .errors import FieldError
-from .prepared import PreparedText
+from .. import latex
+from ..base import BenchTest
+from ..errors import FieldError
+from ..prepared import PreparedText
 
-if TYPE_CHECKING:
-    from . import latex
-
-__all__ = ["MathTest", "extract_equations", "MAX_CANDIDATES"]
+__all__ = ["MathTest", "MAX_CANDIDATES"]
 
 # Rendering comparisons per test are capped: a completion with thousands of `$` pairs is compared on
 # its MAX_CANDIDATES most similar equations (the ones olmOCR-bench would try first).
 MAX_CANDIDATES = 256
-
-_DELIMITERS = (("\\(", "\\)"), ("\\[", "\\]"))
-_DOLLAR_DELIMITERS = (("$$", "$$"), ("$", "$"))
-
-
-def _split_delimited(text: str, opener: str, closer: str) -> tuple[list[str], str]:
-    """Matches of ``opener(.+?)closer`` (dot-all) and the text with them removed."""
-    found: list[str] = []
-    kept: list[str] = []
-    pos = 0
-    while True:
-        start = text.find(opener, pos)
-        if start < 0:
-            break
-        # `.+?` needs at least one character between the delimiters.
-        end = text.find(closer, start + len(opener) + 1)
-        if end < 0:
-            break  # no closer after this opener, hence none after any later opener
-        found.append(text[start + len(opener) : end].strip())
-        kept.append(text[pos:start])
-        pos = end + len(closer)
-    kept.append(text[pos:])
-    return found, "".join(kept)
-
-
-def extract_equations(text: str, ignore_dollar_delimited: bool) -> tuple[str, ...]:
-    """Candidate equations of ``text``, in olmOCR-bench's extraction order."""
-    equations: list[str] = []
-    delimiters = _DELIMITERS if ignore_dollar_delimited else _DELIMITERS + _DOLLAR_DELIMITERS
-    for opener, closer in delimiters:
-        if opener not in text:
-            continue
-        found, text = _split_delimited(text, opener, closer)
-        equations.extend(found)
-    return tuple(equations)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,8 +48,6 @@ class MathTest(BenchTest):
     FIELD_KINDS: ClassVar[dict[str, str]] = {"math": "str", "ignore_dollar_delimited": "bool"}
 
     def __post_init__(self) -> None:
-        from . import latex  # imported on first use: the layout engine is the package's largest module
-
         super().__post_init__()
         if not self.math.strip():
             raise FieldError("math", "must not be empty; give the reference equation in LaTeX")
@@ -100,8 +57,6 @@ class MathTest(BenchTest):
         self._set(reference_layout=latex.layout(self.math))
 
     def run_prepared(self, prepared: PreparedText) -> tuple[bool, str]:
-        from . import latex
-
         equations = prepared.equations(ignore_dollar_delimited=self.ignore_dollar_delimited)
         if not equations:
             return False, "no equations found in the text"
