@@ -6,7 +6,8 @@ Run:
    (:func:`olmocr_rl.bench.equations.extract_equations`).
 2. A candidate equal to the reference string passes at once.
 3. Otherwise candidates are tried most-similar first (``fuzz.ratio``); the test passes on the first
-   one whose rendering contains the reference's rendering (``latex.equation_contains``).
+   one whose rendering contains the reference's rendering
+   (:func:`olmocr_rl.bench.latex.equation_contains`).
 
 olmOCR-bench renders both with KaTeX in headless Chromium (≈90 ms a test) and passes when the
 reference's MathML is a substring of the candidate's or when every reference glyph can be mapped to
@@ -23,9 +24,9 @@ from typing import ClassVar
 
 from rapidfuzz import fuzz
 
-from .. import latex
 from ..base import BenchTest
 from ..errors import FieldError
+from ..latex import Layout, equation_contains, layout, syntax_problem
 from ..prepared import PreparedText
 
 __all__ = ["MathTest", "MAX_CANDIDATES"]
@@ -42,7 +43,7 @@ class MathTest(BenchTest):
     math: str
     ignore_dollar_delimited: bool = False
 
-    reference_layout: latex.Layout = field(init=False, repr=False, compare=False)
+    reference_layout: Layout = field(init=False, repr=False, compare=False)
 
     TYPES: ClassVar[tuple[str, ...]] = ("math",)
     FIELD_KINDS: ClassVar[dict[str, str]] = {"math": "str", "ignore_dollar_delimited": "bool"}
@@ -51,10 +52,10 @@ class MathTest(BenchTest):
         super().__post_init__()
         if not self.math.strip():
             raise FieldError("math", "must not be empty; give the reference equation in LaTeX")
-        problem = latex.syntax_problem(self.math)
+        problem = syntax_problem(self.math)
         if problem is not None:
             raise FieldError("math", f"the reference does not parse as LaTeX ({problem}); fix the equation")
-        self._set(reference_layout=latex.layout(self.math))
+        self._set(reference_layout=layout(self.math))
 
     def run_prepared(self, prepared: PreparedText) -> tuple[bool, str]:
         equations = prepared.equations(ignore_dollar_delimited=self.ignore_dollar_delimited)
@@ -64,7 +65,7 @@ class MathTest(BenchTest):
             return True, ""
         ranked = sorted(equations, key=lambda candidate: -fuzz.ratio(candidate, self.math))
         for candidate in ranked[:MAX_CANDIDATES]:
-            candidate_layout = prepared.derived(("latex_layout", candidate), lambda _p, c=candidate: latex.layout(c))
-            if latex.equation_contains(candidate_layout, self.reference_layout):
+            candidate_layout = prepared.derived(("latex_layout", candidate), lambda _p, c=candidate: layout(c))
+            if equation_contains(candidate_layout, self.reference_layout):
                 return True, ""
         return False, f"no equation matching '{self.math[:60]}' among {len(equations)} in the text"
