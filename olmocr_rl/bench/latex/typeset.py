@@ -49,6 +49,10 @@ from .symbols import BIN, CLOSE, INNER, INTEGRALS, OP, OPEN, ORD, PUNCT, REL, ST
 
 __all__ = ["Box", "Typesetter", "drawn_delimiter"]
 
+# _make_glyph(Glyph, (char, x, y)) is Glyph(char, x, y) without the named tuple's Python-level
+# __new__: glyphs are made, and shifted at every level of nesting, on the typesetter's hottest path.
+_make_glyph = tuple.__new__
+
 
 @dataclass
 class Box:
@@ -64,7 +68,7 @@ class Box:
 
     def shifted(self, dx: float, dy: float) -> list[Glyph]:
         """The glyphs moved by ``(dx, dy)``."""
-        return [Glyph(char, x + dx, y + dy) for char, x, y in self.glyphs]
+        return [_make_glyph(Glyph, (char, x + dx, y + dy)) for char, x, y in self.glyphs]
 
 
 def drawn_delimiter(char: str, body: Box, size: float) -> str:
@@ -178,7 +182,7 @@ class Typesetter:
         for c in char:
             w = char_width(c) * size
             if not c.isspace():
-                glyphs.append(Glyph(c, x + w / 2, CENTER * size))
+                glyphs.append(_make_glyph(Glyph, (c, x + w / 2, CENTER * size)))
             x += w
         return Box(width=width, height=height * size, depth=depth * size, glyphs=glyphs, is_char=len(char) == 1, cls=cls)
 
@@ -192,7 +196,7 @@ class Typesetter:
                 for c in chunk:
                     w = char_width(c, upright=True) * size if not c.isspace() else 0.25 * size
                     if not c.isspace():
-                        result.glyphs.append(Glyph(c, x + w / 2, CENTER * size))
+                        result.glyphs.append(_make_glyph(Glyph, (c, x + w / 2, CENTER * size)))
                     x += w
                 result.height = max(result.height, 0.694 * size)
             else:
