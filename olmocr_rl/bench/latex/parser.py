@@ -36,12 +36,14 @@ class Parser:
     # --- token helpers ---------------------------------------------------------------------------
 
     def peek(self, skip_space: bool = True) -> str | None:
+        """The next token (whitespace skipped unless told otherwise), not consumed; None at the end."""
         pos = self.pos
         while skip_space and pos < len(self.tokens) and self.tokens[pos].isspace():
             pos += 1
         return self.tokens[pos] if pos < len(self.tokens) else None
 
     def take(self, skip_space: bool = True) -> str | None:
+        """Consume and return the next token; None at the end."""
         while skip_space and self.pos < len(self.tokens) and self.tokens[self.pos].isspace():
             self.pos += 1
         if self.pos >= len(self.tokens):
@@ -51,16 +53,19 @@ class Parser:
         return token
 
     def expect(self, token: str) -> None:
+        """Consume ``token``, or raise."""
         got = self.take()
         if got != token:
             raise LatexError(f"expected {token!r}, got {got!r}")
 
     def enter(self) -> None:
+        """One nesting level deeper; raises past ``MAX_DEPTH``."""
         self.depth += 1
         if self.depth > MAX_DEPTH:
             raise LatexError("nesting too deep")
 
     def leave(self) -> None:
+        """One nesting level back out."""
         self.depth -= 1
 
     def subparse(self, source: str) -> list[Node]:
@@ -90,6 +95,7 @@ class Parser:
             parts.append(token)
 
     def optional_raw(self) -> str | None:
+        """The text of an optional ``[…]`` argument, unparsed; None when there is none."""
         if self.peek() != "[":
             return None
         self.take()
@@ -170,6 +176,7 @@ class Parser:
     # --- expressions -----------------------------------------------------------------------------
 
     def parse(self) -> list[Node]:
+        """All tokens as one expression; anything left over is an error."""
         nodes = self.expression(stop=set())
         if self.pos < len(self.tokens) and self.peek() is not None:
             raise LatexError(f"unexpected {self.peek()!r}")
@@ -179,7 +186,7 @@ class Parser:
         """Atoms up to (and consuming) ``closing``, or up to a token in ``stop`` (not consumed)."""
         self.enter()
         nodes: list[Node] = []
-        over: tuple | None = None  # \over, \choose: (kind, numerator nodes)
+        over: tuple[str, list[Node]] | None = None  # \over, \choose: (kind, numerator nodes)
         while True:
             token = self.peek()
             if token is None:
@@ -215,12 +222,14 @@ class Parser:
         return nodes
 
     def atom_or_scripts(self) -> Node:
+        """An atom with its scripts: primes, ``^``, ``_``, ``\\limits``/``\\nolimits``."""
         # Primes with nothing before them are a superscript of an empty base (x^{'} is not x').
         base = Group([]) if self.peek() == "'" else self.atom()
         if isinstance(base, (Space, StyleSwitch)) and self.peek() not in ("^", "_"):
             return base
-        sub = sup = None
-        limits = None
+        sub: Node | None = None
+        sup: Node | None = None
+        limits: bool | None = None
         while True:
             token = self.peek(skip_space=True)
             if token in ("\\limits", "\\nolimits"):
@@ -260,6 +269,7 @@ class Parser:
         return Scripts(base, sub, sup, limits)
 
     def script_argument(self) -> Node:
+        """The argument of ``^`` or ``_``."""
         token = self.peek()
         if token is None:
             raise LatexError("missing script")
@@ -268,6 +278,7 @@ class Parser:
         return self.argument()
 
     def atom(self) -> Node:
+        """One atom: a group, a character, or a command's node (see :data:`commands.COMMANDS`)."""
         token = self.take()
         if token is None:
             raise LatexError("missing atom")
