@@ -123,7 +123,8 @@ def _math_class(parser: CommandParser, name: str) -> Node:
 
 def _operatorname(parser: CommandParser, name: str) -> Node:
     text = parser.argument(text_mode=True)
-    chars = "".join(chunk for chunk in text.chunks if isinstance(chunk, str)).replace(" ", "")  # type: ignore[union-attr]
+    chunks = text.chunks if isinstance(text, Text) else []  # a text-mode argument is always Text
+    chars = "".join(chunk for chunk in chunks if isinstance(chunk, str)).replace(" ", "")
     return Op(chars, limits=name != "\\operatorname", symbol=False)
 
 
