@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from olmocr_rl.bench import load_single_test
-from olmocr_rl.bench.baseline import tail_repeat_counts
-from olmocr_rl.bench.format_test import formatted_spans
+from olmocr_rl.bench.types.baseline import tail_repeat_counts
+from olmocr_rl.bench.types.format import formatted_spans
 
 BASE = {"pdf": "doc.pdf", "page": 1, "id": "t"}
 

@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from olmocr_rl.bench import TEST_TYPES, TestLoadError, load_single_test, load_tests
-from olmocr_rl.bench.text_tests import PresenceTest
+from olmocr_rl.bench.types.text import PresenceTest
 
 BASE = {"pdf": "doc.pdf", "page": 1, "id": "t1"}
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from olmocr_rl.bench import latex, load_single_test
-from olmocr_rl.bench.math_test import extract_equations
+from olmocr_rl.bench.equations import extract_equations
 
 BASE = {"pdf": "doc.pdf", "page": 1, "id": "t", "type": "math"}
 FIXTURE = Path(__file__).parent / "fixtures" / "bench" / "katex" / "katex_math_verdicts.json"

@@ -19,7 +19,7 @@ Public API::
 
 Semantics follow olmOCR-bench (olmocr 0.4.27 / HEAD; docs/bench.md), including its normalisation
 (:func:`normalize_text`), thresholds ``1 - max_diffs/len`` and rapidfuzz scores; differences are
-listed in the docstring of the module concerned (present/absent's short-text guard in ``text_tests``,
+listed in the docstring of the module concerned (present/absent's short-text guard in ``types.text``,
 the near-match search in ``fuzzy``, table span clamping in ``tables``, browser-free math in ``latex``).
 
 Cost limits on pathological completions (every test returns, none raises on any ``str``):
@@ -32,25 +32,20 @@ Cost limits on pathological completions (every test returns, none raises on any 
 - ``baseline``: the tail-repetition check reads at most ``(max_repeats + 1) * 5`` characters;
 - ``format``: spans found by linear scans (no quadratic ``(.*?)`` regexes);
 - ``math``: equations over ``latex.MAX_EQUATION_CHARS`` do not parse, at most
-  ``math_test.MAX_CANDIDATES`` candidates are compared per test, and the glyph assignment search
+  ``types.math_eq.MAX_CANDIDATES`` candidates are compared per test, and the glyph assignment search
   stops after ``latex.MAX_MATCH_STEPS`` steps.
 
 This package imports no torch / transformers / trl (it is the lowest layer of olmocr_rl).
 """
 
 from .base import BenchTest
-from .baseline import BaselineTest
 from .errors import TestLoadError
-from .footnote import FootnoteTest
-from .format_test import FormatTest
 from .loading import load_single_test, load_tests
-from .math_test import MathTest
 from .normalize import normalize_text
 from .page import evaluate_page, pass_rate
 from .prepared import PreparedText, prepare_text
 from .registry import TEST_CLASSES, TEST_TYPES
-from .table_test import TableTest
-from .text_tests import OrderTest, PresenceTest
+from .types import BaselineTest, FootnoteTest, FormatTest, MathTest, OrderTest, PresenceTest, TableTest
 
 __all__ = [
     "BenchTest",

@@ -16,7 +16,9 @@ import re
 import unicodedata
 from typing import Any, Callable, TypeVar
 
+from .equations import extract_equations
 from .normalize import normalize_text
+from .tables import parse_html_tables, parse_markdown_tables
 
 __all__ = ["PreparedText", "prepare_text"]
 
@@ -74,7 +76,7 @@ class PreparedText:
     def normalizes_by_spacing(self) -> bool:
         """Whether ``normalized`` is the raw text with whitespace runs collapsed and the plain-form
         character replacements applied, and nothing else: true for text without ``*``, ``_``, ``<``
-        that is already in NFC. Exact searches can then run on the raw text (see text_tests)."""
+        that is already in NFC. Exact searches can then run on the raw text (see types.text)."""
         def compute(p: "PreparedText") -> bool:
             return p.raw_runs_survive and (p.text.isascii() or unicodedata.is_normalized("NFC", p.text))
 
@@ -96,8 +98,6 @@ class PreparedText:
 
     def tables(self, *, include_markdown: bool) -> tuple:
         """Tables of the completion: markdown ones first (if asked), then HTML ones."""
-        from .tables import parse_html_tables, parse_markdown_tables
-
         html = self.derived("html_tables", lambda p: parse_html_tables(p.text))
         if not include_markdown:
             return html
@@ -105,9 +105,7 @@ class PreparedText:
         return markdown + html
 
     def equations(self, *, ignore_dollar_delimited: bool) -> tuple[str, ...]:
-        """Candidate equations, in olmOCR-bench's extraction order (see ``math_test``)."""
-        from .math_test import extract_equations
-
+        """Candidate equations, in olmOCR-bench's extraction order (see :mod:`equations`)."""
         key = ("equations", ignore_dollar_delimited)
         return self.derived(key, lambda p: extract_equations(p.text, ignore_dollar_delimited))
 

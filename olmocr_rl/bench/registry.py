@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 from .base import BenchTest
-from .baseline import BaselineTest
-from .footnote import FootnoteTest
-from .format_test import FormatTest
-from .math_test import MathTest
-from .table_test import TableTest
-from .text_tests import OrderTest, PresenceTest
+from .types import BaselineTest, FootnoteTest, FormatTest, MathTest, OrderTest, PresenceTest, TableTest
 
 __all__ = ["TEST_CLASSES", "TEST_TYPES"]
 

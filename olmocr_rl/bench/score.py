@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .base import BenchTest
-from .baseline import BaselineTest
 from .errors import TestLoadError
 from .loading import load_tests
 from .page import evaluate_page
+from .types import BaselineTest
 
 __all__ = ["main", "score_bench", "load_bench_tests", "BenchScore", "UsageError", "output_files"]
 

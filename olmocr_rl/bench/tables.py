@@ -121,70 +121,15 @@ class TableData:
 
 def build_table(rows: Sequence[Sequence[CellSpec]]) -> TableData | None:
     """Lay cells out on a grid honouring spans and derive neighbour relations; None if no cell."""
-    cell_text: dict[Cell, str] = {}
-    headings: set[Cell] = set()
-    grid: list[list[Cell | None]] = []
-    active: list[tuple[Cell, int] | None] = []  # per column: spanning cell and rows it still covers
-    slots = 0
-
-    def take_active(col: int, row_entries: list[Cell | None]) -> None:
-        cell, remaining = active[col]  # type: ignore[misc]
-        row_entries.append(cell)
-        active[col] = (cell, remaining - 1) if remaining > 1 else None
-
+    placed = _Placement()
     for row_index, specs in enumerate(rows):
-        if slots > MAX_GRID_SLOTS:
+        if placed.slots > MAX_GRID_SLOTS:
             break
-        row_entries: list[Cell | None] = []
-        col = 0
-        spec_index = 0
-        while spec_index < len(specs) or col < len(active):
-            if col < len(active) and active[col] is not None:
-                take_active(col, row_entries)
-                col += 1
-                continue
-            if spec_index >= len(specs):
-                row_entries.append(None)  # a hole left of a still-active span further right
-                col += 1
-                continue
-            spec = specs[spec_index]
-            spec_index += 1
-            cell = (row_index, col)
-            cell_text[cell] = spec.text
-            if spec.is_heading:
-                headings.add(cell)
-            if spec.rowspan == 1 and spec.colspan == 1:  # the common case, kept cheap
-                if len(active) <= col:
-                    active.append(None)
-                else:
-                    active[col] = None
-                row_entries.append(cell)
-                col += 1
-                continue
-            rowspan = min(max(1, spec.rowspan), MAX_ROWSPAN)
-            colspan = min(max(1, spec.colspan), MAX_COLSPAN)
-            if len(active) < col + colspan:
-                active.extend([None] * (col + colspan - len(active)))
-            for offset in range(colspan):
-                row_entries.append(cell)
-                active[col + offset] = (cell, rowspan - 1) if rowspan > 1 else None
-            col += colspan
-        grid.append(row_entries)
-        slots += len(row_entries)
-
-    # Row spans reaching past the last row become extra rows.
-    while any(entry is not None for entry in active) and slots <= MAX_GRID_SLOTS:
-        row_entries = []
-        for col, entry in enumerate(active):
-            if entry is None:
-                row_entries.append(None)
-            else:
-                take_active(col, row_entries)
-        grid.append(row_entries)
-        slots += len(row_entries)
-
-    if not cell_text:
+        placed.add_row(row_index, specs)
+    placed.add_overflow_rows()
+    if not placed.cell_text:
         return None
+    grid = placed.grid
     width = 1 + max((i for row in grid for i, entry in enumerate(row) if entry is not None), default=-1)
     if width == 0:
         return None
@@ -193,15 +138,105 @@ def build_table(rows: Sequence[Sequence[CellSpec]]) -> TableData | None:
             row.extend([None] * (width - len(row)))
         elif len(row) > width:
             del row[width:]
-    height = len(grid)
+    up, down, left, right = _relations(grid, placed.cell_text, width)
+    return TableData(
+        cell_text=placed.cell_text,
+        heading_cells=frozenset(placed.headings),
+        is_rectangular=all(entry is not None for row in grid for entry in row),
+        up_relations={cell: frozenset(v) for cell, v in up.items()},
+        down_relations={cell: frozenset(v) for cell, v in down.items()},
+        left_relations={cell: frozenset(v) for cell, v in left.items()},
+        right_relations={cell: frozenset(v) for cell, v in right.items()},
+    )
 
-    # A cell's right neighbours are, in each row it spans, the next different cell to its right
-    # (empty slots skipped); its slots in a row are contiguous, so walking each row (and each
-    # column) once and pairing consecutive distinct cells gives every relation in O(slots).
-    up: dict[Cell, set[Cell]] = {cell: set() for cell in cell_text}
-    down: dict[Cell, set[Cell]] = {cell: set() for cell in cell_text}
-    left: dict[Cell, set[Cell]] = {cell: set() for cell in cell_text}
-    right: dict[Cell, set[Cell]] = {cell: set() for cell in cell_text}
+
+class _Placement:
+    """Cells placed on a grid row by row: each grid slot holds the cell covering it, or None."""
+
+    def __init__(self) -> None:
+        self.cell_text: dict[Cell, str] = {}
+        self.headings: set[Cell] = set()
+        self.grid: list[list[Cell | None]] = []
+        self.active: list[tuple[Cell, int] | None] = []  # per column: spanning cell and rows it still covers
+        self.slots = 0
+
+    def _take_active(self, col: int, row_entries: list[Cell | None]) -> None:
+        cell, remaining = self.active[col]  # type: ignore[misc]
+        row_entries.append(cell)
+        self.active[col] = (cell, remaining - 1) if remaining > 1 else None
+
+    def add_row(self, row_index: int, specs: Sequence[CellSpec]) -> None:
+        """One source row: its cells fill the slots that spans from above leave free."""
+        active = self.active
+        row_entries: list[Cell | None] = []
+        col = 0
+        spec_index = 0
+        while spec_index < len(specs) or col < len(active):
+            if col < len(active) and active[col] is not None:
+                self._take_active(col, row_entries)
+                col += 1
+                continue
+            if spec_index >= len(specs):
+                row_entries.append(None)  # a hole left of a still-active span further right
+                col += 1
+                continue
+            spec = specs[spec_index]
+            spec_index += 1
+            col += self._place(spec, (row_index, col), row_entries)
+        self.grid.append(row_entries)
+        self.slots += len(row_entries)
+
+    def _place(self, spec: CellSpec, cell: Cell, row_entries: list[Cell | None]) -> int:
+        """Record a cell starting at ``cell``'s slot; returns the columns it covers."""
+        col = cell[1]
+        active = self.active
+        self.cell_text[cell] = spec.text
+        if spec.is_heading:
+            self.headings.add(cell)
+        if spec.rowspan == 1 and spec.colspan == 1:  # the common case, kept cheap
+            if len(active) <= col:
+                active.append(None)
+            else:
+                active[col] = None
+            row_entries.append(cell)
+            return 1
+        rowspan = min(max(1, spec.rowspan), MAX_ROWSPAN)
+        colspan = min(max(1, spec.colspan), MAX_COLSPAN)
+        if len(active) < col + colspan:
+            active.extend([None] * (col + colspan - len(active)))
+        for offset in range(colspan):
+            row_entries.append(cell)
+            active[col + offset] = (cell, rowspan - 1) if rowspan > 1 else None
+        return colspan
+
+    def add_overflow_rows(self) -> None:
+        """Row spans reaching past the last row become extra rows."""
+        while any(entry is not None for entry in self.active) and self.slots <= MAX_GRID_SLOTS:
+            row_entries: list[Cell | None] = []
+            for col, entry in enumerate(self.active):
+                if entry is None:
+                    row_entries.append(None)
+                else:
+                    self._take_active(col, row_entries)
+            self.grid.append(row_entries)
+            self.slots += len(row_entries)
+
+
+_Relations = dict[Cell, set[Cell]]
+
+
+def _relations(
+    grid: list[list[Cell | None]], cells: Iterable[Cell], width: int
+) -> tuple[_Relations, _Relations, _Relations, _Relations]:
+    """Up, down, left and right neighbours of every cell.
+
+    A cell's right neighbours are, in each row it spans, the next different cell to its right
+    (empty slots skipped); its slots in a row are contiguous, so walking each row (and each
+    column) once and pairing consecutive distinct cells gives every relation in O(slots)."""
+    up: _Relations = {cell: set() for cell in cells}
+    down: _Relations = {cell: set() for cell in up}
+    left: _Relations = {cell: set() for cell in up}
+    right: _Relations = {cell: set() for cell in up}
     for line in grid:
         previous = None
         for entry in line:
@@ -213,7 +248,7 @@ def build_table(rows: Sequence[Sequence[CellSpec]]) -> TableData | None:
             previous = entry
     for col in range(width):
         previous = None
-        for row in range(height):
+        for row in range(len(grid)):
             entry = grid[row][col]
             if entry is None or entry == previous:
                 continue
@@ -221,16 +256,7 @@ def build_table(rows: Sequence[Sequence[CellSpec]]) -> TableData | None:
                 down[previous].add(entry)
                 up[entry].add(previous)
             previous = entry
-
-    return TableData(
-        cell_text=cell_text,
-        heading_cells=frozenset(headings),
-        is_rectangular=all(entry is not None for row in grid for entry in row),
-        up_relations={cell: frozenset(v) for cell, v in up.items()},
-        down_relations={cell: frozenset(v) for cell, v in down.items()},
-        left_relations={cell: frozenset(v) for cell, v in left.items()},
-        right_relations={cell: frozenset(v) for cell, v in right.items()},
-    )
+    return up, down, left, right
 
 
 # --- markdown -----------------------------------------------------------------------------------
@@ -294,7 +320,6 @@ _VOID_ELEMENTS = frozenset(
 # Text inside these is not page text for BeautifulSoup's get_text (its special string containers).
 _HIDDEN_TEXT_ELEMENTS = frozenset({"rt", "rp", "style", "script", "template"})
 _HAS_TABLE_TAG = re.compile(r"<table", re.IGNORECASE)
-_LINE_BREAK = object()  # a <br> in a cell's text
 
 
 class _Element:

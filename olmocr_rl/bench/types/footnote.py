@@ -17,11 +17,11 @@ import re
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .base import BenchTest, check_max_diffs_fits, threshold_for
-from .errors import FieldError
-from .fuzzy import partial_ratio_score
-from .normalize import normalize_text
-from .prepared import PreparedText
+from ..base import BenchTest, check_max_diffs_fits, threshold_for
+from ..errors import FieldError
+from ..fuzzy import partial_ratio_score
+from ..normalize import normalize_text
+from ..prepared import PreparedText
 
 __all__ = ["FootnoteTest", "CONTEXT_CHARS"]
 

@@ -22,9 +22,9 @@ from itertools import islice
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .base import BenchTest
-from .errors import FieldError
-from .prepared import PreparedText
+from ..base import BenchTest
+from ..errors import FieldError
+from ..prepared import PreparedText
 
 __all__ = ["BaselineTest", "tail_repeat_counts"]
 

@@ -19,11 +19,11 @@ from typing import ClassVar
 
 import re
 
-from .base import BenchTest, check_max_diffs_fits, threshold_for
-from .errors import FieldError
-from .fuzzy import first_match_start, last_match_start, partial_ratio_score
-from .normalize import normalize_text
-from .prepared import PreparedText
+from ..base import BenchTest, check_max_diffs_fits, threshold_for
+from ..errors import FieldError
+from ..fuzzy import first_match_start, last_match_start, partial_ratio_score
+from ..normalize import normalize_text
+from ..prepared import PreparedText
 
 __all__ = ["PresenceTest", "OrderTest"]
 

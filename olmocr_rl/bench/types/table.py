@@ -1,7 +1,7 @@
 """``table`` test (olmOCR-bench ``TableTest``, the span-aware graph version).
 
 The completion's tables are its markdown tables (unless ``ignore_markdown_tables``) followed by its
-HTML tables (see ``tables``); none at all fails. A cell matches ``cell`` when
+HTML tables (see :mod:`olmocr_rl.bench.tables`); none at all fails. A cell matches ``cell`` when
 ``ratio(cell, normalize(cell text)) ≥ max(0.5, 1 - max_diffs/len(cell))`` (whole-string ratio, not
 partial). The test passes as soon as one matching cell of one table satisfies every relation given:
 ``up``/``down``/``left``/``right`` hold if any immediate neighbour in that direction matches the
@@ -20,11 +20,11 @@ from typing import ClassVar
 
 from rapidfuzz import fuzz, process
 
-from .base import BenchTest
-from .errors import FieldError
-from .normalize import normalize_text
-from .prepared import PreparedText
-from .tables import Cell, TableData
+from ..base import BenchTest
+from ..errors import FieldError
+from ..normalize import normalize_text
+from ..prepared import PreparedText
+from ..tables import Cell, TableData
 
 __all__ = ["TableTest", "RELATIONS"]
 
