@@ -227,3 +227,17 @@ def test_print_a_flag_value(tmp_path):
     assert unknown.stderr.startswith("error: --print learning_rat: unknown key") and unknown.stderr.count("\n") == 1
     bad = run("--print", "seed", "--config", str(tmp_path / "missing.yaml"))
     assert bad.returncode == 2 and bad.stderr == f"error: --config {tmp_path / 'missing.yaml'}: file not found\n"
+
+
+def test_explicit_flags_are_the_ones_the_user_wrote(tmp_path):
+    """Command line and --config keys count, whatever their value (a default value too); aliases and
+    dash spellings map to the flag's name; nothing else counts."""
+    from olmocr_rl.config import explicit_flags, parse_args
+
+    default_lr = parse_args([]).learning_rate
+    config = tmp_path / "c.yaml"
+    config.write_text(f"learning_rate: {default_lr}\nnum_completions: 4\nmax-completion-length: 64\n")
+    chosen = explicit_flags(["--config", str(config), "--seed", "3", "--no-gradient_checkpointing", "--reward_bench"])
+    assert chosen == {"learning_rate", "num_generations", "max_completion_length", "seed", "gradient_checkpointing",
+                      "reward_bench"}
+    assert explicit_flags([]) == set()

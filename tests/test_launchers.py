@@ -225,6 +225,21 @@ def test_user_settings_win_over_fill_and_resume_can_be_off():
     assert flag(t, "--wandb_run_name") == "job" and "--resume_from_checkpoint" not in t
 
 
+def test_a_config_file_key_is_a_user_setting_even_at_the_default_value(tmp_path):
+    """A flag set in --config wins over what the launcher fills in, whatever its value: output_dir equal to
+    the trainer's default stays, and a server host the user names (the default 0.0.0.0) is not refused."""
+    default_out = parse_args([]).output_dir
+    config = tmp_path / "c.yaml"
+    config.write_text(f"output_dir: {default_out}\nvllm_mode: server\nvllm_server_host: 0.0.0.0\n")
+    p = plan(nodes=1, gpus_per_node=1, vllm_gpus=0, engine="zero2", fill=[("output_dir", "/ckpt/job")],
+             trainer_args=["--config", str(config)])
+    t = trainer_args(p.trains[0].argv)
+    assert "--output_dir" not in t and parse_args(t).output_dir == default_out
+    config.write_text("vllm_mode: server\n")  # no host named anywhere: refused
+    with pytest.raises(LaunchError, match="no GPU runs a server"):
+        plan(nodes=1, gpus_per_node=1, vllm_gpus=0, engine="zero2", trainer_args=["--config", str(config)])
+
+
 def test_server_mode_conflicts():
     with pytest.raises(LaunchError, match="--vllm_mode colocate"):
         plan(nodes=1, gpus_per_node=2, vllm_gpus=1, engine="zero2", trainer_args=["--vllm_mode", "colocate"])

@@ -11,7 +11,7 @@ flag will take. Importing this package loads argparse and yaml, not torch.
 
 from olmocr_rl.config.checks import default_vllm_max_model_length, max_image_tokens
 from olmocr_rl.config.environment import Environment, cuda_available, probe_environment, vllm_available
-from olmocr_rl.config.flags import PROMPT_TEXT_TOKENS, ConfigError, build_parser, parse_args, parse_bool
+from olmocr_rl.config.flags import PROMPT_TEXT_TOKENS, ConfigError, build_parser, explicit_flags, parse_args, parse_bool
 from olmocr_rl.config.grpo import build_grpo_config
 from olmocr_rl.config.resolved import ResolvedConfig, validate
 
@@ -23,6 +23,7 @@ __all__ = [
     "build_grpo_config",
     "build_parser",
     "cuda_available",
+    "explicit_flags",
     "default_vllm_max_model_length",
     "max_image_tokens",
     "parse_args",

@@ -316,6 +316,25 @@ def yaml_defaults(parser: argparse.ArgumentParser, path: str) -> dict[str, Any]:
     return out
 
 
+def explicit_flags(argv: list[str]) -> set[str]:
+    """The flags (dest names) the user chose: given on the command line or as keys of its ``--config`` file,
+    whatever their value (a flag set to its default value is still chosen). Raises SystemExit(2) as parse_args."""
+    parser = build_parser()
+    pre, _ = parser.parse_known_args(argv)
+    chosen: set[str] = set()
+    if pre.config:
+        try:
+            chosen.update(yaml_defaults(parser, pre.config))
+        except ConfigError as exc:
+            parser.error(str(exc))
+    unset = object()
+    for action in parser._actions:  # argparse's public API has no "was it given"; a sentinel default tells
+        action.default = unset
+    given = parser.parse_args(argv)
+    chosen.update(dest for dest, value in vars(given).items() if value is not unset)
+    return chosen - {"config", "help"}
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse flags (YAML first, command line on top). A bad flag or file: one ``error:`` line, SystemExit(2)."""
     parser = build_parser()

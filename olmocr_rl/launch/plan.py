@@ -14,12 +14,11 @@ exactly what they mean to ``python -m olmocr_rl.grpo_train``.
 from __future__ import annotations
 
 import argparse
-import functools
 import re
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
-from olmocr_rl.config import parse_args
+from olmocr_rl.config import explicit_flags, parse_args
 
 #: ``--accelerate-config`` short names and the files they stand for (paths relative to the repository).
 ENGINES = {name: f"configs/accelerate/{name}.yaml" for name in ("zero2", "zero3", "fsdp")}
@@ -110,23 +109,14 @@ def set_flag(args: Sequence[str], flag: str, value: str) -> list[str]:
     return [*kept, flag, value]
 
 
-@functools.lru_cache(maxsize=1)
-def _trainer_defaults() -> argparse.Namespace:
-    return parse_args([])
-
-
 def settings(args: Sequence[str]) -> argparse.Namespace:
     """The trainer's flags as it will see them: ``--config`` file under the command line, defaults."""
     return parse_args(list(args))
 
 
-def is_set(args: Sequence[str], dest: str, parsed: argparse.Namespace | None = None) -> bool:
-    """Whether the user chose flag ``dest`` (on the command line, or in the --config file when the
-    value differs from the trainer's default)."""
-    if has_flag(args, f"--{dest}"):
-        return True
-    parsed = parsed if parsed is not None else settings(args)
-    return getattr(parsed, dest) != getattr(_trainer_defaults(), dest)
+def is_set(args: Sequence[str], dest: str) -> bool:
+    """Whether the user chose flag ``dest``: on the command line or as a key of the --config file."""
+    return dest in explicit_flags(list(args))
 
 
 def s3_local_path(uri: str, root: str) -> str:
@@ -265,7 +255,7 @@ def settle_trainer_args(args: Sequence[str], layout: Layout, server: ServerSetti
         for flag, value in (("--model_name", parsed.model_name), ("--vllm_mode", "server"),
                             ("--vllm_server_host", layout.server_host), ("--vllm_server_port", server.port)):
             out = set_flag(out, flag, value)
-    elif parsed.vllm_mode == "server" and not is_set(out, "vllm_server_host", parsed):
+    elif parsed.vllm_mode == "server" and not is_set(out, "vllm_server_host"):
         raise LaunchError("the trainer is set to --vllm_mode server but no GPU runs a server: " + hints.no_server)
     return out
 
