@@ -33,6 +33,10 @@ class ConfigError(ValueError):
     """A flag or flag combination the user must change; the message (one line) says how."""
 
 
+#: olmOCR's page size (longest side, px): the trainer's flag default, and the renderer's.
+DEFAULT_TARGET_LONGEST_IMAGE_DIM = 1288
+
+
 def parse_bool(value: Any) -> bool:
     """``true``/``false`` and their usual spellings (1/0, yes/no, on/off)."""
     if isinstance(value, bool):
@@ -123,7 +127,7 @@ def _add_data_flags(parser: argparse.ArgumentParser) -> None:
                    help="drop pages whose name matches this regex, e.g. to hold pages out for evaluate")
     g.add_argument("--max_train_samples", type=int, default=None, help="use only the first N pages (sorted)")
     g.add_argument("--max_eval_samples", type=int, default=10, help="use only the first N eval pages")
-    g.add_argument("--target_longest_image_dim", type=int, default=1288, help="rendered page size (longest side, px)")
+    g.add_argument("--target_longest_image_dim", type=int, default=DEFAULT_TARGET_LONGEST_IMAGE_DIM, help="rendered page size (longest side, px)")
 
 
 def _add_model_flags(parser: argparse.ArgumentParser) -> None:

@@ -25,7 +25,8 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 from PIL import Image
 
-DEFAULT_TARGET_LONGEST_IMAGE_DIM = 1288
+from olmocr_rl.config.flags import DEFAULT_TARGET_LONGEST_IMAGE_DIM
+
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # ~130 US-letter pages at 1288 px, per process
 
 _PDFIUM_LOCK = threading.RLock()
