@@ -1,0 +1,49 @@
+"""The completions table's text for page prompts (olmocr_rl.completions_log); the CLI runs are in test_cli_e2e."""
+
+from __future__ import annotations
+
+import pytest
+
+from olmocr_rl.completions_log import CompletionsLogMixin, PlainGRPOTrainer, conversation_text, page_name
+from olmocr_rl.olmorl_trainer import OlmoRLGRPOTrainer
+
+
+def test_a_page_prompt_becomes_its_text_with_an_image_marker():
+    prompt = [{"role": "user", "content": [{"type": "text", "text": "Read this page."}, {"type": "image"}]}]
+    assert conversation_text(prompt) == "Read this page.\n<image>"
+    # as TRL keeps it after generation: the image part still holding the page
+    with_image = [{"role": "user", "content": [{"type": "image", "image": object()}, {"type": "text", "text": "x"}]}]
+    assert conversation_text(with_image) == "<image>\nx"
+
+
+def test_a_completion_becomes_its_text():
+    assert conversation_text([{"role": "assistant", "content": "---\nprimary_language: en\n---\nHello"}]) == (
+        "---\nprimary_language: en\n---\nHello"
+    )
+    assert conversation_text("plain completion") == "plain completion"
+    assert conversation_text([]) == ""  # no messages
+    assert conversation_text(["a"]) == "['a']"  # not a conversation: as str() writes it
+
+
+def test_several_messages_are_labelled_by_role():
+    conversation = [{"role": "system", "content": "Be exact."},
+                    {"role": "user", "content": [{"type": "text", "text": "Page:"}, {"type": "image"}]}]
+    assert conversation_text(conversation) == "system: Be exact.\n\nuser: Page:\n<image>"
+
+
+@pytest.mark.parametrize("pdf_path, page, expected", [
+    ("/data/bench/pdfs/counting.pdf", 2, "counting.pdf:2"),
+    ("/data/bench/pdfs/synth/doc0042_page3.pdf", 1, "synth/doc0042_page3.pdf:1"),
+    ("/data/pdfs/bench/pdfs/a.pdf", 1, "a.pdf:1"),  # the innermost pdfs/ folder
+    ("/elsewhere/b.pdf", 3, "b.pdf:3"),
+])
+def test_page_names_match_the_page_filters(pdf_path, page, expected):
+    assert page_name(pdf_path, page) == expected
+
+
+def test_both_trainers_log_the_table_through_the_mixin():
+    for trainer_cls in (PlainGRPOTrainer, OlmoRLGRPOTrainer):
+        mro = trainer_cls.__mro__
+        assert CompletionsLogMixin in mro
+        # the mixin's log and _calculate_rewards run before TRL's
+        assert mro.index(CompletionsLogMixin) < [c.__name__ for c in mro].index("GRPOTrainer")

@@ -1,0 +1,230 @@
+"""Flag parsing, YAML merge and the one-line errors for bad flag combinations (no model loads)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from olmocr_rl.config import ConfigError, build_parser, parse_args, validate
+
+
+@pytest.fixture
+def bench(tmp_path):
+    folder = tmp_path / "bench"
+    (folder / "pdfs").mkdir(parents=True)
+    (folder / "test1.jsonl").write_text("")
+    return folder
+
+
+def _args(bench, *extra, env_world=None, monkeypatch=None):
+    argv = ["--train_bench_data_folder", str(bench), "--reward_bench", "--num_generations", "4",
+            "--gradient_accumulation_steps", "4", *extra]
+    return parse_args(argv)
+
+
+def _error(bench, *extra) -> str:
+    args = _args(bench, *extra)
+    with pytest.raises(ConfigError) as info:
+        validate(args)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_olmocr_defaults_are_kept(bench):
+    args = parse_args(["--train_bench_data_folder", str(bench), "--reward_bench"])
+    assert args.model_name == "Qwen/Qwen2.5-VL-7B-Instruct"
+    assert args.learning_rate == 2e-6 and args.warmup_steps == 100 and args.seed == 42
+    assert args.num_generations == 28 and args.gradient_accumulation_steps == 8
+    assert args.loss_type == "bnpo" and args.scale_rewards == "group" and args.beta == 0.0
+    assert args.temperature == 0.8 and args.top_p == 1.0 and args.max_eval_samples == 10
+    assert args.vllm_importance_sampling_correction is True
+    assert args.vllm_importance_sampling_mode == "sequence_mask" and args.vllm_importance_sampling_cap == 3.0
+
+
+def test_every_flag_has_help():
+    parser = build_parser()
+    for action in parser._actions:
+        if action.dest != "help":
+            assert action.help and len(action.help) > 10, action.dest
+
+
+def test_reward_flags_bare_weight_and_path(bench):
+    args = parse_args(["--train_bench_data_folder", str(bench), "--reward_bench", "--reward_eos", "0.5",
+                       "--reward_bench_macroavg", str(bench / "test1.jsonl"), "--num_generations", "2",
+                       "--gradient_accumulation_steps", "2"])
+    resolved = validate(args)
+    assert resolved.reward_spec["bench"] == 1.0
+    assert resolved.reward_spec["eos"] == 0.5
+    assert resolved.reward_spec["bench_macroavg"] == str((bench / "test1.jsonl").resolve())
+    assert resolved.reward_spec["medoid"] is None
+
+
+def test_booleans_can_be_switched_off(bench):
+    args = _args(bench, "--vllm_importance_sampling_correction", "False")
+    assert args.vllm_importance_sampling_correction is False
+    args = _args(bench, "--no-vllm_importance_sampling_correction")
+    assert args.vllm_importance_sampling_correction is False
+    args = _args(bench, "--olmorl")
+    assert args.olmorl is True
+
+
+def test_yaml_config_and_command_line_override(bench, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"train_bench_data_folder: {bench}\nreward_bench: 1.0\nnum_generations: 4\n"
+                   "gradient_accumulation_steps: 4\nlearning_rate: 1.0e-4\nolmorl: true\n"
+                   "bench_type_filter: [present, table]\n")
+    args = parse_args(["--config", str(cfg), "--learning_rate", "3e-5"])
+    assert args.learning_rate == 3e-5 and args.olmorl is True and args.num_generations == 4
+    assert args.bench_type_filter == ["present", "table"]
+    validate(args)
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("learning_rat: 1\n", "unknown key 'learning_rat'"),
+    ("num_generations: many\n", "key 'num_generations'"),
+    ("- a\n- b\n", "expected a mapping"),
+    ("a: [\n", "not valid YAML"),
+    ("vllm_mode: sometimes\n", "key 'vllm_mode'"),
+])
+def test_bad_yaml_config(tmp_path, capsys, body, expected):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(body)
+    with pytest.raises(SystemExit) as info:
+        parse_args(["--config", str(cfg)])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert expected in err and str(cfg) in err
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["--loss_type", "policy"], "'policy' is not a loss type"),
+    (["--loss_type", "exo"], "'exo' is not a loss type"),
+    (["--scale_rewards", "sometimes"], "choose group, batch or none"),
+    (["--num_generations", "3"], "--gradient_accumulation_steps 3"),
+    (["--num_generations", "1"], "--num_generations must be >= 2"),
+    (["--learning_rate", "0"], "--learning_rate must be > 0"),
+    (["--max_steps", "0"], "--max_steps must be a positive number"),
+    (["--temperature", "0"], "--temperature must be > 0"),
+    (["--top_p", "1.5"], "--top_p must be in (0, 1]"),
+    (["--jsonl_filter", "("], "not a valid regex"),
+    (["--bench_type_filter", "tables"], "unknown test type"),
+    (["--eval_steps", "10"], "eval geometry"),
+    (["--eval_steps", "0"], "--eval_steps must be > 0"),
+    (["--olmorl", "--beta", "0.01"], "--olmorl needs beta=0.0"),
+    (["--olmorl", "--loss_type", "grpo"], "--olmorl needs loss_type='dapo'"),
+    (["--olmorl", "--importance_sampling_level", "sequence"], "--olmorl needs importance_sampling_level='token'"),
+    (["--active_sampling"], "--active_sampling refills the groups that --olmorl drops; add --olmorl"),
+    (["--olmorl", "--active_sampling", "--active_sampling_max_rounds", "0"], "--active_sampling_max_rounds must be >= 1"),
+    (["--reward_eos", "x.jsonl"], "JSONL file not found"),
+    (["--reward_eos", "nan"], "must be a finite number"),
+    (["--report_to", "mlflow"], "choose wandb, tensorboard or none"),
+    (["--s3_save_path", "bucket/x"], "expected s3://"),
+    (["--resume_from_checkpoint", "/no/such/ckpt"], "no such checkpoint folder"),
+    (["--eval_bench_data_folder", "/no/such/dir"], "folder not found"),
+])
+def test_bad_combinations_get_one_line_errors(bench, extra, expected):
+    assert expected in _error(bench, *extra)
+
+
+def test_no_reward_lists_every_reward_flag(bench):
+    args = parse_args(["--train_bench_data_folder", str(bench), "--num_generations", "2"])
+    with pytest.raises(ConfigError) as info:
+        validate(args)
+    for flag in ("--reward_bench", "--reward_bench_macroavg", "--reward_front_matter", "--reward_eos",
+                 "--reward_medoid", "--reward_bench_edit_distance", "--reward_element_count", "--reward_rect_tables"):
+        assert flag in str(info.value)
+
+
+def test_missing_train_folder(tmp_path):
+    args = parse_args(["--reward_bench"])
+    with pytest.raises(ConfigError, match="--train_bench_data_folder is required"):
+        validate(args)
+    args = parse_args(["--reward_bench", "--train_bench_data_folder", str(tmp_path / "nope")])
+    with pytest.raises(ConfigError, match="folder not found"):
+        validate(args)
+
+
+def test_geometry_counts_processes(bench, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "7")
+    # 1 x 7 x 4 = 28 completions: divisible by 28, fine; by 8 not.
+    validate(parse_args(["--train_bench_data_folder", str(bench), "--reward_bench",
+                         "--gradient_accumulation_steps", "4", "--num_generations", "28"]))
+    with pytest.raises(ConfigError, match=r"processes \(7\)"):
+        validate(parse_args(["--train_bench_data_folder", str(bench), "--reward_bench",
+                             "--gradient_accumulation_steps", "4", "--num_generations", "8"]))
+
+
+def test_guide_command_lines(bench):
+    """Command lines from published guides: run with their evident meaning or stop with a fix."""
+    args = parse_args(["--train_bench_data_folder", str(bench), "--output_dir", "./grpo_checkpoints",
+                       "--model_name", "Qwen/Qwen2.5-VL-7B-Instruct", "--per_device_train_batch_size", "2",
+                       "--learning_rate", "5e-5", "--num_iterations", "5000", "--logging_steps", "100",
+                       "--save_steps", "500", "--macro_average", "--num_generations", "2"])
+    resolved = validate(args)
+    assert resolved.reward_spec["bench_macroavg"] == 1.0
+    assert any("--max_steps 5000" in n for n in resolved.notices)
+
+    args = parse_args(["--train_bench_data_folder", str(bench), "--output_dir", "./output", "--reward_bench",
+                       str(bench / "test1.jsonl"), "--beta", "0.1", "--num_iterations", "5", "--num_completions", "8",
+                       "--loss_type", "grpo", "--scale_rewards", "true", "--reward_bench_macroavg",
+                       str(bench / "test1.jsonl"), "--vllm_mode", "colocate"])
+    assert args.num_generations == 8
+    if importlib.util.find_spec("vllm") is None:  # an explicit colocate that cannot run is an error, not HF
+        with pytest.raises(ConfigError, match=r"--vllm_mode colocate needs vLLM importable"):
+            validate(args)
+        args.vllm_mode = "none"
+    resolved = validate(args)
+    assert resolved.scale_rewards == "group" and args.scale_rewards == "true"  # resolved, args as given
+    assert resolved.vllm_mode == ("none" if importlib.util.find_spec("vllm") is None else "colocate")
+    # The same line with the guide's `--loss_type "policy"` stops with the list of loss types.
+    args.loss_type = "policy"
+    with pytest.raises(ConfigError, match="choose one of grpo, bnpo"):
+        validate(args)
+
+
+def test_default_batch_geometry_on_one_process_names_the_fix(bench):
+    """olmOCR's defaults (batch 1 x accumulation 8, 28 generations) fit 7 processes, not one."""
+    with pytest.raises(ConfigError, match=r"Use --gradient_accumulation_steps 28 \(any multiple of 28\)"):
+        validate(parse_args(["--train_bench_data_folder", str(bench), "--reward_bench"]))
+
+
+def test_log_multimodal_is_off_unless_asked(bench, tmp_path):
+    """TRL's own default gathers and logs page images every generation; ours does only with the flag."""
+    from olmocr_rl.config import build_grpo_config
+
+    for extra, expected in (((), False), (("--log_multimodal",), True)):
+        args = _args(bench, "--output_dir", str(tmp_path / "out"), "--report_to", "none", *extra)
+        config = build_grpo_config(validate(args), [1.0])
+        assert config.log_multimodal is expected and config.log_completions is True
+
+
+def test_active_sampling_flags(bench):
+    args = _args(bench, "--olmorl", "--active_sampling")
+    validate(args)
+    assert (args.active_sampling, args.active_sampling_max_rounds) == (True, 4)
+    assert _args(bench).active_sampling is False
+
+
+def test_active_sampling_needs_whole_groups_per_process(bench, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    validate(_args(bench, "--olmorl", "--gradient_accumulation_steps", "2"))  # 2 x 2 = 4 rows: groups may span processes
+    message = _error(bench, "--olmorl", "--active_sampling", "--gradient_accumulation_steps", "2")
+    assert "--active_sampling" in message and "each process must hold whole groups" in message
+
+
+def test_a_warning_notice_is_logged_once(tmp_path, capsys):
+    """Validation collects notices; the entrypoint logs each once (the num_iterations one used to appear twice)."""
+    from conftest import BENCH_DATA_SAMPLE
+    from olmocr_rl import grpo_train
+
+    code = grpo_train.main([
+        "--train_bench_data_folder", str(BENCH_DATA_SAMPLE), "--model_name", str(tmp_path / "no-model"),
+        "--output_dir", str(tmp_path / "out"), "--reward_bench", "--num_generations", "2",
+        "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1", "--report_to", "none",
+        "--num_iterations", "5000",
+    ])
+    err = capsys.readouterr().err
+    assert code == 1 and "no-model" in err  # stopped at the model, after the notices
+    assert err.count("is GRPO's mu") == 1 and "WARNING" in err

@@ -1,0 +1,243 @@
+"""The pure checks behind ``validate``, the frozen ResolvedConfig, the light import, and ``--print``."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import re
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from olmocr_rl.config import ConfigError, Environment, ResolvedConfig, build_parser, parse_args, validate
+from olmocr_rl.config import checks
+from olmocr_rl.config.rewards import NO_REWARD, parse_reward_value
+
+REPO = Path(__file__).resolve().parents[2]
+CPU = Environment(cuda=False, vllm=False, num_processes=1)
+GPU = Environment(cuda=True, vllm=True, num_processes=1)
+
+
+def flags(**given) -> Namespace:
+    """The parsed defaults with ``given`` on top (what a check sees)."""
+    return Namespace(**{**vars(parse_args([])), **given})
+
+
+# --- one check at a time: a passing and a failing case, with the exact line --------------------------------
+
+def test_check_folders(tmp_path):
+    assert checks.check_folders(flags(train_bench_data_folder=str(tmp_path))) == []
+    assert checks.check_folders(flags()) == [
+        "--train_bench_data_folder is required: a folder with *.jsonl tests and pdfs/"]
+    assert checks.check_folders(flags(train_bench_data_folder=str(tmp_path), eval_bench_data_folder="/no/dir")) == [
+        "--eval_bench_data_folder /no/dir: folder not found"]
+
+
+def test_resolve_loss():
+    assert checks.resolve_loss(flags(loss_type=" DAPO ", scale_rewards="true")) == ("dapo", "group")
+    assert checks.resolve_loss(flags(scale_rewards="0")) == ("bnpo", "none")
+    with pytest.raises(ConfigError) as error:
+        checks.resolve_loss(flags(scale_rewards="sometimes"))
+    assert str(error.value) == "--scale_rewards 'sometimes': choose group, batch or none (true = group)"
+
+
+def test_check_ranges():
+    assert checks.check_ranges(flags()) == []
+    assert checks.check_ranges(flags(learning_rate=0.0, top_p=1.5)) == [
+        "--learning_rate must be > 0 (got 0.0)", "--top_p must be in (0, 1] (got 1.5)"]
+    assert checks.check_ranges(flags(max_steps=-2)) == [
+        "--max_steps must be a positive number of steps, or -1 for --num_train_epochs (got -2)"]
+
+
+def test_schedule_notices():
+    assert checks.schedule_notices(flags(num_iterations=2, save_steps=4)) == []
+    (notice,) = checks.schedule_notices(flags(num_iterations=2, save_steps=3))
+    assert notice.startswith("WARNING: --save_steps 3 is not a multiple of --num_iterations 2")
+    assert notice.endswith("use --save_steps 4")
+
+
+def test_check_filters():
+    assert checks.check_filters(flags(pages=r"a\.pdf:1", bench_type_filter=["table"])) == []
+    (line,) = checks.check_filters(flags(bench_type_filter=["tables"]))
+    assert line.startswith("--bench_type_filter 'tables': unknown test type; choose from ")
+    assert checks.check_filters(flags(exclude_pages="("))[0].startswith("--exclude_pages '(' is not a valid regex")
+
+
+def test_resolve_rewards(tmp_path):
+    (tmp_path / "t.jsonl").write_text("")
+    spec, notices = checks.resolve_rewards(flags(train_bench_data_folder=str(tmp_path), reward_bench="t.jsonl",
+                                                 reward_eos=0.5))
+    assert spec["bench"] == str((tmp_path / "t.jsonl").resolve()) and spec["eos"] == 0.5 and notices == []
+    spec, notices = checks.resolve_rewards(flags(train_bench_data_folder=str(tmp_path), macro_average=True))
+    assert spec["bench_macroavg"] == 1.0 and spec["bench"] is None and len(notices) == 1
+    with pytest.raises(ConfigError) as error:
+        checks.resolve_rewards(flags(train_bench_data_folder=str(tmp_path)))
+    assert str(error.value) == NO_REWARD
+
+
+def test_check_olmorl():
+    assert checks.check_olmorl(flags(olmorl=True, active_sampling=True), {}) == []
+    (line,) = checks.check_olmorl(flags(olmorl=True), {"beta": 0.01})
+    assert line == ("--olmorl contradicts the command line / --config YAML: beta=0.01: --olmorl needs beta=0.0 "
+                    "(no KL term to a reference model) Remove these settings (--olmorl sets them) or drop --olmorl "
+                    "to train with plain TRL GRPO.")
+    assert checks.check_olmorl(flags(active_sampling=True), {}) == [
+        "--active_sampling refills the groups that --olmorl drops; add --olmorl or drop --active_sampling"]
+
+
+def test_check_geometry():
+    assert checks.check_geometry(flags(gradient_accumulation_steps=4), num_processes=7) == []
+    (line,) = checks.check_geometry(flags(), num_processes=1)
+    assert line.endswith("Use --gradient_accumulation_steps 28 (any multiple of 28) or a --num_generations that "
+                         "divides 8")
+    assert checks.check_geometry(flags(num_generations=2, gradient_accumulation_steps=2, eval_steps=5), 1) == [
+        "eval geometry: per_device_eval_batch_size (1) x processes (1) = 1 is not a multiple of --num_generations 2; "
+        "use --per_device_eval_batch_size 2 (or a multiple)"]
+
+
+def test_resolve_vllm_mode_from_environment_facts():
+    assert checks.resolve_vllm_mode(flags(), GPU)[0] == "colocate"
+    mode, (notice,) = checks.resolve_vllm_mode(flags(), Environment(cuda=False, vllm=True))
+    assert mode == "none" and notice.startswith("vllm_mode auto: no CUDA GPU is visible, generating with HF generate")
+    with pytest.raises(ConfigError, match=r"^--vllm_mode server needs vLLM importable"):
+        checks.resolve_vllm_mode(flags(vllm_mode="server"), CPU)
+
+
+def test_check_vllm_engine():
+    assert checks.check_vllm_engine(flags(vllm_tensor_parallel_size=2), "colocate",
+                                    Environment(cuda=True, vllm=True, num_processes=4)) == []
+    assert checks.check_vllm_engine(flags(vllm_enable_sleep_mode=True), "colocate", CPU) == [
+        "--vllm_enable_sleep_mode needs a CUDA GPU (vLLM's CPU engine cannot sleep); drop the flag"]
+
+
+def test_resolve_vllm_max_model_length():
+    assert checks.resolve_vllm_max_model_length(flags(), "colocate") == (46 * 46 + 512 + 8000, [])
+    with pytest.raises(ConfigError) as error:
+        checks.resolve_vllm_max_model_length(flags(vllm_max_model_length=100, max_completion_length=100), "none")
+    assert str(error.value) == ("--vllm_max_model_length 100 leaves no room for the prompt: it must exceed "
+                                "--max_completion_length 100 by the page prompt (up to 2628 tokens at 1288 px); "
+                                "use 2728")
+
+
+def test_batched_vision_attention_auto_follows_the_gpu():
+    assert checks.resolve_batched_vision_attention(flags(), GPU) is True
+    assert checks.resolve_batched_vision_attention(flags(), CPU) is False
+    assert checks.resolve_batched_vision_attention(flags(batched_vision_attention=True), CPU) is True
+
+
+def test_resolve_report_to_resume_and_s3(tmp_path):
+    assert checks.resolve_report_to(flags(report_to="wandb, tensorboard")) == ("wandb", "tensorboard")
+    assert checks.resolve_report_to(flags(report_to="none")) == ()
+    with pytest.raises(ConfigError, match=r"^--report_to 'mlflow': choose wandb, tensorboard or none"):
+        checks.resolve_report_to(flags(report_to="mlflow"))
+    assert checks.resolve_resume(flags(resume_from_checkpoint="False")) is None
+    assert checks.resolve_resume(flags(resume_from_checkpoint=str(tmp_path))) == str(tmp_path)
+    assert checks.check_s3(flags(s3_save_path="s3://b/p")) == []
+    assert checks.check_s3(flags(s3_save_path="b/p")) == ["--s3_save_path 'b/p': expected s3://bucket/prefix"]
+
+
+def test_one_reward_value_parser_and_its_messages(tmp_path):
+    assert parse_reward_value("eos", "-1") == (-1.0, None)
+    assert parse_reward_value("bench", "x.jsonl", form_only=True) == (1.0, "x.jsonl")
+    for key, value, line in [
+        ("eos", "lots", "--reward_eos takes an optional weight (a number), got 'lots'"),
+        ("eos", float("inf"), "--reward_eos inf: the weight must be a finite number"),
+        ("bench", "x.txt", "--reward_bench takes an optional weight (a number) or the path of a bench .jsonl, "
+                           "got 'x.txt'"),
+    ]:
+        with pytest.raises(ValueError) as error:
+            parse_reward_value(key, value)
+        assert str(error.value) == line
+    (tmp_path / "t.jsonl").write_text("")
+    with pytest.raises(ValueError, match=r"^--reward_eos takes a weight, not a JSONL path"):
+        parse_reward_value("eos", "t.jsonl", tmp_path)
+
+
+# --- validate: composed, frozen, args untouched ---------------------------------------------------------------
+
+def test_validate_returns_a_frozen_config_and_leaves_args_alone(tmp_path):
+    (tmp_path / "pdfs").mkdir()
+    args = parse_args(["--train_bench_data_folder", str(tmp_path), "--reward_bench", "--num_generations", "2",
+                       "--gradient_accumulation_steps", "2", "--loss_type", "DAPO", "--scale_rewards", "true",
+                       "--report_to", "tensorboard", "--bench_type_filter", "table"])
+    before = copy.deepcopy(vars(args))
+    cfg = validate(args, env=CPU)
+    assert vars(args) == before
+    assert isinstance(cfg, ResolvedConfig) and cfg.environment == CPU
+    assert (cfg.loss_type, cfg.scale_rewards, cfg.report_to) == ("dapo", "group", ("tensorboard",))
+    assert cfg.output_dir == args.output_dir and cfg.bench_type_filter == ("table",)  # flags read through
+    assert cfg.vllm_mode == "none" and cfg.vllm_engine_dtype == "float32" and cfg.batched_vision_attention is False
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.loss_type = "grpo"
+    with pytest.raises(TypeError):
+        cfg.flags["output_dir"] = "elsewhere"
+    with pytest.raises(TypeError):
+        cfg.reward_spec["bench"] = 2.0
+    with pytest.raises(AttributeError, match="no flag or setting 'no_such_flag'"):
+        cfg.no_such_flag
+    assert json.dumps(cfg.as_dict())  # W&B's config: plain values
+
+
+def test_no_assignment_to_args_in_validation_or_the_trainer():
+    for path in [*(REPO / "olmocr_rl" / "config").glob("*.py"), REPO / "olmocr_rl" / "grpo_train.py"]:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            assert not (" args." in code and "=" in code.split("args.", 1)[1].split("(")[0].replace("==", "")), \
+                f"{path.name}:{number}: {line.strip()}"
+
+
+def test_each_default_is_written_once():
+    default_model = "Qwen/Qwen2.5-VL-7B-Instruct"
+    assert build_parser().get_default("model_name") == default_model
+    written = re.compile(r'=\s*"' + re.escape(default_model) + '"')  # a default or a constant, not a docstring example
+    holders = [p for p in (REPO / "olmocr_rl").rglob("*.py") if written.search(p.read_text())]
+    assert holders == [REPO / "olmocr_rl" / "config" / "flags.py"]
+
+
+# --- light import and --print ---------------------------------------------------------------------------------
+
+def _python(*code_or_args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *code_or_args], capture_output=True, text=True, cwd=REPO, timeout=120)
+
+
+def test_importing_the_config_loads_no_torch():
+    result = _python("-c", "import sys, olmocr_rl.config, olmocr_rl.config.rewards; "
+                           "print(sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules))")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_print_a_flag_value(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("learning_rate: 1.0e-4\nnum_generations: 4\n")
+    run = lambda *a: _python("-m", "olmocr_rl.config", *a)  # noqa: E731
+    assert run("--print", "model_name").stdout == "Qwen/Qwen2.5-VL-7B-Instruct\n"
+    assert run("--print", "learning_rate", "--config", str(cfg)).stdout == "0.0001\n"
+    assert run("--print", "learning_rate", "--config", str(cfg), "--learning_rate", "3e-5").stdout == "3e-05\n"
+    assert run("--print", "num_completions", "--config", str(cfg)).stdout == "4\n"  # the alias
+    assert run("--print", "eval_steps").stdout == "null\n"
+    everything = json.loads(run("--print-all", "--olmorl").stdout)
+    assert everything["olmorl"] is True and everything["seed"] == 42
+    unknown = run("--print", "learning_rat")
+    assert unknown.returncode == 2 and unknown.stdout == ""
+    assert unknown.stderr.startswith("error: --print learning_rat: unknown key") and unknown.stderr.count("\n") == 1
+    bad = run("--print", "seed", "--config", str(tmp_path / "missing.yaml"))
+    assert bad.returncode == 2 and bad.stderr == f"error: --config {tmp_path / 'missing.yaml'}: file not found\n"
+
+
+def test_explicit_flags_are_the_ones_the_user_wrote(tmp_path):
+    """Command line and --config keys count, whatever their value (a default value too); aliases and
+    dash spellings map to the flag's name; nothing else counts."""
+    from olmocr_rl.config import explicit_flags, parse_args
+
+    default_lr = parse_args([]).learning_rate
+    config = tmp_path / "c.yaml"
+    config.write_text(f"learning_rate: {default_lr}\nnum_completions: 4\nmax-completion-length: 64\n")
+    chosen = explicit_flags(["--config", str(config), "--seed", "3", "--no-gradient_checkpointing", "--reward_bench"])
+    assert chosen == {"learning_rate", "num_generations", "max_completion_length", "seed", "gradient_checkpointing",
+                      "reward_bench"}
+    assert explicit_flags([]) == set()

@@ -1,0 +1,118 @@
+"""The --reward_* registry: order, names, weights, JSONL-path values, errors, micro+macro sharing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from olmocr_rl.rewards import REWARD_FLAGS, REWARD_FUNCTION_NAMES, build_reward_functions, parse_reward_value
+from olmocr_rl.telemetry import DetailedRewardLogger
+
+
+def test_flags_are_olmocr_order():
+    assert REWARD_FLAGS == (
+        "bench", "bench_macroavg", "medoid", "bench_edit_distance",
+        "front_matter", "element_count", "rect_tables", "eos",
+    )
+
+
+def test_all_rewards_built_in_order_with_olmocr_names():
+    spec = {key: 1.0 for key in REWARD_FLAGS}
+    funcs, weights, names = build_reward_functions(spec, eos_token_id=2)
+    assert names == [REWARD_FUNCTION_NAMES[key] for key in REWARD_FLAGS]
+    assert [f.__name__ for f in funcs] == names
+    assert names == [
+        "olmocr_bench_reward", "olmocr_bench_reward_macroavg", "medoid_reward", "bench_edit_distance_reward",
+        "reward_front_matter", "reward_element_count", "reward_rect_tables", "reward_eos",
+    ]
+    assert weights == [1.0] * 8
+    funcs[0].scorer.close()
+
+
+def test_release_recipe_weights_and_disabled_flags():
+    # olmOCR 2's release: bench + front matter + EOS, weight 1 each; given in any order, with prefixes.
+    spec = {"reward_eos": True, "reward_front_matter": "0.5", "reward_bench": 2, "reward_medoid": None}
+    funcs, weights, names = build_reward_functions(spec, eos_token_id=7)
+    assert names == ["olmocr_bench_reward", "reward_front_matter", "reward_eos"]
+    assert weights == [2.0, 0.5, 1.0]
+    assert funcs[2]([None], ["x"], completion_ids=[[1, 7]]) == [1.0]
+    funcs[0].scorer.close()
+
+
+def test_no_reward_is_an_error_listing_every_flag():
+    with pytest.raises(ValueError) as error:
+        build_reward_functions({"bench": None}, eos_token_id=2)
+    for key in REWARD_FLAGS:
+        assert f"--reward_{key}" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        ({"bench_typo": 1.0}, "unknown reward 'bench_typo'"),
+        ({"eos": "lots"}, "--reward_eos takes an optional weight"),
+        ({"front_matter": float("nan")}, "finite"),
+        ({"bench": "./no/such/file.jsonl"}, "JSONL file not found"),
+        ({"eos": 1.0}, "eos_token_id"),
+    ],
+)
+def test_bad_values_name_the_flag(spec, match):
+    with pytest.raises(ValueError, match=match):
+        build_reward_functions(spec, eos_token_id=None)
+
+
+def test_parse_reward_value():
+    assert parse_reward_value("bench", None) == (None, None)
+    assert parse_reward_value("bench", True) == (1.0, None)
+    assert parse_reward_value("bench", "0.25") == (0.25, None)
+    assert parse_reward_value("eos", 3) == (3.0, None)
+
+
+def test_jsonl_path_value_restricts_the_bench_tests(tmp_path, monkeypatch):
+    a = tmp_path / "test1.jsonl"
+    b = tmp_path / "test2.jsonl"
+    a.write_text(json.dumps({"pdf": "p.pdf", "page": 1, "id": "a1", "type": "present", "text": "Hello"}) + "\n")
+    b.write_text(json.dumps({"pdf": "p.pdf", "page": 1, "id": "b1", "type": "absent", "text": "Hello"}) + "\n")
+    monkeypatch.chdir(tmp_path)
+    funcs, weights, _ = build_reward_functions({"bench": "./test1.jsonl"}, eos_token_id=None, workers=1)
+    assert weights == [1.0]
+    kwargs = dict(pdf_path=["p.pdf"], jsonl_files=[[str(a), str(b)]], test_ids=[["a1", "b1"]])
+    assert funcs[0]([None], ["Hello"], **kwargs) == [1.0]  # only test1.jsonl's present test counts
+    funcs[0].scorer.close()
+
+
+def test_micro_and_macro_together_record_stats_once_and_run_tests_once(tmp_path):
+    path = tmp_path / "m.jsonl"
+    tests = [
+        {"pdf": "m.pdf", "page": 1, "id": "p1", "type": "present", "text": "Hello"},
+        {"pdf": "m.pdf", "page": 1, "id": "p2", "type": "present", "text": "World"},
+        {"pdf": "m.pdf", "page": 1, "id": "a1", "type": "absent", "text": "Page 7"},
+    ]
+    path.write_text("\n".join(json.dumps(t) for t in tests) + "\n")
+    reward_logger = DetailedRewardLogger()
+    funcs, _, names = build_reward_functions(
+        {"bench": 1.0, "bench_macroavg": 1.0}, eos_token_id=None, reward_logger=reward_logger, workers=1
+    )
+    assert names == ["olmocr_bench_reward", "olmocr_bench_reward_macroavg"]
+    assert funcs[0].scorer is funcs[1].scorer
+    completions = [[{"role": "assistant", "content": "Hello Page 7"}]] * 2
+    kwargs = dict(pdf_path=["m.pdf"] * 2, jsonl_file=[str(path)] * 2, test_ids=[["p1", "p2", "a1"]] * 2)
+    assert funcs[0]([None] * 2, completions, **kwargs) == [pytest.approx(1 / 3)] * 2
+    assert funcs[1]([None] * 2, completions, **kwargs) == [pytest.approx(0.25)] * 2
+    summary = reward_logger.summary()
+    assert summary["bench_reward/total_completions"] == 2  # not 4
+    assert summary["bench_reward/present/total_tests"] == 4
+    funcs[0].scorer.close()
+
+
+def test_macro_alone_records_stats(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text(json.dumps({"pdf": "m.pdf", "page": 1, "id": "p1", "type": "present", "text": "Hello"}) + "\n")
+    reward_logger = DetailedRewardLogger()
+    funcs, _, _ = build_reward_functions(
+        {"bench_macroavg": 1.0}, eos_token_id=None, reward_logger=reward_logger, workers=1
+    )
+    assert funcs[0]([None], ["Hello"], pdf_path=["m.pdf"], jsonl_file=[str(path)], test_ids=[["p1"]]) == [1.0]
+    assert reward_logger.summary()["bench_reward/total_completions"] == 1
+    funcs[0].scorer.close()
