@@ -9,7 +9,7 @@
   over the kept groups only, so a dropped group cannot dilute the kept ones;
 - the loss is TRL's own "dapo" code path, which with these settings (token-level ratio, ε 0.2/0.272,
   β 0, no δ, no entropy mask or bonus) is exactly ``-olmorl_objective`` over the kept tokens of the
-  generation batch (tests/test_olmorl_trainer.py checks this to 1e-6 on 1 and 2 processes).
+  generation batch (tests/integration/test_olmorl_trainer.py checks this to 1e-6 on 1 and 2 processes).
 
 Two private methods are overridden, both by wrapping the parent, not copying it:
 

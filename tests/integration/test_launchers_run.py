@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -24,79 +22,24 @@ import yaml
 
 from olmocr_rl.launch import beaker
 
-REPO = Path(__file__).resolve().parents[2]
-BEAKER = REPO / "scripts" / "grpotrainer-beaker.sh"
-TASK = REPO / "scripts" / "beaker" / "task.sh"
-SBATCH = REPO / "scripts" / "slurm" / "grpo.sbatch"
-SUBMIT = REPO / "scripts" / "slurm" / "submit.sh"
-ACCELERATE_CONFIGS = REPO / "configs" / "accelerate"
-
-
-# ---------------------------------------------------------------------------------------------
-# helpers
-
-
-def run(cmd: list[str], env: dict | None = None, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "PYTHON": sys.executable, **(env or {})}
-    result = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
-    if check and result.returncode != 0:
-        raise AssertionError(f"{cmd} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
-    return result
-
-
-def commands(stdout: str) -> list[tuple[str, list[str]]]:
-    """Every `[label] command` line of a dry run, as (label, argv)."""
-    found = []
-    for line in stdout.splitlines():
-        m = re.match(r"^\[([^\]]+)\] (.*)$", line)
-        if m and m.group(1) != "health":
-            found.append((m.group(1), shlex.split(m.group(2))))
-    return found
-
-
-def only(cmds: list[tuple[str, list[str]]], label_prefix: str) -> list[list[str]]:
-    return [argv for label, argv in cmds if label.startswith(label_prefix)]
-
-
-def trainer_args(argv) -> list[str]:
-    """The arguments after `-m olmocr_rl.grpo_train`."""
-    argv = list(argv)
-    i = argv.index("-m")
-    assert argv[i + 1] == "olmocr_rl.grpo_train"
-    return argv[i + 2 :]
-
-
-def flag(argv, name: str) -> str:
-    """Value of the single `name VALUE` in argv (asserting it appears exactly once)."""
-    argv = list(argv)
-    positions = [i for i, a in enumerate(argv) if a == name]
-    assert len(positions) == 1, f"{name} appears {len(positions)} times in {argv}"
-    return argv[positions[0] + 1]
-
-
-def visible_devices(argv: list[str]) -> str:
-    assert argv[0] == "env" and argv[1].startswith("CUDA_VISIBLE_DEVICES="), argv[:3]
-    return argv[1].split("=", 1)[1]
-
-
-def fake_tool(bin_dir: Path, name: str, body: str) -> None:
-    path = bin_dir / name
-    path.write_text("#!/usr/bin/env bash\n" + textwrap.dedent(body))
-    path.chmod(0o755)
-
-
-@pytest.fixture
-def fake_bin(tmp_path) -> Path:
-    d = tmp_path / "bin"
-    d.mkdir()
-    fake_tool(d, "scontrol", 'echo "scontrol $*" >> "$FAKE_LOG"\n')
-    return d
-
-
-def slurm_env(nodelist: str, nnodes: int, job_id: int = 4242) -> dict:
-    # A PATH without scontrol: comma node lists expand without it.
-    return {"PATH": "/nonexistent", "SLURM_JOB_ID": str(job_id), "SLURM_JOB_NAME": "grpo-test",
-            "SLURM_JOB_NODELIST": nodelist, "SLURM_NNODES": str(nnodes)}
+from launcher_helpers import (  # noqa: F401  (fake_bin: a pytest fixture)
+    ACCELERATE_CONFIGS,
+    BEAKER,
+    REPO,
+    SBATCH,
+    SUBMIT,
+    TASK,
+    commands,
+    fake_bin,
+    fake_tool,
+    flag,
+    free_port,
+    only,
+    run,
+    slurm_env,
+    trainer_args,
+    visible_devices,
+)
 
 
 def test_slurm_submit_dry_run_script():
@@ -297,12 +240,6 @@ def test_task_fails_fast_when_server_exits(tmp_path, fake_bin):
     assert "exited before becoming healthy" in result.stderr and "CUDA out of memory" in result.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _cli_missing() -> str | None:
     import importlib.util
 
@@ -320,7 +257,7 @@ def test_two_process_cpu_run_through_accelerate(tmp_path, tiny_model_dir):
     cmd = [
         sys.executable, "-m", "accelerate.commands.launch",
         "--config_file", str(ACCELERATE_CONFIGS / "cpu_ddp.yaml"), "--num_processes", "2",
-        "--main_process_port", str(_free_port()),
+        "--main_process_port", str(free_port()),
         "-m", "olmocr_rl.grpo_train",
         "--model_name", str(tiny_model_dir), "--train_bench_data_folder", str(REPO / "bench_data_sample"),
         "--output_dir", str(out_dir), "--vllm_mode", "none", "--reward_bench",

@@ -12,10 +12,8 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from unittest import mock
 
@@ -26,87 +24,29 @@ from olmocr_rl.launch import beaker, beaker_task, slurm
 from olmocr_rl.launch.plan import (RANK_PLACEHOLDER, Hints, LaunchError, ServerSettings, gpu_layout, plan, quote,
                                    set_flag, show)
 
-REPO = Path(__file__).resolve().parents[2]
-BEAKER = REPO / "scripts" / "grpotrainer-beaker.sh"
-TASK = REPO / "scripts" / "beaker" / "task.sh"
-SBATCH = REPO / "scripts" / "slurm" / "grpo.sbatch"
-SUBMIT = REPO / "scripts" / "slurm" / "submit.sh"
-SHELL_SCRIPTS = [BEAKER, TASK, SBATCH, SUBMIT]
-ACCELERATE_CONFIGS = REPO / "configs" / "accelerate"
-DEFAULT_MODEL = parse_args([]).model_name
-
-
-# ---------------------------------------------------------------------------------------------
-# helpers
-
-
-def run(cmd: list[str], env: dict | None = None, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "PYTHON": sys.executable, **(env or {})}
-    result = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
-    if check and result.returncode != 0:
-        raise AssertionError(f"{cmd} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
-    return result
-
-
-def commands(stdout: str) -> list[tuple[str, list[str]]]:
-    """Every `[label] command` line of a dry run, as (label, argv)."""
-    found = []
-    for line in stdout.splitlines():
-        m = re.match(r"^\[([^\]]+)\] (.*)$", line)
-        if m and m.group(1) != "health":
-            found.append((m.group(1), shlex.split(m.group(2))))
-    return found
-
-
-def only(cmds: list[tuple[str, list[str]]], label_prefix: str) -> list[list[str]]:
-    return [argv for label, argv in cmds if label.startswith(label_prefix)]
-
-
-def trainer_args(argv) -> list[str]:
-    """The arguments after `-m olmocr_rl.grpo_train`."""
-    argv = list(argv)
-    i = argv.index("-m")
-    assert argv[i + 1] == "olmocr_rl.grpo_train"
-    return argv[i + 2 :]
-
-
-def flag(argv, name: str) -> str:
-    """Value of the single `name VALUE` in argv (asserting it appears exactly once)."""
-    argv = list(argv)
-    positions = [i for i, a in enumerate(argv) if a == name]
-    assert len(positions) == 1, f"{name} appears {len(positions)} times in {argv}"
-    return argv[positions[0] + 1]
-
-
-def visible_devices(argv: list[str]) -> str:
-    assert argv[0] == "env" and argv[1].startswith("CUDA_VISIBLE_DEVICES="), argv[:3]
-    return argv[1].split("=", 1)[1]
-
-
-def fake_tool(bin_dir: Path, name: str, body: str) -> None:
-    path = bin_dir / name
-    path.write_text("#!/usr/bin/env bash\n" + textwrap.dedent(body))
-    path.chmod(0o755)
-
-
-@pytest.fixture
-def fake_bin(tmp_path) -> Path:
-    d = tmp_path / "bin"
-    d.mkdir()
-    fake_tool(d, "scontrol", 'echo "scontrol $*" >> "$FAKE_LOG"\n')
-    return d
+from launcher_helpers import (  # noqa: F401  (fake_bin: a pytest fixture)
+    ACCELERATE_CONFIGS,
+    DEFAULT_MODEL,
+    REPO,
+    SBATCH,
+    SHELL_SCRIPTS,
+    commands,
+    fake_bin,
+    fake_tool,
+    flag,
+    free_port,
+    only,
+    run,
+    slurm_env,
+    trainer_args,
+    visible_devices,
+)
 
 
 @pytest.fixture
 def in_repo(monkeypatch):
     """Front-ends run from the repository root (the wrappers cd there)."""
     monkeypatch.chdir(REPO)
-
-
-def slurm_env(nodelist: str, nnodes: int, job_id: int = 4242) -> dict:
-    # A PATH without scontrol: comma node lists expand without it.
-    return {"PATH": "/nonexistent", "SLURM_JOB_ID": str(job_id), "SLURM_JOB_NAME": "grpo-test",
-            "SLURM_JOB_NODELIST": nodelist, "SLURM_NNODES": str(nnodes)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,7 +207,7 @@ def test_set_flag_keeps_a_flag_once():
 def test_plan_argv_is_accepted_by_accelerate(in_repo):
     """The exact `accelerate launch` argv parses in accelerate, trainer arguments intact."""
     p = plan(nodes=1, gpus_per_node=4, vllm_gpus=1, engine="zero2",
-             trainer_args=["--reward_bench", "--wandb_run_name", "with space"], main_port=_free_port())
+             trainer_args=["--reward_bench", "--wandb_run_name", "with space"], main_port=free_port())
     argv = list(p.trains[0].argv)
     args, env = accelerate_launch_env(argv[argv.index("launch") + 1 :])
     assert args.use_deepspeed and args.num_processes == 3 and args.module
@@ -434,12 +374,6 @@ def test_shellcheck_clean():
 # accelerate configs, read by accelerate itself
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def accelerate_launch_env(argv: list[str]):
     """Parse an `accelerate launch` argv with accelerate's own parser and validation, and return
     (args, env) as accelerate would hand them to torchrun / DeepSpeed."""
@@ -470,7 +404,7 @@ def test_accelerate_config_files_load(name, kind):
 
 @pytest.mark.parametrize("name, stage", [("zero2", 2), ("zero3", 3)])
 def test_deepspeed_configs_multi_node_as_launched(in_repo, name, stage):
-    port = _free_port()
+    port = free_port()
     p = plan(nodes=2, gpus_per_node=7, vllm_gpus=0, engine=name, trainer_args=["--wandb_run_name", "a b"],
              hosts=["10.0.0.1", "10.0.0.2"], main_port=port)
     argv = list(p.trains[1].argv)
@@ -496,7 +430,7 @@ def test_fsdp_config_as_launched():
 
     args, env = accelerate_launch_env([
         "--config_file", str(ACCELERATE_CONFIGS / "fsdp.yaml"), "--num_processes", "7",
-        "--main_process_port", str(_free_port()), "-m", "olmocr_rl.grpo_train"])
+        "--main_process_port", str(free_port()), "-m", "olmocr_rl.grpo_train"])
     assert args.nproc_per_node == "7"
     with mock.patch.dict(os.environ, env, clear=True):
         plugin = FullyShardedDataParallelPlugin()

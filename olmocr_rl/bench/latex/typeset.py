@@ -85,6 +85,12 @@ def drawn_delimiter(char: str, body: Box, size: float) -> str:
     return char
 
 
+#: Node type -> the Typesetter method ``(node, style) -> Box`` that lays it out.
+_LAYOUT_METHODS: dict[type, str] = {
+    Scripts: "scripts", Frac: "frac", Sqrt: "sqrt", Accent: "accent", LeftRight: "left_right",
+    Op: "op", Array: "array", Stack: "stack",
+}
+
 class Typesetter:
     """Lays out nodes in a style (D, T, S, SS; a trailing ' marks the cramped variant)."""
 
@@ -151,22 +157,9 @@ class Typesetter:
             return box
         if isinstance(node, Text):
             return self.text(node.chunks, style)
-        if isinstance(node, Scripts):
-            return self.scripts(node, style)
-        if isinstance(node, Frac):
-            return self.frac(node, style)
-        if isinstance(node, Sqrt):
-            return self.sqrt(node, style)
-        if isinstance(node, Accent):
-            return self.accent(node, style)
-        if isinstance(node, LeftRight):
-            return self.left_right(node, style)
-        if isinstance(node, Op):
-            return self.op(node, style)
-        if isinstance(node, Array):
-            return self.array(node, style)
-        if isinstance(node, Stack):
-            return self.stack(node, style)
+        method = _LAYOUT_METHODS.get(type(node))  # the node types laid out by a method of the same shape
+        if method is not None:
+            return getattr(self, method)(node, style)
         if isinstance(node, Tag):
             box = self.text(node.chunks, "T")
             shifted = Box(width=box.width + 1.0, height=box.height, depth=box.depth, glyphs=box.shifted(1.0, 0.0))
