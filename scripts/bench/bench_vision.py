@@ -6,7 +6,7 @@
 Builds a random Qwen2.5-VL vision tower (windowed attention, full attention in every 4th layer as in
 the released models), then times, interleaved over --repeats rounds: the stock tower on G copies of the
 page, the batched window attention alone, and both speed-ups (G copies encoded once). Prints the
-medians and their ratios to the stock tower. The speed-ups are exact; tests/test_vision_speedups.py
+medians and their ratios to the stock tower. The speed-ups are exact; tests/unit/test_vision_speedups.py
 checks the numbers.
 """
 
