@@ -291,7 +291,7 @@ def pull_latest_checkpoint_from_s3(
     if newest is None:
         logger.info("no complete checkpoint-<N>/ under %s", s3_uri)
         return None
-    source = f"{folder_prefix(s3_uri)}{newest}/"
+    source = f"s3://{bucket}/{folder_prefix(prefix)}{newest}/"
     check_layout(source, manifests, current)
     started = time.monotonic()
     with folder_lock(output / ".olmocr_rl-pull.lock"):
@@ -321,7 +321,7 @@ def _newest_remote_checkpoint(
                                      need_manifests=current.num_machines > 1)
         if problem is None:
             return name, by_checkpoint[name], manifests
-        logger.warning("skipping incomplete checkpoint %s%s on S3: %s", folder_prefix(s3_uri), name, problem)
+        logger.warning("skipping incomplete checkpoint %s/%s on S3: %s", s3_uri.rstrip("/"), name, problem)
     return None, {}, []
 
 
@@ -425,7 +425,7 @@ def restore_history(checkpoint: str | os.PathLike, output_dir: str | os.PathLike
 def _fetch_history(s3_save_path: str, destination: Path) -> None:
     """Download the run's history beside the checkpoints on S3; a failure is a warning (the run goes on)."""
     bucket, prefix = parse_s3_uri(s3_save_path)
-    key = folder_prefix(prefix.rstrip("/")) + destination.name  # where S3SyncCallback's mirror put it
+    key = folder_prefix(prefix) + destination.name  # where S3SyncCallback's mirror put it
     try:
         s3.download_object(s3.make_s3_client(), bucket, key, destination)
     except Exception as exc:  # a missing object, a dead server: the run goes on with a shorter history

@@ -59,8 +59,10 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
 
 
 def folder_prefix(prefix: str) -> str:
-    """``"a/b"`` -> ``"a/b/"`` so ``s3://x/a/b`` never matches ``a/bc/...``; ``""`` stays ``""``."""
-    return prefix if prefix == "" or prefix.endswith("/") else prefix + "/"
+    """``"a/b"``, ``"a/b/"`` and ``"a/b//"`` -> ``"a/b/"`` (so ``s3://x/a/b`` never matches ``a/bc/...``, and
+    every client reads the folder the mirror writes); ``""`` stays ``""``."""
+    folder = prefix.rstrip("/")
+    return folder + "/" if folder else ""
 
 
 def safe_relative(rel: str, uri: str) -> PurePosixPath:

@@ -522,7 +522,7 @@ def test_resolve_resume_checkpoint_prefers_local_then_s3_then_none(moto_s3, tmp_
         resolve_resume_checkpoint(tmp_path / "other", uri)
 
 
-@pytest.mark.parametrize("save_path", ["run", "run/"])
+@pytest.mark.parametrize("save_path", ["run", "run/", "run//"])  # the mirror writes run// as run/
 def test_resume_checkpoint_restores_the_history_from_s3_up_to_the_checkpoint(moto_s3, tmp_path, save_path):
     uri = f"s3://{moto_s3.bucket}/{save_path}"
     remote = tmp_path / "remote"
