@@ -102,3 +102,13 @@ def test_pathological_equations_are_bounded():
     reference = latex.layout(" ".join(["a"] * 60))
     candidate = latex.layout(" ".join(["a"] * 600))
     assert latex.equation_contains(candidate, reference) in (True, False)
+
+
+def test_limit_controls_follow_an_operator_as_in_katex():
+    """``\\limits``/``\\nolimits`` after an operator place (or do not place) its scripts; after anything else
+    the equation is invalid, as KaTeX says ("Limit controls must follow a math operator"), never a crash."""
+    for valid in (r"\sum\nolimits x", r"\sum\limits_a^b x", r"\lim\limits_{n}", r"\mathop{x}\limits_a"):
+        assert latex.layout(valid).error is None, valid
+    assert len(latex.layout(r"\sum\nolimits x").glyphs) == len(latex.layout(r"\sum x").glyphs)
+    for invalid in (r"x\limits", r"x\nolimits", r"{x}\limits", r"x^2\limits_a"):
+        assert latex.layout(invalid).error == "limit controls must follow a math operator", invalid

@@ -11,8 +11,8 @@ import re
 
 from .commands import COMMANDS, is_argument_free, symbol_node
 from .errors import MAX_DEPTH, MAX_EQUATION_CHARS, LatexError
-from .nodes import Array, Cell, Frac, Group, Node, Scripts, Space, StyleSwitch, Sym, Text, TextChunk
-from .symbols import CHAR_CLASS, EXTRA_COMMANDS, FONT_COMMANDS, MATH_CHARS, ORD, STYLE_SWITCHES, TEXT_COMMANDS, symbol_table
+from .nodes import Array, Cell, Frac, Group, Node, Op, Scripts, Space, StyleSwitch, Sym, Text, TextChunk
+from .symbols import CHAR_CLASS, EXTRA_COMMANDS, FONT_COMMANDS, MATH_CHARS, OP, ORD, STYLE_SWITCHES, TEXT_COMMANDS, symbol_table
 
 __all__ = ["Parser", "parse", "syntax_problem", "tokenize"]
 
@@ -264,7 +264,9 @@ class Parser:
                 sub = self.script_argument()
                 continue
             break
-        if sub is None and sup is None and limits is None:
+        if limits is not None and not _is_operator(base):
+            raise LatexError("limit controls must follow a math operator")  # KaTeX's rule for \\limits/\\nolimits
+        if sub is None and sup is None:  # nothing to place: a limit control alone changes nothing
             return base
         return Scripts(base, sub, sup, limits)
 
@@ -399,3 +401,8 @@ def syntax_problem(source: str) -> str | None:
     except RecursionError:
         return "nesting too deep"
     return None
+
+
+def _is_operator(node: Node) -> bool:
+    """A big or named operator (``\\sum``, ``\\lim``, ``\\operatorname*``), or a symbol or group of class op."""
+    return isinstance(node, Op) or (isinstance(node, (Sym, Group)) and node.cls == OP)
