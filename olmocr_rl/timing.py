@@ -6,7 +6,7 @@ subclass, so it composes with the OlmoRL trainer): ``_generate`` (sampling, HF o
 step's wall time and, at every log, adds per-step means to the logs (this process's view):
 
     timing/step_s  timing/generate_s  timing/reward_s  timing/train_s  timing/reward_share
-    timing/generated_tokens          (completion tokens sampled per step on this process)
+    timing/generated_tokens          (completion tokens sampled for training per step on this process)
     timing/model_flops               (forward + backward FLOPs of training on this process's samples,
                                       from their token, image-token and patch counts: olmocr_rl.flops)
     timing/active_sampling_s         (OlmoRL --active_sampling: extra rounds' generation and rewards, a
@@ -48,9 +48,10 @@ def instrument_trainer(trainer) -> "StepTimingCallback":
         start = time.perf_counter()
         out = generate(*args, **kwargs)
         totals.generate_s += time.perf_counter() - start
-        prompt_ids, completion_ids = out[0], out[1]
-        totals.generated_tokens += sum(len(ids) for ids in completion_ids)
-        totals.model_flops += count_flops(prompt_ids, completion_ids)
+        if getattr(trainer.model, "training", True):  # evaluation's generations are not trained on
+            prompt_ids, completion_ids = out[0], out[1]
+            totals.generated_tokens += sum(len(ids) for ids in completion_ids)
+            totals.model_flops += count_flops(prompt_ids, completion_ids)
         return out
 
     def timed(method, field: str):

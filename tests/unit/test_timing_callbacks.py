@@ -46,7 +46,7 @@ def _fake_trainer(clock: FakeClock, gen_s: float, reward_s: float, refill: bool 
         return [0.5]
 
     trainer = SimpleNamespace(
-        model=SimpleNamespace(config=SimpleNamespace()),  # no known architecture: FLOPs count 0
+        model=SimpleNamespace(config=SimpleNamespace(), training=True),  # no known architecture: FLOPs count 0
         args=SimpleNamespace(num_iterations=1),
         _generate=generate,
         _calculate_rewards=rewards,
@@ -93,6 +93,23 @@ def test_step_time_splits_into_generation_rewards_and_training(monkeypatch):
     callback.on_log(None, _state(), None, logs=logs)
     assert logs["timing/step_s"] == pytest.approx(2.5)
     assert logs["timing/train_s"] == pytest.approx(0.0)
+
+
+def test_evaluation_generations_are_timed_but_not_counted_as_trained_tokens(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(timing.time, "perf_counter", clock)
+    trainer = _fake_trainer(clock, gen_s=1.0, reward_s=0.0)
+    callback = timing.instrument_trainer(trainer)
+    callback.on_step_begin(None, _state(), None)
+    trainer._generate(["a"])  # training: 1 token
+    trainer.model.training = False  # the Trainer's evaluate() switches the model to eval mode
+    trainer._generate(["a", "b", "c"])
+    trainer.model.training = True
+    callback.on_step_end(None, _state(), None)
+    logs = {"reward": 0.0}
+    callback.on_log(None, _state(), None, logs=logs)
+    assert logs["timing/generated_tokens"] == 1
+    assert logs["timing/generate_s"] == pytest.approx(2.0)
 
 
 def test_timing_keys_only_on_training_logs_with_steps(monkeypatch):
