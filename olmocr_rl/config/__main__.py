@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from olmocr_rl.config.flags import _OneLineErrorParser, flag_key, parse_args
+from olmocr_rl.config.flags import _OneLineErrorParser, flag_key, flag_values, parse_args
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,7 +35,7 @@ def _show(value: Any) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     own, trainer_argv = _parser().parse_known_args(sys.argv[1:] if argv is None else argv)
-    values = vars(parse_args(trainer_argv))  # a bad flag or --config file exits 2 with one error line
+    values = flag_values(parse_args(trainer_argv))  # a bad flag or --config file exits 2 with one error line
     if own.print_all:
         print(json.dumps(values, indent=2, sort_keys=True))
         return 0

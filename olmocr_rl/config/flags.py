@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -47,6 +48,17 @@ def parse_bool(value: Any) -> bool:
     if text in ("0", "false", "no", "n", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+def _json_object(text: str) -> dict:
+    """``--generation_kwargs``: a JSON object."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({exc}); e.g. '{{\"min_new_tokens\": 256}}'") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, e.g. '{{\"min_new_tokens\": 256}}', got {text!r}")
+    return value
 
 
 def _reward_type(key: str) -> Callable[[Any], float | str | None]:
@@ -183,7 +195,7 @@ def _add_grpo_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max_completion_length", type=int, default=8000, help="max new tokens per completion")
     g.add_argument("--temperature", type=float, default=0.8, help="sampling temperature")
     g.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling")
-    g.add_argument("--generation_kwargs", type=json.loads, default=None, metavar="JSON",
+    g.add_argument("--generation_kwargs", type=_json_object, default=None, metavar="JSON",
                    help='extra sampling arguments for the generation backend, e.g. \'{"min_new_tokens": 256}\' (HF) '
                         'or \'{"min_tokens": 256}\' (vLLM)')
     g.add_argument("--beta", type=float, default=0.0, help="KL coefficient; > 0 builds a frozen reference model")
@@ -284,9 +296,17 @@ def flag_key(name: str) -> str:
 
 def _yaml_value(action: argparse.Action, value: Any) -> Any:
     """A YAML value converted as the command line converts it. Raises ArgumentTypeError or ValueError."""
+    if isinstance(value, list) and action.dest != "bench_type_filter":
+        raise argparse.ArgumentTypeError(f"expected a single value, got a list {value!r}")
+    if isinstance(value, dict):
+        if action.dest != "generation_kwargs":
+            raise argparse.ArgumentTypeError(f"expected a single value, got a mapping {value!r}")
+        return value
     if isinstance(action, _BoolFlag):
         value = parse_bool(value)
-    elif action.type is not None and value is not None and not isinstance(value, (list, dict)):
+    elif action.type is int and isinstance(value, float):
+        value = action.type(str(value))  # 1.5 is refused as on the command line, not truncated to 1
+    elif action.type is not None and value is not None and not isinstance(value, list):
         value = action.type(value)
     if action.choices and value is not None and value not in action.choices:
         raise argparse.ArgumentTypeError(f"choose one of {', '.join(map(str, action.choices))}")
@@ -320,32 +340,44 @@ def yaml_defaults(parser: argparse.ArgumentParser, path: str) -> dict[str, Any]:
     return out
 
 
-def explicit_flags(argv: list[str]) -> set[str]:
-    """The flags (dest names) the user chose: given on the command line or as keys of its ``--config`` file,
-    whatever their value (a flag set to its default value is still chosen). Raises SystemExit(2) as parse_args."""
-    parser = build_parser()
-    pre, _ = parser.parse_known_args(argv)
-    chosen: set[str] = set()
-    if pre.config:
-        try:
-            chosen.update(yaml_defaults(parser, pre.config))
-        except ConfigError as exc:
-            parser.error(str(exc))
-    unset = object()
-    for action in parser._actions:  # argparse's public API has no "was it given"; a sentinel default tells
-        action.default = unset
-    given = parser.parse_args(argv)
-    chosen.update(dest for dest, value in vars(given).items() if value is not unset)
-    return chosen - {"config", "help"}
+#: Attribute ``parse_args`` adds to its Namespace (not a flag): the flags the user chose.
+CHOSEN = "_chosen"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse flags (YAML first, command line on top). A bad flag or file: one ``error:`` line, SystemExit(2)."""
+    """Parse flags (YAML first, command line on top). A bad flag or file: one ``error:`` line, SystemExit(2).
+
+    The Namespace also holds, as ``CHOSEN``, the flags the user chose: given on the command line or as keys of
+    the ``--config`` file, whatever their value (a flag set to its default value is still chosen).
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     pre, _ = parser.parse_known_args(argv)
+    from_file: dict[str, Any] = {}
     if pre.config:
         try:
-            parser.set_defaults(**yaml_defaults(parser, pre.config))
+            from_file = yaml_defaults(parser, pre.config)
         except ConfigError as exc:
             parser.error(str(exc))
-    return parser.parse_args(argv)
+        parser.set_defaults(**from_file)
+    args = parser.parse_args(argv)
+    setattr(args, CHOSEN, frozenset(from_file) | _given_on_command_line(argv))
+    return args
+
+
+def _given_on_command_line(argv: list[str]) -> set[str]:
+    """The flags (dest names) written in ``argv`` (already parsed once, so it parses)."""
+    parser = build_parser()
+    for action in parser._actions:  # a flag without a default is in the Namespace only when it was given
+        action.default = argparse.SUPPRESS
+    return set(vars(parser.parse_args(argv))) - {"config", "help"}
+
+
+def explicit_flags(argv: list[str]) -> set[str]:
+    """The flags (dest names) the user chose in ``argv`` (see parse_args). Raises SystemExit(2) as parse_args."""
+    return set(getattr(parse_args(argv), CHOSEN))
+
+
+def flag_values(args: argparse.Namespace) -> dict[str, Any]:
+    """Every flag's value in ``args`` (without what parse_args adds that is not a flag)."""
+    return {name: value for name, value in vars(args).items() if not name.startswith("_")}

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from olmocr_rl.config import checks
 from olmocr_rl.config.environment import Environment, probe_environment
-from olmocr_rl.config.flags import ConfigError, build_parser
+from olmocr_rl.config.flags import CHOSEN, ConfigError, build_parser, flag_values
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,16 @@ def _first(problems: list[str]) -> None:
         raise ConfigError(problems[0])
 
 
+def _chosen(args: argparse.Namespace) -> frozenset[str]:
+    """The flags the user chose (parse_args records them); for a Namespace made another way, the flags whose
+    value differs from the default (all it can tell)."""
+    chosen = getattr(args, CHOSEN, None)
+    if chosen is not None:
+        return chosen
+    defaults = build_parser()
+    return frozenset(name for name, value in flag_values(args).items() if value != defaults.get_default(name))
+
+
 def validate(args: argparse.Namespace, env: Environment | None = None) -> ResolvedConfig:
     """Check every flag and combination against ``env`` (probed when not given). Raises ConfigError (one line)."""
     env = env if env is not None else probe_environment()
@@ -77,9 +87,8 @@ def validate(args: argparse.Namespace, env: Environment | None = None) -> Resolv
     _first(checks.check_filters(args))
     reward_spec, reward_notices = checks.resolve_rewards(args)
     notices += reward_notices
-    defaults = build_parser()
-    current = {**vars(args), "loss_type": loss_type, "scale_rewards": scale_rewards}
-    explicit = {name: current[name] for name in checks.OLMORL_FLAGS if current[name] != defaults.get_default(name)}
+    current = {**flag_values(args), "loss_type": loss_type, "scale_rewards": scale_rewards}
+    explicit = {name: current[name] for name in checks.OLMORL_FLAGS if name in _chosen(args)}
     _first(checks.check_olmorl(args, explicit))
     if args.olmorl:
         notices.append("--olmorl: advantages without std, zero-signal groups dropped, eps 0.2/0.272, token-level loss")
@@ -90,7 +99,7 @@ def validate(args: argparse.Namespace, env: Environment | None = None) -> Resolv
     resume = checks.resolve_resume(args)
     _first(checks.check_s3(args))
     return ResolvedConfig(
-        flags=MappingProxyType({k: _frozen(v) for k, v in vars(args).items()}), environment=env,
+        flags=MappingProxyType({k: _frozen(v) for k, v in flag_values(args).items()}), environment=env,
         loss_type=loss_type, scale_rewards=scale_rewards, reward_spec=MappingProxyType(reward_spec),
         vllm_mode=backend.vllm_mode, vllm_max_model_length=backend.vllm_max_model_length,
         vllm_engine_dtype=backend.vllm_engine_dtype,

@@ -87,6 +87,10 @@ def test_yaml_config_and_command_line_override(bench, tmp_path):
     ("- a\n- b\n", "expected a mapping"),
     ("a: [\n", "not valid YAML"),
     ("vllm_mode: sometimes\n", "key 'vllm_mode'"),
+    ("learning_rate: [1]\n", "key 'learning_rate': expected a single value, got a list"),
+    ("temperature: {a: 1}\n", "key 'temperature': expected a single value, got a mapping"),
+    ("max_steps: 1.5\n", "key 'max_steps'"),
+    ("generation_kwargs: [1]\n", "key 'generation_kwargs': expected a single value, got a list"),
 ])
 def test_bad_yaml_config(tmp_path, capsys, body, expected):
     cfg = tmp_path / "bad.yaml"
@@ -115,6 +119,10 @@ def test_bad_yaml_config(tmp_path, capsys, body, expected):
     (["--olmorl", "--beta", "0.01"], "--olmorl needs beta=0.0"),
     (["--olmorl", "--loss_type", "grpo"], "--olmorl needs loss_type='dapo'"),
     (["--olmorl", "--importance_sampling_level", "sequence"], "--olmorl needs importance_sampling_level='token'"),
+    (["--olmorl", "--loss_type", "bnpo"], "--olmorl needs loss_type='dapo'"),  # the default value, but chosen
+    (["--olmorl", "--scale_rewards", "group"], "--olmorl needs scale_rewards"),
+    (["--max_train_samples", "0"], "--max_train_samples must be > 0"),
+    (["--eval_steps", "5", "--max_eval_samples", "0"], "--max_eval_samples must be > 0"),
     (["--active_sampling"], "--active_sampling refills the groups that --olmorl drops; add --olmorl"),
     (["--olmorl", "--active_sampling", "--active_sampling_max_rounds", "0"], "--active_sampling_max_rounds must be >= 1"),
     (["--reward_eos", "x.jsonl"], "JSONL file not found"),
@@ -228,3 +236,17 @@ def test_a_warning_notice_is_logged_once(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 1 and "no-model" in err  # stopped at the model, after the notices
     assert err.count("is GRPO's mu") == 1 and "WARNING" in err
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("[1]", "expected a JSON object"),
+    ("5", "expected a JSON object"),
+    ("{bad", "not valid JSON"),
+])
+def test_generation_kwargs_must_be_a_json_object(capsys, value, expected):
+    with pytest.raises(SystemExit) as info:
+        parse_args(["--generation_kwargs", value])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: argument --generation_kwargs:") and expected in err and len(err.splitlines()) == 1
+    assert parse_args(["--generation_kwargs", '{"min_new_tokens": 4}']).generation_kwargs == {"min_new_tokens": 4}

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from olmocr_rl.config import ConfigError, Environment, ResolvedConfig, build_parser, parse_args, validate
+from olmocr_rl.config.flags import CHOSEN
 from olmocr_rl.config import checks
 from olmocr_rl.config.rewards import NO_REWARD, parse_reward_value
 
@@ -23,8 +24,8 @@ GPU = Environment(cuda=True, vllm=True, num_processes=1)
 
 
 def flags(**given) -> Namespace:
-    """The parsed defaults with ``given`` on top (what a check sees)."""
-    return Namespace(**{**vars(parse_args([])), **given})
+    """The parsed defaults with ``given`` on top, chosen by the user (what a check sees)."""
+    return Namespace(**{**vars(parse_args([])), **given, CHOSEN: frozenset(given)})
 
 
 # --- one check at a time: a passing and a failing case, with the exact line --------------------------------
@@ -237,7 +238,8 @@ def test_explicit_flags_are_the_ones_the_user_wrote(tmp_path):
     default_lr = parse_args([]).learning_rate
     config = tmp_path / "c.yaml"
     config.write_text(f"learning_rate: {default_lr}\nnum_completions: 4\nmax-completion-length: 64\n")
-    chosen = explicit_flags(["--config", str(config), "--seed", "3", "--no-gradient_checkpointing", "--reward_bench"])
+    chosen = explicit_flags(["--config", str(config), "--seed", "3", "--no-gradient_checkpointing", "--reward_bench",
+                             "--bench_type_filter", "math"])
     assert chosen == {"learning_rate", "num_generations", "max_completion_length", "seed", "gradient_checkpointing",
-                      "reward_bench"}
+                      "reward_bench", "bench_type_filter"}
     assert explicit_flags([]) == set()
