@@ -150,7 +150,7 @@ def _load_model(cfg: ResolvedConfig):
     try:
         model, processor = load_model_and_processor(cfg.model_name, cache_dir=cfg.cache_dir)
     except ModelLoadError as exc:
-        raise _Stop(str(exc)) from None
+        raise _Stop(f"--model_name: {exc}") from None
     except OSError as exc:  # hub id not reachable offline, missing files
         raise _Stop(f"cannot load --model_name {cfg.model_name}: {exc}") from None
     for speedup in apply_vision_speedups(model, share_pages=cfg.share_page_encoding,

@@ -74,9 +74,12 @@ def _image_only_processor_class():
 def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
     """Return a local folder or hub id for ``name_or_path``; ``s3://`` prefixes are downloaded first."""
     if name_or_path.startswith("s3://"):
-        from olmocr_rl.storage import download_s3_prefix
+        from olmocr_rl.storage import StorageError, download_s3_prefix
 
-        return str(download_s3_prefix(name_or_path, cache_dir=cache_dir))
+        try:
+            return str(download_s3_prefix(name_or_path, cache_dir=cache_dir))
+        except (StorageError, ValueError) as exc:  # unreachable, wrong bucket, no credentials, malformed URI
+            raise ModelLoadError(str(exc)) from None
     path = Path(name_or_path).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():

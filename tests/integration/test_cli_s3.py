@@ -138,6 +138,17 @@ def test_resume_from_an_unreachable_s3_stops_before_the_model_loads(moto_s3, tmp
     assert "cannot reach the S3 endpoint" in last
 
 
+def test_a_model_on_an_unreachable_s3_is_one_error_line(moto_s3, tmp_path):
+    model_uri = f"s3://{moto_s3.bucket}/models/tiny"
+    moto_s3.stop()
+    result = run_cli([*tiny_run_flags(model_uri, tmp_path / "out", 2), "--cache_dir", tmp_path / "cache",
+                      "--report_to", "none"], tmp_path)
+    assert result.returncode == 1, failure(result)
+    assert "Traceback" not in result.stderr
+    last = result.stderr.rstrip().splitlines()[-1]
+    assert last.startswith(f"error: --model_name: listing {model_uri} failed") and "cannot reach the S3 endpoint" in last
+
+
 def test_a_wrong_bucket_in_s3_save_path_stops_before_the_model_loads(moto_s3, tmp_path):
     out = tmp_path / "out"
     start = time.monotonic()
