@@ -28,6 +28,9 @@ def wandb_credentials_problem() -> str | None:
     """
     try:
         from wandb.errors import AuthenticationError
+    except Exception as exc:  # noqa: BLE001 - no usable wandb: wandb.init reports it
+        return _cannot_check(exc)
+    try:
         from wandb.sdk import wandb_setup
         from wandb.sdk.lib import wbauth
 
@@ -35,15 +38,17 @@ def wandb_credentials_problem() -> str | None:
         if settings._noop or settings._offline:  # disabled, or offline / dryrun: no server, no key
             return None
         host = wbauth.HostUrl(settings.base_url, app_url=settings.app_url)
-    except Exception as exc:  # another wandb version's internals: wandb.init reports any problem itself
-        logger.warning("could not check the W&B credentials before loading the model (%s: %s); "
-                       "wandb.init will", type(exc).__name__, exc)
-        return None
-    try:
         auth = wbauth.authenticate_session(host=host, source="olmocr_rl", prompt=False, update_session=False)
     except AuthenticationError as exc:  # a key was found but is malformed
         return f"--report_to wandb: {' '.join(str(exc).split())}; {WAYS_OUT}"
+    except Exception as exc:  # noqa: BLE001 - another wandb version's internals: wandb.init reports any problem
+        return _cannot_check(exc)
     if auth is not None:
         return None
     return (f"--report_to wandb: no W&B API key found for {host.url} (looked at WANDB_API_KEY, the netrc "
             f"file and W&B's settings); {WAYS_OUT}")
+
+
+def _cannot_check(exc: Exception) -> None:
+    logger.warning("could not check the W&B credentials before loading the model (%s: %s); wandb.init will",
+                   type(exc).__name__, exc)
