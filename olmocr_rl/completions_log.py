@@ -8,7 +8,8 @@ is a text part and an image part; W&B tables reject that row (the two parts have
 
 :class:`CompletionsLogMixin` fixes this without copying TRL's logging code: just before TRL builds the
 table it turns the kept conversations into their text (:func:`conversation_text`; an image part
-becomes ``<image>``), and it adds a ``page`` column (``<pdf>:<page>``) so that a row says which page
+becomes ``<image>``), and it adds a ``page`` column (``data.dataset.page_key``: ``<pdf>:<page>``, as the
+``--pages`` filters name it) so that a row says which page
 it sampled. The page image is a column only with ``--log_multimodal`` (GRPOConfig's ``log_multimodal``,
 whose TRL default is on): only then does TRL gather the page images across ranks, at every generation,
 and log each row's as a list of one W&B image. W&B stores a table with media as a run artifact, so in
@@ -19,14 +20,14 @@ Used by :class:`PlainGRPOTrainer` (plain GRPO) and by ``OlmoRLGRPOTrainer``.
 
 from __future__ import annotations
 
-from pathlib import PurePath
 from typing import Any
 
 from trl import GRPOTrainer
 
+from olmocr_rl.data.dataset import page_key
 from olmocr_rl.page_order import EpochSeededOrderMixin
 
-__all__ = ["CompletionsLogMixin", "PlainGRPOTrainer", "conversation_text", "page_name"]
+__all__ = ["CompletionsLogMixin", "PlainGRPOTrainer", "conversation_text"]
 
 
 def _content_text(content: Any) -> str:
@@ -61,24 +62,14 @@ def conversation_text(entry: Any) -> str:
     return str(entry)
 
 
-def page_name(pdf_path: str, page: int) -> str:
-    """``<pdf>:<page>`` with the PDF's path below the bench folder's ``pdfs/`` (as ``--pages`` matches it)."""
-    parts = PurePath(str(pdf_path)).parts
-    if "pdfs" in parts:
-        last = len(parts) - 1 - parts[::-1].index("pdfs")
-        if last < len(parts) - 1:
-            return f"{'/'.join(parts[last + 1:])}:{page}"
-    return f"{PurePath(str(pdf_path)).name}:{page}"
-
-
 class CompletionsLogMixin:
     """Put before ``trl.GRPOTrainer`` in the bases; see the module docstring. For trl==1.16.0."""
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # TRL gathers the extra columns over processes after the rewards are computed, so the page
         # names logged here line up with the gathered prompts and completions.
-        if self.log_completions and inputs and "pdf_path" in inputs[0] and "page" in inputs[0]:
-            self._log_completion_extra("page", [page_name(x["pdf_path"], x["page"]) for x in inputs])
+        if self.log_completions and inputs and "pdf" in inputs[0] and "page" in inputs[0]:
+            self._log_completion_extra("page", [page_key(x["pdf"], x["page"]) for x in inputs])
         return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:

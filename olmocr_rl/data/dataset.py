@@ -3,7 +3,7 @@
     from olmocr_rl.data import OlmOCRBenchDataset
     dataset = OlmOCRBenchDataset("bench_data_sample")
     print(dataset.describe())
-    item = dataset[0]   # prompt, image, pdf_path, page, jsonl_file, jsonl_files, test_ids, claude_original
+    item = dataset[0]   # prompt, image, pdf, pdf_path, page, jsonl_file, jsonl_files, test_ids, claude_original
 
 Follows olmOCR's dataset (docs/data.md) with these deliberate differences: a page gets the tests of
 every JSONL file that names it (`jsonl_files`), bad data stops construction with every problem
@@ -94,7 +94,7 @@ class OlmOCRBenchDataset(Dataset):
 
     - prompt: [{"role": "user", "content": [{"type": "text", "text": PROMPT}, {"type": "image"}]}]
     - image: PIL RGB image, longest side `target_longest_image_dim`
-    - pdf_path (str), page (int, 1-based)
+    - pdf (str, below pdfs/; ``page_key(pdf, page)`` is the page's name), pdf_path (str), page (int, 1-based)
     - jsonl_file (str): the first JSONL naming this page (olmOCR's field); jsonl_files: all, sorted
     - test_ids (list[str]); claude_original (str | None): the reference markdown, front matter included
     """
@@ -191,6 +191,7 @@ class OlmOCRBenchDataset(Dataset):
                 {"role": "user", "content": [{"type": "text", "text": self.prompt_text}, {"type": "image"}]}
             ],
             "image": image,
+            "pdf": sample["pdf"],
             "pdf_path": sample["pdf_path"],
             "page": sample["page"],
             "jsonl_file": sample["jsonl_file"],

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
 
-from olmocr_rl.completions_log import CompletionsLogMixin, PlainGRPOTrainer, conversation_text, page_name
+from olmocr_rl.completions_log import CompletionsLogMixin, PlainGRPOTrainer, conversation_text
 from olmocr_rl.olmorl_trainer import OlmoRLGRPOTrainer
 
 
@@ -31,14 +30,24 @@ def test_several_messages_are_labelled_by_role():
     assert conversation_text(conversation) == "system: Be exact.\n\nuser: Page:\n<image>"
 
 
-@pytest.mark.parametrize("pdf_path, page, expected", [
-    ("/data/bench/pdfs/counting.pdf", 2, "counting.pdf:2"),
-    ("/data/bench/pdfs/synth/doc0042_page3.pdf", 1, "synth/doc0042_page3.pdf:1"),
-    ("/data/pdfs/bench/pdfs/a.pdf", 1, "a.pdf:1"),  # the innermost pdfs/ folder
-    ("/elsewhere/b.pdf", 3, "b.pdf:3"),
-])
-def test_page_names_match_the_page_filters(pdf_path, page, expected):
-    assert page_name(pdf_path, page) == expected
+def test_the_page_column_names_pages_as_the_page_filters_do():
+    """The dataset's own page name (page_key of the PDF below pdfs/), whatever folders lie above."""
+
+    class Base:
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            return "rewards"
+
+    class Trainer(CompletionsLogMixin, Base):
+        log_completions = True
+
+        def _log_completion_extra(self, column, values):
+            self.extra = (column, values)
+
+    trainer = Trainer()
+    inputs = [{"pdf": "counting.pdf", "pdf_path": "/data/pdfs/bench/pdfs/counting.pdf", "page": 2},
+              {"pdf": "sub/pdfs/a.pdf", "pdf_path": "/b/pdfs/sub/pdfs/a.pdf", "page": 1}]
+    assert trainer._calculate_rewards(inputs, [], [], []) == "rewards"
+    assert trainer.extra == ("page", ["counting.pdf:2", "sub/pdfs/a.pdf:1"])
 
 
 def test_both_trainers_log_the_table_through_the_mixin():

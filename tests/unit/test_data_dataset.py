@@ -12,6 +12,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from olmocr_rl.data import OlmOCRBenchDataset, PageRenderCache, RenderError
+from olmocr_rl.data.dataset import page_key
 from olmocr_rl.data.front_matter import parse_page_response
 from olmocr_rl.data.prompts import build_no_anchoring_v4_yaml_prompt
 
@@ -74,6 +75,7 @@ def test_sample_items(sample_dataset):
         assert item["prompt"] == [{"role": "user", "content": [{"type": "text", "text": prompt}, {"type": "image"}]}]
         assert item["image"].mode == "RGB" and max(item["image"].size) == 1288
         key = (item["pdf_path"].split("/pdfs/", 1)[1], item["page"])
+        assert item["pdf"] == key[0] and page_key(item["pdf"], item["page"]) == f"{key[0]}:{key[1]}"
         if key in SAMPLE_SIZES:
             assert item["image"].size == SAMPLE_SIZES[key]
         assert isinstance(item["pdf_path"], str) and Path(item["pdf_path"]).is_file()
