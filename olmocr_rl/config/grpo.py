@@ -4,23 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from olmocr_rl.config.resolved import ResolvedConfig
-
-
-def _plain(value: Any) -> Any:
-    """A read-only flag value as the plain dict/list TRL expects."""
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    if hasattr(value, "items"):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
+from olmocr_rl.config.resolved import ResolvedConfig, plain
 
 
 def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float], tokenizer=None) -> dict[str, Any]:
     """GRPOConfig's arguments. ``tokenizer`` names the vision pad tokens a vLLM backend must never sample."""
     on_gpu = cfg.environment.cuda
     use_vllm = cfg.vllm_mode != "none"
-    generation_kwargs = _plain(cfg.generation_kwargs)
+    generation_kwargs = plain(cfg.generation_kwargs)
     if use_vllm and tokenizer is not None:
         from olmocr_rl.vllm_rollout import vllm_sampling_kwargs
 

@@ -50,7 +50,16 @@ class ResolvedConfig:
         """Flags with the resolved values on top (W&B's run config)."""
         resolved = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("flags", "environment")}
         out = {**self.flags, **resolved, "resolved_vllm_mode": self.vllm_mode, "num_processes": self.num_processes}
-        return {k: dict(v) if isinstance(v, Mapping) else list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+        return {k: plain(v) for k, v in out.items()}
+
+
+def plain(value: Any) -> Any:
+    """A read-only value as plain, JSON-ready data: tuples as lists, mappings as dicts, all the way down."""
+    if isinstance(value, tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    return value
 
 
 def _frozen(value: Any) -> Any:

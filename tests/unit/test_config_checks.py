@@ -164,7 +164,8 @@ def test_validate_returns_a_frozen_config_and_leaves_args_alone(tmp_path):
     (tmp_path / "pdfs").mkdir()
     args = parse_args(["--train_bench_data_folder", str(tmp_path), "--reward_bench", "--num_generations", "2",
                        "--gradient_accumulation_steps", "2", "--loss_type", "DAPO", "--scale_rewards", "true",
-                       "--report_to", "tensorboard", "--bench_type_filter", "table"])
+                       "--report_to", "tensorboard", "--bench_type_filter", "table",
+                       "--generation_kwargs", '{"min_new_tokens": 4, "stop": ["a"]}'])
     before = copy.deepcopy(vars(args))
     cfg = validate(args, env=CPU)
     assert vars(args) == before
@@ -180,7 +181,8 @@ def test_validate_returns_a_frozen_config_and_leaves_args_alone(tmp_path):
         cfg.reward_spec["bench"] = 2.0
     with pytest.raises(AttributeError, match="no flag or setting 'no_such_flag'"):
         cfg.no_such_flag
-    assert json.dumps(cfg.as_dict())  # W&B's config: plain values
+    as_dict = cfg.as_dict()  # W&B's config: plain values, nested ones too
+    assert json.loads(json.dumps(as_dict))["generation_kwargs"] == {"min_new_tokens": 4, "stop": ["a"]}
 
 
 def test_no_assignment_to_args_in_validation_or_the_trainer():
