@@ -176,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from olmocr_rl.config import build_parser, probe_environment
+    from olmocr_rl.config import probe_environment
+    from olmocr_rl.config.flags import DEFAULT_TARGET_LONGEST_IMAGE_DIM
     from olmocr_rl.tiny_model import build_tiny_model
 
     environment = probe_environment()
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = args.steps or (4 if cuda else 3)
     length = args.completion_length or (256 if cuda else 16)
     G = args.num_generations or (8 if cuda else 4)
-    image_dim = args.image_dim or (build_parser().get_default("target_longest_image_dim") if cuda else 448)
+    image_dim = args.image_dim or (DEFAULT_TARGET_LONGEST_IMAGE_DIM if cuda else 448)
     device_name = torch.cuda.get_device_name(0) if cuda else "cpu"
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="olmocr_rl_gpu_check_"))
     work.mkdir(parents=True, exist_ok=True)

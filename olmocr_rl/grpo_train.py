@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from olmocr_rl.config import ConfigError, ResolvedConfig, build_grpo_config, parse_args, validate
-from olmocr_rl.ranks import is_main_process
+from olmocr_rl.ranks import is_main_process, local_rank
 
 logger = logging.getLogger("olmocr_rl.grpo_train")
 
@@ -133,7 +133,7 @@ def _build_datasets(cfg: ResolvedConfig, scans: dict):
             eval_dataset = OlmOCRBenchDataset(eval_folder, max_samples=cfg.max_eval_samples, scan=scans[eval_folder],
                                               **common)
     except BenchDataError as exc:
-        raise _Stop(" ".join(line.strip() for line in str(exc).splitlines())) from None
+        raise _Stop(str(exc)) from None  # _fail joins its lines into one
     logger.info("train pages:\n%s", train_dataset.describe())
     return train_dataset, eval_dataset
 
@@ -235,7 +235,7 @@ def colocate_memory_problem(cfg: ResolvedConfig) -> str | None:
         return None
     if config.model_type not in MODEL_CLASSES:
         return None  # load_model_and_processor names the supported types
-    gpu_bytes = torch.cuda.get_device_properties(int(os.environ.get("LOCAL_RANK", "0"))).total_memory
+    gpu_bytes = torch.cuda.get_device_properties(local_rank()).total_memory
     problem = check_fit(
         model_facts(config), gpu_bytes=gpu_bytes, utilization=cfg.vllm_gpu_memory_utilization,
         max_model_length=cfg.vllm_max_model_length, engine_dtype=cfg.vllm_engine_dtype,
@@ -272,7 +272,6 @@ def _init_wandb(cfg: ResolvedConfig, resume: str | None = None) -> str | None:
     from olmocr_rl.resume import read_wandb_run
     from olmocr_rl.wandb_check import WAYS_OUT
 
-    os.environ.setdefault("WANDB_PROJECT", cfg.wandb_project)
     previous = read_wandb_run(resume)
     run_id = previous["id"] if previous else None
     if run_id:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["global_rank", "is_local_main_process", "is_main_process", "local_rank"]
+__all__ = ["global_rank", "is_local_main_process", "is_main_process", "local_rank", "world_size"]
 
 
 def global_rank() -> int:
@@ -22,6 +22,11 @@ def global_rank() -> int:
 def local_rank() -> int:
     """This process's rank on its machine (``LOCAL_RANK``); 0 when single-process."""
     return int(os.environ.get("LOCAL_RANK", "0") or 0)
+
+
+def world_size() -> int:
+    """How many processes train together (``WORLD_SIZE``); 1 when single-process."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
 
 
 def is_main_process(state=None) -> bool:

@@ -145,8 +145,6 @@ def check_olmorl(a: Namespace, explicit: Mapping[str, Any]) -> Problems:
     if a.active_sampling and not a.olmorl:
         problems.append("--active_sampling refills the groups that --olmorl drops; add --olmorl or drop "
                         "--active_sampling")
-    if a.active_sampling_max_rounds < 1:
-        problems.append(f"--active_sampling_max_rounds must be >= 1 (got {a.active_sampling_max_rounds})")
     return problems
 
 
@@ -164,7 +162,7 @@ def check_geometry(a: Namespace, num_processes: int) -> Problems:
             f"Use --gradient_accumulation_steps {need_ga * max(1, a.gradient_accumulation_steps // need_ga)} "
             f"(any multiple of {need_ga}) or a --num_generations that divides {generation_batch}"
         ]
-    if a.active_sampling:
+    if a.active_sampling:  # also checks --active_sampling_max_rounds (the trainer's own check, for direct users)
         from olmocr_rl.olmorl_settings import check_active_sampling_geometry
 
         try:

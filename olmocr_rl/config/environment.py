@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import dataclass
+
+from olmocr_rl.ranks import world_size
 
 
 @dataclass(frozen=True)
@@ -34,4 +35,4 @@ def cuda_available() -> bool:
 def probe_environment() -> Environment:
     """This process's environment: GPU, vLLM, and the process count accelerate/torchrun set."""
     return Environment(cuda=cuda_available(), vllm=vllm_available(),
-                       num_processes=int(os.environ.get("WORLD_SIZE", "1")))
+                       num_processes=world_size())

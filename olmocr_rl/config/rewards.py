@@ -86,6 +86,8 @@ def _jsonl_value(key: str, value: str, folder: str | Path | None, form_only: boo
     if not value.endswith(".jsonl"):
         also = " or the path of a bench .jsonl" if key in BENCH_REWARDS else ""
         raise ValueError(f"{flag} takes an optional weight (a number){also}, got {value!r}")
+    if key not in BENCH_REWARDS:
+        raise ValueError(f"{flag} takes a weight, not a JSONL path (only bench rewards are per-file)")
     if form_only:
         return value
     candidates = [Path(value)] + ([Path(folder) / Path(value).name] if folder else [])
@@ -94,6 +96,4 @@ def _jsonl_value(key: str, value: str, folder: str | Path | None, form_only: boo
         looked = " and ".join(str(c) for c in candidates)
         raise ValueError(f"{flag} {value}: JSONL file not found (looked at {looked}); pass a weight such as "
                          f"{flag} 1.0, or the path of a JSONL in the bench folder")
-    if key not in BENCH_REWARDS:
-        raise ValueError(f"{flag} takes a weight, not a JSONL path (only bench rewards are per-file)")
     return str(found.resolve())

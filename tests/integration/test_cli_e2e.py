@@ -390,7 +390,7 @@ GOOD_GEOMETRY = ["--reward_bench", "--num_generations", "2", "--per_device_train
         (["--num_generations", "2", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1"],
          "error: no reward enabled: add at least one of --reward_bench"),
         ([*GOOD_GEOMETRY, "--report_to", "mlflow"], "error: --report_to 'mlflow': choose wandb, tensorboard or none"),
-        ([*GOOD_GEOMETRY, "--reward_eos", "basic.jsonl"], "error: --reward_eos takes a weight, not a JSONL path"),
+        ([*GOOD_GEOMETRY, "--reward_eos", "basic.jsonl"], "error: argument --reward_eos: --reward_eos takes a weight, not a JSONL path"),
         (guide_command(str(BENCH)), "error: --loss_type 'policy' is not a loss type"),
         (guide_command("/path/to/bench_data"), "error: --train_bench_data_folder /path/to/bench_data: folder not found"),
     ],

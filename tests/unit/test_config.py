@@ -125,7 +125,7 @@ def test_bad_yaml_config(tmp_path, capsys, body, expected):
     (["--eval_steps", "5", "--max_eval_samples", "0"], "--max_eval_samples must be > 0"),
     (["--active_sampling"], "--active_sampling refills the groups that --olmorl drops; add --olmorl"),
     (["--olmorl", "--active_sampling", "--active_sampling_max_rounds", "0"], "--active_sampling_max_rounds must be >= 1"),
-    (["--reward_eos", "x.jsonl"], "JSONL file not found"),
+    (["--reward_bench", "x.jsonl"], "JSONL file not found"),
     (["--reward_eos", "nan"], "must be a finite number"),
     (["--report_to", "mlflow"], "choose wandb, tensorboard or none"),
     (["--s3_save_path", "bucket/x"], "expected s3://"),
@@ -250,3 +250,13 @@ def test_generation_kwargs_must_be_a_json_object(capsys, value, expected):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: argument --generation_kwargs:") and expected in err and len(err.splitlines()) == 1
     assert parse_args(["--generation_kwargs", '{"min_new_tokens": 4}']).generation_kwargs == {"min_new_tokens": 4}
+
+
+def test_a_jsonl_for_a_reward_that_is_not_per_file_is_refused_by_the_parser(capsys):
+    """Whether or not the file exists: the fix is a weight, not another path."""
+    with pytest.raises(SystemExit) as info:
+        parse_args(["--reward_eos", "x.jsonl"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: argument --reward_eos: --reward_eos takes a weight, not a JSONL path "
+                   "(only bench rewards are per-file)")
