@@ -49,10 +49,6 @@ from .symbols import BIN, CLOSE, INNER, INTEGRALS, OP, OPEN, ORD, PUNCT, REL, ST
 
 __all__ = ["Box", "Typesetter", "drawn_delimiter"]
 
-# _make_glyph(Glyph, (char, x, y)) is Glyph(char, x, y) without the named tuple's Python-level
-# __new__: glyphs are made, and shifted at every level of nesting, on the typesetter's hottest path.
-_make_glyph = tuple.__new__
-
 
 @dataclass
 class Box:
@@ -68,7 +64,7 @@ class Box:
 
     def shifted(self, dx: float, dy: float) -> list[Glyph]:
         """The glyphs moved by ``(dx, dy)``."""
-        return [_make_glyph(Glyph, (char, x + dx, y + dy)) for char, x, y in self.glyphs]
+        return [(char, x + dx, y + dy) for char, x, y in self.glyphs]
 
 
 def drawn_delimiter(char: str, body: Box, size: float) -> str:
@@ -175,7 +171,7 @@ class Typesetter:
         for c in char:
             w = char_width(c) * size
             if not c.isspace():
-                glyphs.append(_make_glyph(Glyph, (c, x + w / 2, CENTER * size)))
+                glyphs.append((c, x + w / 2, CENTER * size))
             x += w
         return Box(width=width, height=height * size, depth=depth * size, glyphs=glyphs, is_char=len(char) == 1, cls=cls)
 
@@ -189,7 +185,7 @@ class Typesetter:
                 for c in chunk:
                     w = char_width(c, upright=True) * size if not c.isspace() else 0.25 * size
                     if not c.isspace():
-                        result.glyphs.append(_make_glyph(Glyph, (c, x + w / 2, CENTER * size)))
+                        result.glyphs.append((c, x + w / 2, CENTER * size))
                     x += w
                 result.height = max(result.height, 0.694 * size)
             else:
@@ -361,7 +357,7 @@ class Typesetter:
             # base's centre (so the accent is also the base's right neighbour); a bar is drawn
             # from the base's left edge.
             dx = -0.05 if node.char == "ˉ" else 0.03
-            glyphs.append(Glyph(node.char, body.width / 2 + dx * size, (CENTER + max(node.dy, 0.015)) * size))
+            glyphs.append((node.char, body.width / 2 + dx * size, (CENTER + max(node.dy, 0.015)) * size))
         return Box(width=body.width, height=body.height + 0.2 * size, depth=body.depth, glyphs=glyphs, is_char=body.is_char, cls=body.cls)
 
     def left_right(self, node: LeftRight, style: str) -> Box:
