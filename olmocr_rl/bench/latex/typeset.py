@@ -175,6 +175,21 @@ class Typesetter:
             x += w
         return Box(width=width, height=height * size, depth=depth * size, glyphs=glyphs, is_char=len(char) == 1, cls=cls)
 
+    def opening(self, char: str, size: float) -> tuple[list[Glyph], float]:
+        """A fresh glyph list starting with the opening delimiter ``char`` ("": none), and its width."""
+        if not char:
+            return [], 0.0
+        box = self.char(char, OPEN, size)
+        return box.glyphs, box.width
+
+    def closing(self, char: str, x: float, size: float, glyphs: list[Glyph]) -> float:
+        """Append the closing delimiter ``char`` ("": none) at ``x`` to ``glyphs``; returns its width."""
+        if not char:
+            return 0.0
+        box = self.char(char, CLOSE, size)
+        glyphs.extend(box.shifted(x, 0.0))
+        return box.width
+
     def text(self, chunks: list[TextChunk], style: str) -> Box:
         """Text-mode material: upright glyphs, spaces a quarter em."""
         size = SIZE[base_style(style)]
@@ -318,19 +333,11 @@ class Typesetter:
                 num_shift += (clearance - gap) / 2
                 den_shift += (clearance - gap) / 2
         width = max(num.width, den.width)
-        glyphs: list[Glyph] = []
-        x = 0.0
-        if node.left:
-            left = self.char(node.left, OPEN, size)
-            glyphs.extend(left.glyphs)
-            x = left.width
+        glyphs, x = self.opening(node.left, size)
         glyphs.extend(den.shifted(x + (width - den.width) / 2, -den_shift))
         glyphs.extend(num.shifted(x + (width - num.width) / 2, num_shift))
         x += width
-        if node.right:
-            right = self.char(node.right, CLOSE, size)
-            glyphs.extend(right.shifted(x, 0.0))
-            x += right.width
+        x += self.closing(node.right, x, size, glyphs)
         return Box(width=x + 0.12 * size, height=num_shift + num.height, depth=den_shift + den.depth, glyphs=glyphs, cls=INNER if node.left else ORD)
 
     def sqrt(self, node: Sqrt, style: str) -> Box:
@@ -365,18 +372,10 @@ class Typesetter:
         size = SIZE[base_style(style)]
         body = self.row(node.body, style)
         node = LeftRight(drawn_delimiter(node.left, body, size), node.body, drawn_delimiter(node.right, body, size))
-        glyphs: list[Glyph] = []
-        x = 0.0
-        if node.left:
-            left = self.char(node.left, OPEN, size)
-            glyphs.extend(left.glyphs)
-            x = left.width
+        glyphs, x = self.opening(node.left, size)
         glyphs.extend(body.shifted(x, 0.0))
         x += body.width
-        if node.right:
-            right = self.char(node.right, CLOSE, size)
-            glyphs.extend(right.shifted(x, 0.0))
-            x += right.width
+        x += self.closing(node.right, x, size, glyphs)
         height = max(body.height, 0.75 * size)
         depth = max(body.depth, 0.25 * size)
         return Box(width=x, height=height, depth=depth, glyphs=glyphs, cls=INNER)
@@ -428,14 +427,11 @@ class Typesetter:
             baselines.append(baselines[-1] - step)
         total_height = heights[0] - baselines[-1] + depths[-1]
         offset = heights[0] - total_height / 2 - 0.25 * size  # centre on the axis
-        glyphs: list[Glyph] = []
-        x_left = 0.0
         block = Box(height=heights[0] - offset, depth=-(baselines[-1] - offset) + depths[-1])
         node = Array(node.rows, drawn_delimiter(node.left, block, size), drawn_delimiter(node.right, block, size), node.col_gap, node.row_step, node.display, node.align_pairs)
+        glyphs, x_left = self.opening(node.left, size)
         if node.left:
-            left = self.char(node.left, OPEN, size)
-            glyphs.extend(left.glyphs)
-            x_left = left.width + 0.1 * size
+            x_left += 0.1 * size
         gap = node.col_gap * size
         column_x = []
         x = x_left + (gap / 2 if node.col_gap else 0.0)
@@ -456,9 +452,7 @@ class Typesetter:
                     dx = (widths[index] - box.width) / 2
                 glyphs.extend(box.shifted(column_x[index] + dx, y))
         if node.right:
-            right = self.char(node.right, CLOSE, size)
-            glyphs.extend(right.shifted(x + 0.1 * size, 0.0))
-            x += 0.1 * size + right.width
+            x += 0.1 * size + self.closing(node.right, x + 0.1 * size, size, glyphs)
         top = heights[0] - offset
         bottom = -(baselines[-1] - offset) + depths[-1]
         return Box(width=x, height=max(top, 0.75 * size), depth=max(bottom, 0.25 * size), glyphs=glyphs, cls=INNER if node.left or node.right else ORD)
