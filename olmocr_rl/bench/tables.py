@@ -182,24 +182,29 @@ class _Placement:
                 continue
             spec = specs[spec_index]
             spec_index += 1
-            col += self._place(spec, (row_index, col), row_entries)
+            cell = (row_index, col)
+            if spec.rowspan == 1 and spec.colspan == 1:  # the common case, inline (no method call)
+                self.cell_text[cell] = spec.text
+                if spec.is_heading:
+                    self.headings.add(cell)
+                if len(active) <= col:
+                    active.append(None)
+                else:
+                    active[col] = None
+                row_entries.append(cell)
+                col += 1
+            else:
+                col += self._place_span(spec, cell, row_entries)
         self.grid.append(row_entries)
         self.slots += len(row_entries)
 
-    def _place(self, spec: CellSpec, cell: Cell, row_entries: list[Cell | None]) -> int:
-        """Record a cell starting at ``cell``'s slot; returns the columns it covers."""
+    def _place_span(self, spec: CellSpec, cell: Cell, row_entries: list[Cell | None]) -> int:
+        """Record a spanning cell starting at ``cell``'s slot; returns the columns it covers."""
         col = cell[1]
         active = self.active
         self.cell_text[cell] = spec.text
         if spec.is_heading:
             self.headings.add(cell)
-        if spec.rowspan == 1 and spec.colspan == 1:  # the common case, kept cheap
-            if len(active) <= col:
-                active.append(None)
-            else:
-                active[col] = None
-            row_entries.append(cell)
-            return 1
         rowspan = min(max(1, spec.rowspan), MAX_ROWSPAN)
         colspan = min(max(1, spec.colspan), MAX_COLSPAN)
         if len(active) < col + colspan:

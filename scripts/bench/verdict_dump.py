@@ -28,7 +28,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]  # this checkou
 from perturb import perturbed_copies  # noqa: E402
 
 from olmocr_rl.bench import evaluate_page, latex  # noqa: E402
-from olmocr_rl.bench.score import load_bench_tests, output_files, score_bench  # noqa: E402
+from olmocr_rl.bench.score import UsageError, load_bench_tests, output_files, score_bench  # noqa: E402
 
 DEFAULT_BENCH = ROOT.parent / "shared" / "olmocr-bench-sample"
 KATEX_FIXTURE = ROOT / "tests" / "fixtures" / "bench" / "katex" / "katex_math_verdicts.json"
@@ -78,8 +78,12 @@ def main() -> int:
     parser.add_argument("--bench", type=Path, default=DEFAULT_BENCH, help="olmOCR-bench folder with olmocr_pipeline/")
     parser.add_argument("--copies", type=int, default=5, help="perturbed copies of each page's output")
     args = parser.parse_args()
-    dump_scores(args.bench)
-    dump_copies(args.bench, args.copies)
+    try:
+        dump_scores(args.bench)
+        dump_copies(args.bench, args.copies)
+    except UsageError as error:  # a wrong --bench: say so, as the scorer CLI does
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     dump_katex_pairs()
     return 0
 

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 from olmocr_rl.bench.score import main, score_bench
+
+VERDICT_DUMP = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "verdict_dump.py"
 
 
 def make_bench(tmp_path, lines: dict[str, list[dict]]):
@@ -80,6 +85,13 @@ def test_usage_errors_are_messages_not_tracebacks(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "1 invalid test definition" in err and "a.jsonl:2: field 'pdf'" in err
     assert "Traceback" not in err
+
+
+def test_verdict_dump_wrong_bench_is_a_message(tmp_path):
+    done = subprocess.run([sys.executable, str(VERDICT_DUMP), "--bench", str(tmp_path / "none")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("error: bench folder") and "Traceback" not in done.stderr
 
 
 def test_json_output(tmp_path, capsys):

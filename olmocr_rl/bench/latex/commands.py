@@ -69,7 +69,7 @@ Handler = Callable[[CommandParser, str], Node]
 
 _WRAPPERS = (
     "\\boxed", "\\fbox", "\\cancel", "\\bcancel", "\\xcancel", "\\sout", "\\smash", "\\mathclap", "\\mathllap",
-    "\\mathrlap", "\\clap", "\\llap", "\\rlap", "\\hphantom", "\\textstyle",
+    "\\mathrlap", "\\clap", "\\llap", "\\rlap", "\\hphantom",
 )
 _EXTENSIBLE_ARROWS = ("\\xrightarrow", "\\xleftarrow", "\\xRightarrow", "\\xLeftarrow", "\\xleftrightarrow", "\\xmapsto")
 _FRAC_STYLES = {"\\frac": None, "\\dfrac": "D", "\\tfrac": "T", "\\cfrac": "D"}
@@ -366,26 +366,16 @@ def _command_table() -> dict[str, Handler]:
 
 COMMANDS: dict[str, Handler] = _command_table()
 
-# Commands that take arguments (or are structure): KaTeX refuses them as an unbraced argument.
-STRUCTURAL_COMMANDS = (
-    FONT_COMMANDS
-    | TEXT_COMMANDS
-    | set(CLASS_COMMANDS)
-    | set(ACCENTS)
-    | set(BRACES)
-    | DELIMITER_SIZES
-    | set(COLOR_COMMANDS)
-    | SPACE_WITH_ARGUMENT
-    | {
-        "\\operatorname", "\\operatorname*", "\\operatornamewithlimits", "\\frac", "\\dfrac", "\\tfrac",
-        "\\cfrac", "\\binom", "\\dbinom", "\\tbinom", "\\genfrac", "\\sqrt", "\\overset", "\\stackrel",
-        "\\underset", "\\substack", "\\left", "\\right", "\\middle", "\\begin", "\\end", "\\tag", "\\tag*",
-        "\\color", "\\boxed", "\\fbox", "\\cancel", "\\bcancel", "\\xcancel", "\\sout", "\\smash",
-        "\\mathclap", "\\mathllap", "\\mathrlap", "\\clap", "\\llap", "\\rlap", "\\hphantom", "\\phantom",
-        "\\vphantom", "\\xrightarrow", "\\xleftarrow", "\\xRightarrow", "\\xLeftarrow", "\\xleftrightarrow",
-        "\\xmapsto", "\\not", "\\label",
-    }
-)
+# Handlers of the families that take no argument and are no structure; every other family's commands
+# take arguments (or are structure: \\end, \\right, \\not, …).
+_ARGUMENT_FREE_HANDLERS = (_line_break, _space, _style_switch, _nothing, _function, _big_operator, _dots)
+
+# Commands that take arguments (or are structure): KaTeX refuses them as an unbraced argument. By
+# family, not by the table's winning handler: \\bf and the other old font switches (handled as
+# nothing) are font commands too. \\label has no handler here, but it is structure as well.
+STRUCTURAL_COMMANDS = {
+    name for names, handler in _FAMILIES if handler not in _ARGUMENT_FREE_HANDLERS for name in names
+} | {"\\label"}
 
 
 def is_argument_free(name: str) -> bool:

@@ -20,9 +20,9 @@ _INVISIBLE = ("\u200b", " ", "\u00a0")
 
 @dataclass
 class Layout:
-    """An equation's glyphs (characters with centre positions, em, y up) and, lazily, each glyph's
-    nearest neighbour up, down, left and right. ``error`` is set (and there are no glyphs) when
-    the LaTeX does not parse."""
+    """An equation's glyphs (``(char, x, y)``: characters with centre positions, em, y up) and,
+    lazily, each glyph's nearest neighbour up, down, left and right. ``error`` is set (and there
+    are no glyphs) when the LaTeX does not parse."""
 
     glyphs: tuple[Glyph, ...]
     error: str | None = None
@@ -32,22 +32,18 @@ class Layout:
     _counts: Counter[str] | None = field(default=None, repr=False, compare=False)
     _by_char: dict[str, list[int]] | None = field(default=None, repr=False, compare=False)
 
-    @property
-    def chars(self) -> tuple[str, ...]:
-        return tuple(glyph.char for glyph in self.glyphs)
-
     def counts(self) -> Counter[str]:
         """How many glyphs of each character."""
         if self._counts is None:
-            self._counts = Counter(glyph.char for glyph in self.glyphs)
+            self._counts = Counter(char for char, _, _ in self.glyphs)
         return self._counts
 
     def by_char(self) -> dict[str, list[int]]:
         """Character -> indices of its glyphs, in order."""
         if self._by_char is None:
             index: dict[str, list[int]] = {}
-            for i, glyph in enumerate(self.glyphs):
-                index.setdefault(glyph.char, []).append(i)
+            for i, (char, _, _) in enumerate(self.glyphs):
+                index.setdefault(char, []).append(i)
             self._by_char = index
         return self._by_char
 
@@ -76,6 +72,6 @@ def layout(source: str) -> Layout:
         return Layout(glyphs=(), error=str(error))
     except RecursionError:
         return Layout(glyphs=(), error="nesting too deep")
-    glyphs = tuple(glyph for glyph in box.glyphs if glyph.char not in _INVISIBLE)
+    glyphs = tuple(glyph for glyph in box.glyphs if glyph[0] not in _INVISIBLE)
     tokens = [token for token in tokenize(source) if not token.isspace()]
     return Layout(glyphs=glyphs, key=ROW_SEPARATOR.join(tokens), rows=row_keys(tokens))

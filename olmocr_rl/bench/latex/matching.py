@@ -46,13 +46,13 @@ def _options(candidate: Layout, reference: Layout) -> list[list[int]] | None:
     cand_glyphs = candidate.glyphs
     by_char = candidate.by_char()
     options: list[list[int]] = []
-    for i, glyph in enumerate(ref_glyphs):
-        wanted = [(d, ref_glyphs[nb].char) for d, nb in enumerate(ref_nb[i]) if nb is not None]
+    for i, (char, _, _) in enumerate(ref_glyphs):
+        wanted = [(d, ref_glyphs[nb][0]) for d, nb in enumerate(ref_nb[i]) if nb is not None]
         keep = []
-        for j in by_char.get(glyph.char, ()):
+        for j in by_char.get(char, ()):
             for d, nb_char in wanted:
                 other = cand_nb[j][d]
-                if other is None or cand_glyphs[other].char != nb_char:
+                if other is None or cand_glyphs[other][0] != nb_char:
                     break
             else:
                 keep.append(j)

@@ -16,13 +16,14 @@ Neighbours = tuple[int | None, int | None, int | None, int | None]
 
 def compute_neighbours(glyphs: tuple[Glyph, ...]) -> tuple[Neighbours, ...]:
     """Nearest glyph in each direction: up/down among glyphs whose centre x is within the
-    tolerance, left/right among those whose centre y is; ties go to the lower index."""
+    tolerance, left/right among those whose centre y is; ties go to the lower index. Glyphs are
+    ``(char, x, y)`` tuples (:data:`~.nodes.Glyph`)."""
     n = len(glyphs)
     tol = TOLERANCE_EM
-    by_y = sorted(range(n), key=lambda i: glyphs[i].y)
-    ys = [glyphs[i].y for i in by_y]
-    by_x = sorted(range(n), key=lambda i: glyphs[i].x)
-    xs = [glyphs[i].x for i in by_x]
+    by_y = sorted(range(n), key=lambda i: glyphs[i][2])
+    ys = [glyphs[i][2] for i in by_y]
+    by_x = sorted(range(n), key=lambda i: glyphs[i][1])
+    xs = [glyphs[i][1] for i in by_x]
     result: list[Neighbours] = []
     for i in range(n):
         _, cx, cy = glyphs[i]

@@ -1,13 +1,13 @@
 """The parse tree of an equation, and the glyph the typesetter places.
 
 The parser turns LaTeX into a list of :data:`Node`; the typesetter turns nodes into boxes of
-:class:`Glyph`. Nodes are plain mutable dataclasses (the parser fills some fields after creation).
+:data:`Glyph`. Nodes are plain mutable dataclasses (the parser fills some fields after creation).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, Union
+from typing import Union
 
 from .symbols import ORD
 
@@ -33,12 +33,10 @@ __all__ = [
 ]
 
 
-class Glyph(NamedTuple):
-    """A drawn character and its centre (em, relative to its box's left end on the baseline, y up)."""
-
-    char: str
-    x: float
-    y: float
+Glyph = tuple[str, float, float]
+"""A drawn character and its centre, as the plain tuple ``(char, x, y)``: x and y in em, relative to
+its box's left end on the baseline, y up. Plain tuples, not a named tuple: glyphs are made, and
+shifted at every level of nesting, on the typesetter's hottest path; readers unpack them."""
 
 
 @dataclass

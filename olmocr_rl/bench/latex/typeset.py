@@ -49,10 +49,6 @@ from .symbols import BIN, CLOSE, INNER, INTEGRALS, OP, OPEN, ORD, PUNCT, REL, ST
 
 __all__ = ["Box", "Typesetter", "drawn_delimiter"]
 
-# _make_glyph(Glyph, (char, x, y)) is Glyph(char, x, y) without the named tuple's Python-level
-# __new__: glyphs are made, and shifted at every level of nesting, on the typesetter's hottest path.
-_make_glyph = tuple.__new__
-
 
 @dataclass
 class Box:
@@ -68,7 +64,7 @@ class Box:
 
     def shifted(self, dx: float, dy: float) -> list[Glyph]:
         """The glyphs moved by ``(dx, dy)``."""
-        return [_make_glyph(Glyph, (char, x + dx, y + dy)) for char, x, y in self.glyphs]
+        return [(char, x + dx, y + dy) for char, x, y in self.glyphs]
 
 
 def drawn_delimiter(char: str, body: Box, size: float) -> str:
@@ -175,9 +171,24 @@ class Typesetter:
         for c in char:
             w = char_width(c) * size
             if not c.isspace():
-                glyphs.append(_make_glyph(Glyph, (c, x + w / 2, CENTER * size)))
+                glyphs.append((c, x + w / 2, CENTER * size))
             x += w
         return Box(width=width, height=height * size, depth=depth * size, glyphs=glyphs, is_char=len(char) == 1, cls=cls)
+
+    def opening(self, char: str, size: float) -> tuple[list[Glyph], float]:
+        """A fresh glyph list starting with the opening delimiter ``char`` ("": none), and its width."""
+        if not char:
+            return [], 0.0
+        box = self.char(char, OPEN, size)
+        return box.glyphs, box.width
+
+    def closing(self, char: str, x: float, size: float, glyphs: list[Glyph]) -> float:
+        """Append the closing delimiter ``char`` ("": none) at ``x`` to ``glyphs``; returns its width."""
+        if not char:
+            return 0.0
+        box = self.char(char, CLOSE, size)
+        glyphs.extend(box.shifted(x, 0.0))
+        return box.width
 
     def text(self, chunks: list[TextChunk], style: str) -> Box:
         """Text-mode material: upright glyphs, spaces a quarter em."""
@@ -189,7 +200,7 @@ class Typesetter:
                 for c in chunk:
                     w = char_width(c, upright=True) * size if not c.isspace() else 0.25 * size
                     if not c.isspace():
-                        result.glyphs.append(_make_glyph(Glyph, (c, x + w / 2, CENTER * size)))
+                        result.glyphs.append((c, x + w / 2, CENTER * size))
                     x += w
                 result.height = max(result.height, 0.694 * size)
             else:
@@ -322,19 +333,11 @@ class Typesetter:
                 num_shift += (clearance - gap) / 2
                 den_shift += (clearance - gap) / 2
         width = max(num.width, den.width)
-        glyphs: list[Glyph] = []
-        x = 0.0
-        if node.left:
-            left = self.char(node.left, OPEN, size)
-            glyphs.extend(left.glyphs)
-            x = left.width
+        glyphs, x = self.opening(node.left, size)
         glyphs.extend(den.shifted(x + (width - den.width) / 2, -den_shift))
         glyphs.extend(num.shifted(x + (width - num.width) / 2, num_shift))
         x += width
-        if node.right:
-            right = self.char(node.right, CLOSE, size)
-            glyphs.extend(right.shifted(x, 0.0))
-            x += right.width
+        x += self.closing(node.right, x, size, glyphs)
         return Box(width=x + 0.12 * size, height=num_shift + num.height, depth=den_shift + den.depth, glyphs=glyphs, cls=INNER if node.left else ORD)
 
     def sqrt(self, node: Sqrt, style: str) -> Box:
@@ -361,7 +364,7 @@ class Typesetter:
             # base's centre (so the accent is also the base's right neighbour); a bar is drawn
             # from the base's left edge.
             dx = -0.05 if node.char == "ˉ" else 0.03
-            glyphs.append(Glyph(node.char, body.width / 2 + dx * size, (CENTER + max(node.dy, 0.015)) * size))
+            glyphs.append((node.char, body.width / 2 + dx * size, (CENTER + max(node.dy, 0.015)) * size))
         return Box(width=body.width, height=body.height + 0.2 * size, depth=body.depth, glyphs=glyphs, is_char=body.is_char, cls=body.cls)
 
     def left_right(self, node: LeftRight, style: str) -> Box:
@@ -369,18 +372,10 @@ class Typesetter:
         size = SIZE[base_style(style)]
         body = self.row(node.body, style)
         node = LeftRight(drawn_delimiter(node.left, body, size), node.body, drawn_delimiter(node.right, body, size))
-        glyphs: list[Glyph] = []
-        x = 0.0
-        if node.left:
-            left = self.char(node.left, OPEN, size)
-            glyphs.extend(left.glyphs)
-            x = left.width
+        glyphs, x = self.opening(node.left, size)
         glyphs.extend(body.shifted(x, 0.0))
         x += body.width
-        if node.right:
-            right = self.char(node.right, CLOSE, size)
-            glyphs.extend(right.shifted(x, 0.0))
-            x += right.width
+        x += self.closing(node.right, x, size, glyphs)
         height = max(body.height, 0.75 * size)
         depth = max(body.depth, 0.25 * size)
         return Box(width=x, height=height, depth=depth, glyphs=glyphs, cls=INNER)
@@ -432,14 +427,11 @@ class Typesetter:
             baselines.append(baselines[-1] - step)
         total_height = heights[0] - baselines[-1] + depths[-1]
         offset = heights[0] - total_height / 2 - 0.25 * size  # centre on the axis
-        glyphs: list[Glyph] = []
-        x_left = 0.0
         block = Box(height=heights[0] - offset, depth=-(baselines[-1] - offset) + depths[-1])
         node = Array(node.rows, drawn_delimiter(node.left, block, size), drawn_delimiter(node.right, block, size), node.col_gap, node.row_step, node.display, node.align_pairs)
+        glyphs, x_left = self.opening(node.left, size)
         if node.left:
-            left = self.char(node.left, OPEN, size)
-            glyphs.extend(left.glyphs)
-            x_left = left.width + 0.1 * size
+            x_left += 0.1 * size
         gap = node.col_gap * size
         column_x = []
         x = x_left + (gap / 2 if node.col_gap else 0.0)
@@ -460,9 +452,7 @@ class Typesetter:
                     dx = (widths[index] - box.width) / 2
                 glyphs.extend(box.shifted(column_x[index] + dx, y))
         if node.right:
-            right = self.char(node.right, CLOSE, size)
-            glyphs.extend(right.shifted(x + 0.1 * size, 0.0))
-            x += 0.1 * size + right.width
+            x += 0.1 * size + self.closing(node.right, x + 0.1 * size, size, glyphs)
         top = heights[0] - offset
         bottom = -(baselines[-1] - offset) + depths[-1]
         return Box(width=x, height=max(top, 0.75 * size), depth=max(bottom, 0.25 * size), glyphs=glyphs, cls=INNER if node.left or node.right else ORD)
