@@ -9,8 +9,9 @@ olmocr_rl.launch.beaker_task) syncs s3:// inputs to local disk, starts `trl vllm
 --vllm-gpus GPUs, and runs `accelerate launch -m olmocr_rl.grpo_train TRAINER_ARGS...` on the others.
 Checkpoints mirror to <--s3-checkpoints>/<name>; a preempted job that Beaker restarts resumes from there.
 
-Launcher options use dashes; every other argument (the trainer's flags use underscores) is
-forwarded to the trainer unchanged, spaces and all. `--` ends the launcher options.
+Launcher options use dashes (a value may also follow `=`: --gpus=4); every other argument (the
+trainer's flags use underscores) is forwarded to the trainer unchanged, spaces and all. `--` ends
+the launcher options.
 
   --gpus N                GPUs per node                                   (default 8)
   --vllm-gpus K           of those, GPUs for the vLLM server; 0 = vLLM colocated in the trainer
@@ -26,6 +27,12 @@ forwarded to the trainer unchanged, spaces and all. `--` ends the launcher optio
   --beaker-user USER      owner of the image (default: `beaker account whoami`)
   --skip-docker-build     use the image tag as is (it must already be on Beaker)
   --no-auto-resume        do not pass --resume_from_checkpoint to the trainer
+  --vllm-port P  --vllm-gpu-memory-utilization U  --vllm-max-model-len L  --vllm-health-timeout S
+                          the vLLM server's port (8000), share of its GPU's memory (0.5; the trainer's
+                          --vllm_gpu_memory_utilization is for colocated vLLM only), context (default: the
+                          trainer's --vllm_max_model_length, else derived from its --target_longest_image_dim
+                          and --max_completion_length) and /health wait in seconds (900); it runs with the
+                          trainer's --vllm_dtype (as --dtype) unless that is auto
   --dry-run               print the image commands, the experiment spec and each GPU group's
                           command; touches neither Docker nor Beaker
 
@@ -38,6 +45,7 @@ Example (olmOCR 2's setup: 8 GPUs = 7 training + 1 vLLM):
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -49,8 +57,8 @@ import yaml
 
 import olmocr_rl
 from olmocr_rl.launch import beaker_task
-from olmocr_rl.launch.plan import ENGINES, LaunchError, engine_config, show
-from olmocr_rl.launch.runtime import guarded, log, say, split_options, whole_number
+from olmocr_rl.launch.plan import ENGINES, LaunchError, Plan, ServerSettings, engine_config, gpu_layout, show
+from olmocr_rl.launch.runtime import SERVER_OPTIONS, guarded, log, say, server_settings, split_options, whole_number
 
 # Where the Dockerfile puts the repository inside the image (its WORKDIR); a test checks they agree.
 IMAGE_REPO_DIR = "/opt/olmocr_rl"
@@ -63,7 +71,7 @@ PRIORITIES = ("low", "normal", "high", "urgent", "immediate")
 
 @dataclass
 class Options:
-    """The launcher's options; the defaults are the one place to change them."""
+    """The launcher's options and their defaults (the vLLM server's are :class:`ServerSettings`')."""
 
     gpus: int = 8
     vllm_gpus: int | None = None  # None = 1 when gpus > 1 on one node, else 0
@@ -86,10 +94,7 @@ class Options:
     hf_token_secret: str = ""
     beaker_user: str = ""
     main_process_port: int = 29500
-    vllm_port: int = 8000
-    vllm_gpu_memory_utilization: float = 0.5  # olmOCR's production value; leaves room for NCCL weight sync
-    vllm_max_model_len: int = 16384  # 3,000 prompt + 8,000 completion tokens fit
-    vllm_health_timeout: int = 900  # seconds; model download + load + CUDA graphs
+    server: ServerSettings = field(default_factory=ServerSettings)
     skip_docker_build: bool = False
     auto_resume: bool = True
     dry_run: bool = False
@@ -97,16 +102,17 @@ class Options:
 
 
 SWITCHES = {"--preemptible", "--skip-docker-build", "--no-auto-resume", "--dry-run", "-h", "--help"}
-INTS = {"--nodes", "--retries"}
+#: The whole-number options and their least values.
+INTS = {"--gpus": 1, "--vllm-gpus": 0, "--nodes": 1, "--retries": 0}
 VALUES = {"--gpus", "--vllm-gpus", "--nodes", "--accelerate-config", "--name", "--cluster", "--workspace", "--budget",
           "--priority", "--retries", "--s3-checkpoints", "--aws-access-key-secret", "--aws-secret-key-secret",
-          "--wandb-secret", "--hf-token-secret", "--beaker-user"}
+          "--wandb-secret", "--hf-token-secret", "--beaker-user", *SERVER_OPTIONS}
 
 
 def parse(argv: Sequence[str]) -> tuple[Options, list[str]] | None:
     """Launcher options and the trainer arguments (verbatim); None when --help was asked."""
     pairs, trainer_args = split_options(argv, VALUES, SWITCHES)
-    opts, clusters = Options(), []
+    opts, clusters = Options(server=server_settings(pairs)), []
     for flag, value in pairs:
         attr = flag.removeprefix("--").replace("-", "_")
         if flag in ("-h", "--help"):
@@ -117,13 +123,9 @@ def parse(argv: Sequence[str]) -> tuple[Options, list[str]] | None:
             setattr(opts, attr, True)
         elif flag == "--cluster":
             clusters.append(value)
-        elif flag == "--gpus":
-            if not value.isdigit():
-                raise LaunchError(f"--gpus '{value}' is not a number")
-            opts.gpus = int(value)
-        elif flag in INTS or flag == "--vllm-gpus":
-            setattr(opts, attr, whole_number(flag, value))
-        else:
+        elif flag in INTS:
+            setattr(opts, attr, whole_number(flag, value, INTS[flag]))
+        elif flag not in SERVER_OPTIONS:
             setattr(opts, attr, value)
     opts.cluster = clusters or opts.cluster
     if opts.vllm_gpus is None:
@@ -133,20 +135,25 @@ def parse(argv: Sequence[str]) -> tuple[Options, list[str]] | None:
 
 
 def validate(opts: Options) -> None:
-    """Reject impossible options with a message that names the option to change."""
+    """Reject impossible options with a message that names the option to change (numbers were
+    checked while parsing; the GPU split by :func:`~olmocr_rl.launch.plan.gpu_layout`)."""
     if opts.priority not in PRIORITIES:
-        sys.exit(f"error: --priority {opts.priority}: choose one of {', '.join(PRIORITIES)}")
-    if opts.gpus < 1:
-        sys.exit(f"error: --gpus {opts.gpus}: need at least 1 GPU")
-    if not 0 <= opts.vllm_gpus < opts.gpus:
-        sys.exit(f"error: --vllm-gpus {opts.vllm_gpus} with --gpus {opts.gpus}: at least one GPU must train; "
-                 "use 0 (vLLM colocated in the trainer) up to --gpus minus 1")
-    if opts.nodes < 1:
-        sys.exit(f"error: --nodes {opts.nodes}: need at least 1")
+        raise LaunchError(f"--priority {opts.priority}: choose one of {', '.join(PRIORITIES)}")
     if opts.nodes > 1 and opts.vllm_gpus:
-        sys.exit(f"error: --nodes {opts.nodes} with --vllm-gpus {opts.vllm_gpus}: on Beaker every replica gets "
-                 "the same GPUs, so multi-node runs use colocated vLLM (--vllm-gpus 0); for a dedicated "
-                 "vLLM node use scripts/slurm/submit.sh --vllm-node")
+        raise LaunchError(f"--nodes {opts.nodes} with --vllm-gpus {opts.vllm_gpus}: on Beaker every replica gets "
+                          "the same GPUs, so multi-node runs use colocated vLLM (--vllm-gpus 0); for a dedicated "
+                          "vLLM node use scripts/slurm/submit.sh --vllm-node")
+    gpu_layout(opts.nodes, opts.gpus, opts.vllm_gpus)
+    config = (REPO_ROOT / opts.accelerate_config).resolve()
+    if not config.is_relative_to(REPO_ROOT.resolve()):
+        raise LaunchError(f"--accelerate-config {opts.accelerate_config}: outside the repository, so not in the "
+                          f"image; put it under {REPO_ROOT / 'configs' / 'accelerate'} and pass it relative to "
+                          f"{REPO_ROOT}")
+    if not config.is_file():
+        raise LaunchError(f"--accelerate-config {opts.accelerate_config}: no such file in the repository (use "
+                          f"{', '.join(ENGINES)} or a path relative to {REPO_ROOT})")
+    # Inside the image the repository is elsewhere: pass the path relative to it.
+    opts.accelerate_config = str(config.relative_to(REPO_ROOT.resolve()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,10 +167,10 @@ def task_arguments(opts: Options, trainer_args: Sequence[str]) -> list[str]:
             "--nodes", str(opts.nodes), "--accelerate-config", opts.accelerate_config,
             "--output-dir", f"{opts.checkpoint_dir.rstrip('/')}/{opts.name}", "--s3-save-path", s3,
             "--data-root", opts.data_root, "--run-name", opts.name,
-            "--main-process-port", str(opts.main_process_port), "--vllm-port", str(opts.vllm_port),
-            "--vllm-gpu-memory-utilization", str(opts.vllm_gpu_memory_utilization),
-            "--vllm-max-model-len", str(opts.vllm_max_model_len),
-            "--vllm-health-timeout", str(opts.vllm_health_timeout)]
+            "--main-process-port", str(opts.main_process_port), "--vllm-port", opts.server.port,
+            "--vllm-gpu-memory-utilization", opts.server.gpu_memory_utilization,
+            "--vllm-max-model-len", opts.server.max_model_len or "",  # "": derived from the trainer's settings
+            "--vllm-health-timeout", opts.server.health_timeout]
     if not opts.auto_resume:
         args.append("--no-auto-resume")
     return [*args, "--", *trainer_args]
@@ -273,7 +280,7 @@ def submit(opts: Options, spec: dict) -> int:
     try:
         import beaker
     except ImportError:
-        sys.exit("error: submitting needs beaker-py: `pip install beaker-py` (--dry-run works without it)")
+        raise LaunchError("submitting needs beaker-py: `pip install beaker-py` (--dry-run works without it)") from None
     if hasattr(beaker, "BeakerExperimentSpec"):
         with beaker.Beaker.from_env(default_workspace=opts.workspace) as client:
             workload = client.experiment.create(spec=beaker.BeakerExperimentSpec.from_json(spec), name=opts.name)
@@ -285,16 +292,16 @@ def submit(opts: Options, spec: dict) -> int:
     return 0
 
 
-def check_task(opts: Options, spec: dict) -> None:
-    """Fail before the image build when the job itself would refuse its arguments."""
+def check_task(opts: Options, arguments: Sequence[str]) -> tuple[Plan, dict[str, str]]:
+    """Fail before the image build when the job itself would refuse its arguments; the task's plan."""
     if opts.nodes > 1:
         print(f"warning: --nodes {opts.nodes}: every replica saves its DeepSpeed/FSDP shards to its own local disk "
               "and only node 0 mirrors to S3; to resume after preemption put --output_dir on a file system all "
               "replicas share", file=sys.stderr)
-    beaker_task.task_plan(spec["tasks"][0]["arguments"], dry_run=True)
+    return beaker_task.task_plan(arguments, dry_run=True)
 
 
-def print_dry_run(opts: Options, spec: dict) -> int:
+def print_dry_run(opts: Options, spec: dict, task: tuple[Plan, dict[str, str]]) -> int:
     """The image commands, the spec, and the commands the task would run; nothing built or submitted."""
     say("# image (dry run: not built, not uploaded)")
     for label, cmd in zip(("docker", "beaker"), image_commands(opts)):
@@ -303,7 +310,8 @@ def print_dry_run(opts: Options, spec: dict) -> int:
     say(SPEC_HEADER)
     say(yaml.safe_dump(spec, sort_keys=False, width=1000).rstrip("\n"))
     say(COMMANDS_HEADER)
-    return beaker_task.run(spec["tasks"][0]["arguments"], dry_run=True)
+    the_plan, task_opts = task
+    return beaker_task.execute(the_plan, task_opts["--output-dir"], os.environ, dry_run=True)
 
 
 def launch(argv: Sequence[str]) -> int:
@@ -312,17 +320,14 @@ def launch(argv: Sequence[str]) -> int:
         say(__doc__.strip())
         return 0
     opts, trainer_args = parsed
-    if not (REPO_ROOT / opts.accelerate_config).is_file():
-        raise LaunchError(f"--accelerate-config {opts.accelerate_config}: no such file in the repository (use "
-                          f"{', '.join(ENGINES)} or a path relative to {REPO_ROOT})")
-    opts.image_tag = image_tag()
-    opts.name = opts.name or default_name()
-    opts.beaker_user = opts.beaker_user or beaker_user(opts.dry_run)
     validate(opts)
+    opts.name = opts.name or default_name()
+    task = check_task(opts, task_arguments(opts, trainer_args))  # before asking Beaker anything
+    opts.image_tag = image_tag()
+    opts.beaker_user = opts.beaker_user or beaker_user(opts.dry_run)
     spec = build_spec(opts, trainer_args)
-    check_task(opts, spec)
     if opts.dry_run:
-        return print_dry_run(opts, spec)
+        return print_dry_run(opts, spec, task)
     ensure_image(opts)
     return submit(opts, spec)
 

@@ -12,8 +12,9 @@ scripts/beaker/task.sh, which execs this; nobody needs to call it by hand):
 
 Usage: task.sh --train-gpus M --vllm-gpus K --nodes N --accelerate-config FILE --output-dir DIR
          --s3-save-path URI|"" --data-root DIR --run-name NAME --main-process-port P
-         --vllm-port P --vllm-gpu-memory-utilization U --vllm-max-model-len L
+         --vllm-port P --vllm-gpu-memory-utilization U --vllm-max-model-len L|""
          --vllm-health-timeout S [--no-auto-resume] -- TRAINER_ARGS...
+(--vllm-max-model-len "": derived from the trainer's settings, as olmocr_rl.launch.plan.ServerSettings says.)
 With GRPO_DRY_RUN=1 it prints each command (`[label] command`) instead of running it; for N > 1
 it then prints the training command of every replica rank.
 """
@@ -25,14 +26,14 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from olmocr_rl.launch.plan import Hints, LaunchError, Plan, ServerSettings, flag_value, plan
-from olmocr_rl.launch.runtime import (env_dry_run, guarded, log, require_sync_tool, run_or_show, say, start_server,
-                                      sync_tool, wait_for_server)
+from olmocr_rl.launch.plan import Hints, LaunchError, Plan, flag_value, plan
+from olmocr_rl.launch.runtime import (SERVER_OPTIONS, env_dry_run, guarded, log, port, require_sync_tool, run_or_show,
+                                      say, server_settings, start_server, sync_tool, wait_for_server, whole_number)
 
 #: task.sh's options, all required, in the order the spec writes them.
 OPTIONS = ("--train-gpus", "--vllm-gpus", "--nodes", "--accelerate-config", "--output-dir", "--s3-save-path",
-           "--data-root", "--run-name", "--main-process-port", "--vllm-port", "--vllm-gpu-memory-utilization",
-           "--vllm-max-model-len", "--vllm-health-timeout")
+           "--data-root", "--run-name", "--main-process-port", *SERVER_OPTIONS)
+EMPTY_OK = ("--s3-save-path", "--vllm-max-model-len")
 HINTS = Hints(
     conflict="--vllm-gpus {vllm_gpus} reserves GPUs for a vLLM server, but the trainer is set to --vllm_mode {mode}; "
              "use --vllm-gpus 0 for {mode}",
@@ -57,37 +58,49 @@ def parse(argv: Sequence[str]) -> tuple[dict[str, str], bool, list[str]]:
         else:
             raise LaunchError(f"task.sh: unknown option '{arg}' (trainer arguments go after --)")
     for flag in OPTIONS:
-        if flag not in opts or (opts[flag] == "" and flag != "--s3-save-path"):
-            extra = ' ("" for none)' if flag == "--s3-save-path" else ""
+        if flag not in opts or (opts[flag] == "" and flag not in EMPTY_OK):
+            extra = ' ("" for none)' if flag in EMPTY_OK else ""
             raise LaunchError(f"task.sh: {flag} is required{extra}")
     return opts, auto_resume, list(argv[i:])
 
 
-def task_plan(argv: Sequence[str], env: Mapping[str, str] = os.environ, dry_run: bool = True) -> Plan:
-    """Check the task's arguments as the job would and plan its commands. Raises LaunchError."""
+def task_plan(argv: Sequence[str], env: Mapping[str, str] = os.environ,
+              dry_run: bool = True) -> tuple[Plan, dict[str, str]]:
+    """Check the task's arguments as the job would and plan its commands: (plan, task.sh's options).
+    Raises LaunchError."""
     opts, auto_resume, trainer_args = parse(argv)
     config = flag_value(trainer_args, "--config")
     if config is not None and not Path(config).is_file():
         raise LaunchError(f"--config {config}: no such file in the image (paths are relative to {Path.cwd()})")
-    nodes, train, vllm = (int(opts[f]) for f in ("--nodes", "--train-gpus", "--vllm-gpus"))
-    leader = env.get(LEADER) or (f"${LEADER}" if dry_run and nodes > 1 else "127.0.0.1")
-    server = ServerSettings(port=opts["--vllm-port"], gpu_memory_utilization=opts["--vllm-gpu-memory-utilization"],
-                            max_model_len=opts["--vllm-max-model-len"], health_timeout=opts["--vllm-health-timeout"])
+    nodes, train, vllm = (whole_number(f, opts[f], 1 if f == "--nodes" else 0)
+                          for f in ("--nodes", "--train-gpus", "--vllm-gpus"))
+    leader = env.get(LEADER)
+    if not leader and nodes > 1 and not dry_run:
+        raise LaunchError(f"{LEADER} is not set: a multi-node task needs Beaker's leader selection "
+                          "(the launcher's spec asks for it; start replicas with scripts/grpotrainer-beaker.sh)")
+    leader = leader or (f"${LEADER}" if nodes > 1 else "127.0.0.1")
+    server = server_settings([(f, opts[f]) for f in SERVER_OPTIONS], empty_max_len=True)
     fill = [("output_dir", opts["--output-dir"]), ("s3_save_path", opts["--s3-save-path"]),
             ("wandb_run_name", opts["--run-name"])]
     tool = sync_tool(dry_run)
     the_plan = plan(nodes=nodes, gpus_per_node=train + vllm, vllm_gpus=vllm, engine=opts["--accelerate-config"],
-                    trainer_args=trainer_args, main_ip=leader, main_port=opts["--main-process-port"],
+                    trainer_args=trainer_args, main_ip=leader, main_port=port("--main-process-port",
+                                                                             opts["--main-process-port"]),
                     server=server, data_root=opts["--data-root"], sync_tool=tool or "s5cmd", fill=fill,
                     resume=auto_resume, hints=HINTS)
     require_sync_tool(the_plan, tool)
-    return the_plan
+    return the_plan, opts
 
 
 def run(argv: Sequence[str], env: Mapping[str, str] = os.environ, dry_run: bool | None = None) -> int:
     """Plan, then sync, serve, and train (or, in a dry run, print every command)."""
     dry_run = env_dry_run(env) if dry_run is None else dry_run
-    the_plan, opts = task_plan(argv, env, dry_run), parse(argv)[0]
+    the_plan, opts = task_plan(argv, env, dry_run)
+    return execute(the_plan, opts["--output-dir"], env, dry_run)
+
+
+def execute(the_plan: Plan, output_dir: str, env: Mapping[str, str], dry_run: bool) -> int:
+    """Sync, serve (log in ``output_dir``), and train this replica's rank (a dry run prints every rank)."""
     for sync in the_plan.syncs:
         status = run_or_show(sync, dry_run)
         if status:
@@ -95,8 +108,8 @@ def run(argv: Sequence[str], env: Mapping[str, str] = os.environ, dry_run: bool 
     server, status = None, 1
     try:
         if the_plan.server is not None:
-            server = start_server(the_plan.server, f"{opts['--output-dir']}/vllm-server.log", dry_run)
-            wait_for_server(server, the_plan.server_url, opts["--vllm-health-timeout"])
+            server = start_server(the_plan.server, f"{output_dir}/vllm-server.log", dry_run)
+            wait_for_server(server, the_plan)
         if dry_run and len(the_plan.trains) > 1:
             # Every replica's command; BEAKER_* values are only known inside the running job.
             for cmd in the_plan.trains:

@@ -14,11 +14,11 @@ exactly what they mean to ``python -m olmocr_rl.grpo_train``.
 from __future__ import annotations
 
 import argparse
-import re
-from dataclasses import dataclass, field, replace
+import shlex
+from dataclasses import dataclass, field
 from typing import Sequence
 
-from olmocr_rl.config import explicit_flags, parse_args
+from olmocr_rl.config import default_vllm_max_model_length, explicit_flags, parse_args
 
 #: ``--accelerate-config`` short names and the files they stand for (paths relative to the repository).
 ENGINES = {name: f"configs/accelerate/{name}.yaml" for name in ("zero2", "zero3", "fsdp")}
@@ -26,7 +26,6 @@ ENGINES = {name: f"configs/accelerate/{name}.yaml" for name in ("zero2", "zero3"
 S3_INPUTS = ("model_name", "train_bench_data_folder", "eval_bench_data_folder")
 #: What srun's per-node wrapper replaces with the node's SLURM_NODEID (its machine rank).
 RANK_PLACEHOLDER = "__SLURM_NODEID__"
-_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
 
 
 class LaunchError(ValueError):
@@ -37,16 +36,9 @@ class LaunchError(ValueError):
 # commands
 
 
-def quote(word: str) -> str:
-    """``word`` as a shell must read it: bare when safe, else single-quoted (``'`` as ``'\\''``)."""
-    if word and _SAFE.fullmatch(word):
-        return word
-    return "'" + word.replace("'", "'\\''") + "'"
-
-
 def show(label: str, argv: Sequence[str]) -> str:
     """``[label] argv``, shell-quoted: ``shlex.split`` of the text after ``] `` gives back argv."""
-    return f"[{label}] " + " ".join(quote(w) for w in argv)
+    return f"[{label}] " + shlex.join(argv)
 
 
 @dataclass(frozen=True)
@@ -200,12 +192,18 @@ def gpu_layout(nodes: int, gpus_per_node: int, vllm_gpus: int, vllm_node: bool =
 
 @dataclass(frozen=True)
 class ServerSettings:
-    """The ``trl vllm-serve`` knobs (strings, printed as given)."""
+    """The ``trl vllm-serve`` knobs both front-ends expose as ``--vllm-*`` options (strings, printed as
+    given; :func:`olmocr_rl.launch.runtime.server_settings` checks them). These defaults are the only ones.
+
+    ``gpu_memory_utilization`` is the server's share of its own GPUs; the trainer's
+    ``--vllm_gpu_memory_utilization`` sizes the colocated engine only and does not reach the server.
+    ``max_model_len`` None: derived from the trainer's settings (:func:`server_max_model_len`).
+    """
 
     port: str = "8000"
-    gpu_memory_utilization: str = "0.5"
-    max_model_len: str = "16384"
-    health_timeout: str = "900"
+    gpu_memory_utilization: str = "0.5"  # olmOCR's production value; leaves room for NCCL weight sync
+    max_model_len: str | None = None
+    health_timeout: str = "900"  # seconds; model download + load + CUDA graphs
 
 
 @dataclass(frozen=True)
@@ -225,7 +223,12 @@ class Plan:
     syncs: tuple[Command, ...]
     server: Command | None
     accelerate: tuple[str, ...]  # `accelerate launch ... --machine_rank {rank} ...` up to the trainer args
-    trains: tuple[Command, ...] = field(default=())
+    server_settings: ServerSettings = field(default_factory=ServerSettings)
+
+    @property
+    def trains(self) -> tuple[Command, ...]:
+        """Every machine rank's training command, rank 0 first."""
+        return tuple(self.train(r) for r in range(len(self.layout.train_hosts)))
 
     @property
     def server_url(self) -> str | None:
@@ -271,12 +274,33 @@ def accelerate_prefix(engine: str, layout: Layout, main_ip: str, main_port: int 
     return (*argv, "--main_process_port", str(main_port), "-m", "olmocr_rl.grpo_train")
 
 
-def server_command(model: str, layout: Layout, server: ServerSettings) -> Command:
-    """``trl vllm-serve`` on the server's GPUs; tensor parallel (TRL refuses data parallel for dense models)."""
-    argv = ("trl", "vllm-serve", "--model", model, "--host", "0.0.0.0", "--port", server.port,
+def server_max_model_len(parsed: argparse.Namespace, server: ServerSettings) -> str:
+    """The server's context: the launcher's explicit ``--vllm-max-model-len``, else the trainer's
+    ``--vllm_max_model_length``, else what a page rollout can need at the trainer's
+    ``--target_longest_image_dim`` and ``--max_completion_length`` (the trainer's own default)."""
+    trainer = parsed.vllm_max_model_length
+    if server.max_model_len is None:
+        if trainer is not None:
+            return str(trainer)
+        return str(default_vllm_max_model_length(parsed.target_longest_image_dim, parsed.max_completion_length))
+    if trainer is not None and int(server.max_model_len) != trainer:
+        raise LaunchError(f"--vllm-max-model-len {server.max_model_len} disagrees with the trainer's "
+                          f"--vllm_max_model_length {trainer}; give only one of them")
+    if int(server.max_model_len) <= parsed.max_completion_length:
+        raise LaunchError(f"--vllm-max-model-len {server.max_model_len} leaves no room for the prompt: it must exceed "
+                          f"--max_completion_length {parsed.max_completion_length}; drop it to derive the length")
+    return server.max_model_len
+
+
+def server_command(parsed: argparse.Namespace, layout: Layout, server: ServerSettings) -> Command:
+    """``trl vllm-serve`` on the server's GPUs for the trainer's ``parsed`` settings (its model, context,
+    ``--vllm_dtype`` unless auto); tensor parallel (TRL refuses data parallel for dense models)."""
+    argv = ["trl", "vllm-serve", "--model", parsed.model_name, "--host", "0.0.0.0", "--port", server.port,
             "--tensor_parallel_size", str(layout.vllm_gpus), "--gpu_memory_utilization", server.gpu_memory_utilization,
-            "--max_model_len", server.max_model_len)
-    return Command("vllm", argv, (("CUDA_VISIBLE_DEVICES", layout.server_gpus),))
+            "--max_model_len", server_max_model_len(parsed, server)]
+    if parsed.vllm_dtype != "auto":
+        argv += ["--dtype", parsed.vllm_dtype]
+    return Command("vllm", tuple(argv), (("CUDA_VISIBLE_DEVICES", layout.server_gpus),))
 
 
 def plan(*, nodes: int, gpus_per_node: int, vllm_gpus: int, engine: str, trainer_args: Sequence[str],
@@ -297,6 +321,6 @@ def plan(*, nodes: int, gpus_per_node: int, vllm_gpus: int, engine: str, trainer
         main_ip = layout.train_hosts[0]
     server_cmd = None
     if layout.server_host is not None:
-        server_cmd = server_command(flag_value(args, "--model_name") or "", layout, server)
-    base = Plan(layout, tuple(args), tuple(syncs), server_cmd, accelerate_prefix(engine, layout, main_ip, main_port))
-    return replace(base, trains=tuple(base.train(r) for r in range(len(layout.train_hosts))))
+        server_cmd = server_command(settings(args), layout, server)
+    return Plan(layout, tuple(args), tuple(syncs), server_cmd, accelerate_prefix(engine, layout, main_ip, main_port),
+                server)

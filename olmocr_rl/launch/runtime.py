@@ -16,9 +16,12 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from olmocr_rl.launch.plan import Command, LaunchError, Plan, show
+from olmocr_rl.launch.plan import Command, LaunchError, Plan, ServerSettings, show
 
 PREFIX = "[grpo-launch]"
+#: The ``trl vllm-serve`` options of both front-ends and the :class:`ServerSettings` field each sets.
+SERVER_OPTIONS = {"--vllm-port": "port", "--vllm-gpu-memory-utilization": "gpu_memory_utilization",
+                  "--vllm-max-model-len": "max_model_len", "--vllm-health-timeout": "health_timeout"}
 
 
 def log(message: str) -> None:
@@ -41,16 +44,17 @@ def run_or_show(cmd: Command, dry_run: bool) -> int:
     return subprocess.call(cmd.words)
 
 
-def split_options(argv: Sequence[str], values: set[str], switches: set[str], inline: set[str] = frozenset(),
+def split_options(argv: Sequence[str], values: set[str], switches: set[str],
                   keep_separator: bool = False) -> tuple[list[tuple[str, str | None]], list[str]]:
     """Launcher options (in order, as ``(flag, value)``; a switch's value is None) and the rest, which
-    is passed on verbatim. ``--`` ends the options (kept in the rest when ``keep_separator``);
-    flags in ``inline`` may also be written ``--flag=value``."""
+    is passed on verbatim. A value is the next word or follows ``=`` (``--nodes=2``); ``--`` ends the
+    options (kept in the rest when ``keep_separator``)."""
     options: list[tuple[str, str | None]] = []
     rest: list[str] = []
     i = 0
     while i < len(argv):
         arg = argv[i]
+        flag, eq, value = arg.partition("=")
         if arg == "--":
             rest += argv[i if keep_separator else i + 1 :]
             break
@@ -58,11 +62,9 @@ def split_options(argv: Sequence[str], values: set[str], switches: set[str], inl
             if i + 1 >= len(argv):
                 raise LaunchError(f"{arg} needs a value")
             options.append((arg, argv[i + 1]))
-            i += 2
-            continue
-        flag = arg.split("=", 1)[0]
-        if flag in inline and "=" in arg:
-            options.append((flag, arg.split("=", 1)[1]))
+            i += 1
+        elif eq and flag in values:
+            options.append((flag, value))
         elif arg in switches:
             options.append((arg, None))
         else:
@@ -71,11 +73,40 @@ def split_options(argv: Sequence[str], values: set[str], switches: set[str], inl
     return options, rest
 
 
-def whole_number(flag: str, value: str, minimum: int = 0) -> int:
-    """``value`` of ``flag`` as an int >= ``minimum``, else a LaunchError naming the flag."""
-    if not value.isdigit() or int(value) < minimum:
-        raise LaunchError(f"{flag} {value!r}: expected a whole number >= {minimum}")
-    return int(value)
+def whole_number(flag: str, value: str, minimum: int = 0, maximum: int | None = None) -> int:
+    """``value`` of ``flag`` as an int in [``minimum``, ``maximum``], else a LaunchError naming the flag."""
+    number = int(value) if value.isascii() and value.isdigit() else None
+    if number is None or number < minimum or (maximum is not None and number > maximum):
+        bound = f"from {minimum} to {maximum}" if maximum is not None else f">= {minimum}"
+        raise LaunchError(f"{flag} {value!r}: expected a whole number {bound}")
+    return number
+
+
+def port(flag: str, value: str) -> str:
+    """A TCP port number (1-65535), as given."""
+    whole_number(flag, value, 1, 65535)
+    return value
+
+
+def fraction(flag: str, value: str) -> str:
+    """A share in (0, 1], as given."""
+    try:
+        ok = 0 < float(value) <= 1
+    except ValueError:
+        ok = False
+    if not ok:
+        raise LaunchError(f"{flag} {value!r}: expected a number in (0, 1], e.g. 0.5")
+    return value
+
+
+def server_settings(options: Sequence[tuple[str, str | None]], empty_max_len: bool = False) -> ServerSettings:
+    """:class:`ServerSettings` from the ``--vllm-*`` server options among ``options``, each checked;
+    ``empty_max_len``: ``--vllm-max-model-len ""`` means derive it (task.sh's spelling of None)."""
+    checks = {"--vllm-port": port, "--vllm-gpu-memory-utilization": fraction,
+              "--vllm-max-model-len": lambda f, v: None if v == "" and empty_max_len else str(whole_number(f, v, 1)),
+              "--vllm-health-timeout": lambda f, v: str(whole_number(f, v, 1))}
+    given = {SERVER_OPTIONS[f]: checks[f](f, v or "") for f, v in options if f in SERVER_OPTIONS}
+    return ServerSettings(**given)
 
 
 def sync_tool(dry_run: bool) -> str:
@@ -182,8 +213,10 @@ def start_server(cmd: Command, log_path: str, dry_run: bool, wrap: Sequence[str]
     return None if dry_run else VllmServer(argv, log_path)
 
 
-def wait_for_server(server: VllmServer | None, url: str, timeout_s: str) -> None:
-    """Print the health check's promise, then (unless a dry run: no server) keep it."""
-    say(f"[health] wait up to {timeout_s}s for {url}/health")
+def wait_for_server(server: VllmServer | None, the_plan: Plan) -> None:
+    """Print the health check's promise (the plan's server URL and timeout), then (unless a dry run:
+    no server) keep it."""
+    timeout = the_plan.server_settings.health_timeout
+    say(f"[health] wait up to {timeout}s for {the_plan.server_url}/health")
     if server is not None:
-        server.wait_healthy(url, float(timeout_s))
+        server.wait_healthy(the_plan.server_url, float(timeout))

@@ -23,10 +23,19 @@ Job options (dashes; everything else goes to `python -m olmocr_rl.grpo_train` un
   --output-root DIR         checkpoints go to DIR/<job name>-<job id> unless --output_dir is given
   --data-root DIR           s3:// model / bench inputs are synced to DIR/<bucket>/<key>
   --main-process-port P     rendezvous port on the first node (default: from the job id)
-  --vllm-port P  --vllm-gpu-memory-utilization U  --vllm-max-model-len L  --vllm-health-timeout S
+  --vllm-port P             the server's port (default 8000)
+  --vllm-gpu-memory-utilization U   the server's share of its GPUs' memory, in (0, 1] (default 0.5; the
+                            trainer's --vllm_gpu_memory_utilization is for colocated vLLM only)
+  --vllm-max-model-len L    the server's context (default: the trainer's --vllm_max_model_length, else
+                            derived from its --target_longest_image_dim and --max_completion_length)
+  --vllm-health-timeout S   seconds to wait for the server's /health (default 900)
   --no-auto-resume          do not pass --resume_from_checkpoint
   --dry-run                 print every command (per node) instead of running it; works outside
                             Slurm when SLURM_JOB_ID, SLURM_JOB_NODELIST and SLURM_NNODES are set
+
+Every option taking a value may also be written --option=VALUE. A real submit first plans the job
+(as --dry-run does, printing nothing): a bad layout or trainer flag stops it before sbatch runs.
+The server runs with the trainer's --vllm_dtype (as --dtype) unless that is auto.
 
 Examples:
   scripts/slurm/submit.sh --nodes 1 --vllm-gpus 1 -- --config configs/x.yaml          # 7 + 1 GPUs
@@ -46,22 +55,22 @@ import shutil
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from olmocr_rl.launch.plan import (RANK_PLACEHOLDER, LaunchError, Plan, ServerSettings, engine_config, flag_value,
                                    gpu_layout, plan, settings, show)
-from olmocr_rl.launch.runtime import (env_dry_run, guarded, log, require_sync_tool, run_or_show, say, split_options,
-                                      start_server, sync_tool, wait_for_server, whole_number)
+from olmocr_rl.launch.runtime import (SERVER_OPTIONS, env_dry_run, guarded, log, port, require_sync_tool, run_or_show,
+                                      say, server_settings, split_options, start_server, sync_tool, wait_for_server,
+                                      whole_number)
 
 # srun starts the same argv on every node; this swaps the rank placeholder for that node's
 # SLURM_NODEID, its machine rank (training nodes are the allocation's first ones).
 NODE_WRAPPER = ('args=(); for a in "$@"; do [[ "$a" == __SLURM_NODEID__ ]] && a="$SLURM_NODEID"; args+=("$a"); '
                 'done; exec "${args[@]}"')
 JOB_VALUES = {"--gpus-per-node", "--vllm-gpus", "--accelerate-config", "--output-root", "--data-root",
-              "--main-process-port", "--vllm-port", "--vllm-gpu-memory-utilization", "--vllm-max-model-len",
-              "--vllm-health-timeout"}
+              "--main-process-port", *SERVER_OPTIONS}
 JOB_SWITCHES = {"--vllm-node", "--no-auto-resume", "--dry-run"}
 SUBMIT_VALUES = {"--nodes", "--gpus-per-node", "--partition", "--account", "--qos", "--time", "--job-name",
                  "--sbatch-arg"}
@@ -73,7 +82,7 @@ def repo_root(env: Mapping[str, str] = os.environ) -> Path:
 
 @dataclass
 class JobOptions:
-    """grpo.sbatch's options; the defaults are the one place to change them."""
+    """grpo.sbatch's options and their defaults (the vLLM server's are :class:`ServerSettings`')."""
 
     gpus_per_node: int = 8
     vllm_gpus: int = 0
@@ -82,8 +91,7 @@ class JobOptions:
     output_root: str = ""
     data_root: str = ""
     main_port: str = ""
-    server: ServerSettings = ServerSettings(port="8000", gpu_memory_utilization="0.5", max_model_len="16384",
-                                            health_timeout="900")
+    server: ServerSettings = field(default_factory=ServerSettings)
     auto_resume: bool = True
     dry_run: bool = False
 
@@ -91,38 +99,37 @@ class JobOptions:
 def parse_job(argv: Sequence[str], env: Mapping[str, str]) -> tuple[JobOptions, list[str]]:
     """Job options and the trainer arguments (everything else, verbatim)."""
     options, trainer_args = split_options(argv, JOB_VALUES, JOB_SWITCHES)
-    opts = JobOptions(gpus_per_node=whole_number("--gpus-per-node", env.get("SLURM_GPUS_ON_NODE") or "8"))
-    server: dict[str, str] = {}
-    names = {"--accelerate-config": "engine", "--main-process-port": "main_port", "--output-root": "output_root",
-             "--data-root": "data_root"}
+    opts = JobOptions(gpus_per_node=whole_number("--gpus-per-node", env.get("SLURM_GPUS_ON_NODE") or "8"),
+                      server=server_settings(options))
+    names = {"--accelerate-config": "engine", "--output-root": "output_root", "--data-root": "data_root"}
     for flag, value in options:
         if flag in ("--gpus-per-node", "--vllm-gpus"):
-            setattr(opts, flag[2:].replace("-", "_"), whole_number(flag, value))
+            setattr(opts, flag[2:].replace("-", "_"), whole_number(flag, value, 1 if flag == "--gpus-per-node" else 0))
         elif flag in ("--vllm-node", "--dry-run"):
             setattr(opts, flag[2:].replace("-", "_"), True)
         elif flag == "--no-auto-resume":
             opts.auto_resume = False
+        elif flag == "--main-process-port":
+            opts.main_port = port(flag, value)
         elif flag in names:
             setattr(opts, names[flag], value)
-        else:  # --vllm-port, --vllm-gpu-memory-utilization, --vllm-max-model-len, --vllm-health-timeout
-            server[flag.removeprefix("--vllm-").replace("-", "_")] = value
-    opts.server = replace(opts.server, **server)
     return opts, trainer_args
 
 
 def expand_nodelist(nodelist: str, env: Mapping[str, str]) -> list[str]:
-    """One host name per node: ``scontrol show hostnames`` (a plain comma list also works without it)."""
+    """One host name per node: a plain comma list as is, a ranged one by ``scontrol show hostnames``."""
+    if "[" not in nodelist:
+        return nodelist.split(",")
     scontrol = shutil.which("scontrol", path=env.get("PATH"))
     if scontrol:
         out = subprocess.run([scontrol, "show", "hostnames", nodelist], capture_output=True, text=True).stdout
         return out.split()
-    if "[" not in nodelist:
-        return nodelist.split(",")
     raise LaunchError(f"scontrol is needed to expand the node list '{nodelist}'")
 
 
-def job_plan(opts: JobOptions, trainer_args: list[str], env: Mapping[str, str]) -> tuple[Plan, str]:
-    """Check the allocation and options, log the layout, and plan the job: (plan, output_dir)."""
+def job_plan(opts: JobOptions, trainer_args: list[str], env: Mapping[str, str],
+             announce: bool = True) -> tuple[Plan, str]:
+    """Check the allocation and options, log the layout (``announce``), and plan the job: (plan, output_dir)."""
     job_id = env.get("SLURM_JOB_ID") or ""
     if not job_id:
         raise LaunchError("not inside a Slurm job (for a dry run outside Slurm set SLURM_JOB_ID, "
@@ -143,8 +150,9 @@ def job_plan(opts: JobOptions, trainer_args: list[str], env: Mapping[str, str]) 
     layout = gpu_layout(nnodes, opts.gpus_per_node, opts.vllm_gpus, opts.vllm_node, hosts)
     restart = int(env.get("SLURM_RESTART_COUNT") or 0) + 1
     where = f", vLLM server on {layout.server_host} GPUs {layout.server_gpus}" if layout.server_host else ""
-    log(f"job {job_id} ({job_name}), start #{restart}: {len(layout.train_hosts)} training node(s) x "
-        f"{layout.train_gpus} GPUs{where}")
+    if announce:
+        log(f"job {job_id} ({job_name}), start #{restart}: {len(layout.train_hosts)} training node(s) x "
+            f"{layout.train_gpus} GPUs{where}")
     dry_run = opts.dry_run or env_dry_run(env)
     tool = sync_tool(dry_run)
     job_dir = f"{opts.output_root or f'{root}/checkpoints'}/{job_name}-{job_id}"
@@ -187,7 +195,7 @@ class Requeue:
             self.train.terminate()
 
 
-def run_job(the_plan: Plan, output_dir: str, job_id: str, dry_run: bool, health_timeout: str) -> int:
+def run_job(the_plan: Plan, output_dir: str, job_id: str, dry_run: bool) -> int:
     """Syncs, then the vLLM server (stopped on exit), then one training step over all training nodes."""
     for sync in the_plan.syncs:
         status = run_or_show(sync, dry_run)
@@ -202,7 +210,7 @@ def run_job(the_plan: Plan, output_dir: str, job_id: str, dry_run: bool, health_
             # --overlap: on a single node the server step shares the node's GPUs with the training step.
             server = start_server(the_plan.server, f"{output_dir}/vllm-server.log", dry_run,
                                   wrap=["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={host}"])
-            wait_for_server(server, the_plan.server_url, health_timeout)
+            wait_for_server(server, the_plan)
         if dry_run:
             say(show("srun", srun_train(the_plan)))
             for rank, host in enumerate(the_plan.layout.train_hosts):
@@ -228,22 +236,20 @@ def job(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> int:
     """What grpo.sbatch runs on the job's first node (from the repository root)."""
     opts, trainer_args = parse_job(argv, env)
     the_plan, output_dir = job_plan(opts, trainer_args, env)
-    return run_job(the_plan, output_dir, env["SLURM_JOB_ID"], opts.dry_run or env_dry_run(env),
-                   opts.server.health_timeout)
+    return run_job(the_plan, output_dir, env["SLURM_JOB_ID"], opts.dry_run or env_dry_run(env))
 
 
 def submit(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> int:
-    """sbatch grpo.sbatch with the allocation's options; in a dry run, print it and the job's commands."""
-    options, job_args = split_options(argv, SUBMIT_VALUES, {"--dry-run", "-h", "--help"}, inline={"--sbatch-arg"},
-                                      keep_separator=True)
+    """sbatch grpo.sbatch with the allocation's options, once the job's plan (with placeholder hosts)
+    holds; in a dry run, print the sbatch command and the job's commands instead."""
+    options, job_args = split_options(argv, SUBMIT_VALUES, {"--dry-run", "-h", "--help"}, keep_separator=True)
     given = dict(options)
     if "-h" in given or "--help" in given:
         say(__doc__.strip())
         return 0
     nodes, gpus = given.get("--nodes", "1"), given.get("--gpus-per-node", "8")
     for flag, value in (("--nodes", nodes), ("--gpus-per-node", gpus)):
-        if not value.isdigit() or value.startswith("0"):
-            raise LaunchError(f"--{flag[2:]} '{value}' is not a positive number")
+        whole_number(flag, value, 1)
     name, root = given.get("--job-name", "olmocr-grpo"), repo_root(env)
     sbatch_args = [(v if f == "--sbatch-arg" else f"{f}={v}") for f, v in options
                    if f in ("--partition", "--account", "--qos", "--time", "--sbatch-arg")]
@@ -251,14 +257,17 @@ def submit(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> int:
     cmd = ["sbatch", f"--nodes={nodes}", f"--gpus-per-node={gpus}", f"--job-name={name}", f"--chdir={root}",
            f"--output={root}/logs/%x-%j.out", f"--export=ALL,GRPO_REPO_ROOT={root}", *sbatch_args, str(script),
            "--gpus-per-node", gpus, *job_args]
+    hosts = ",".join(f"node-{i}" for i in range(int(nodes)))
+    job_env = {**env, "SLURM_JOB_ID": "0", "SLURM_JOB_NAME": name, "SLURM_NNODES": nodes,
+               "SLURM_JOB_NODELIST": hosts, "SLURM_SUBMIT_DIR": str(root), "GRPO_REPO_ROOT": str(root)}
+    job_argv = ["--dry-run", "--gpus-per-node", gpus, *job_args]
     if "--dry-run" in given:
         say("# dry run: would submit")
         say(show("sbatch", cmd))
         say("# and the job would run (placeholder hosts, job id 0):")
-        hosts = ",".join(f"node-{i}" for i in range(int(nodes)))
-        job_env = {**env, "SLURM_JOB_ID": "0", "SLURM_JOB_NAME": name, "SLURM_NNODES": nodes,
-                   "SLURM_JOB_NODELIST": hosts, "SLURM_SUBMIT_DIR": str(root), "GRPO_REPO_ROOT": str(root)}
-        return job(["--dry-run", "--gpus-per-node", gpus, *job_args], job_env)
+        return job(job_argv, job_env)
+    # The job's own checks (layout, engine, --config, trainer flags) before anything is queued.
+    job_plan(*parse_job(job_argv, job_env), job_env, announce=False)
     if shutil.which("sbatch") is None:
         raise LaunchError("sbatch not found: run this on a Slurm login node (or use --dry-run)")
     (root / "logs").mkdir(exist_ok=True)

@@ -1,4 +1,6 @@
-"""Capture the launchers' --dry-run output for the README's examples and the test cases, one file each.
+"""The before/after capture for changes to the launchers (olmocr_rl/launch/, scripts/slurm/, scripts/beaker/):
+every launcher --dry-run of the README's examples and the test cases, one file each. Capture before the
+change, capture after it, and `diff -r` shows exactly which printed commands changed (and nothing else).
 
     .venv/bin/python scripts/bench/launcher_dryruns.py /tmp/launch_before
     .venv/bin/python scripts/bench/launcher_dryruns.py /tmp/launch_after && diff -r /tmp/launch_before /tmp/launch_after

@@ -19,7 +19,7 @@ PACKAGE = "olmocr_rl"
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
 MAX_LAUNCHER_BASH_LINES = 150
-LAUNCHER_BASH = ("scripts/grpotrainer-beaker.sh", "scripts/beaker", "scripts/slurm", "scripts/lib")
+LAUNCHER_BASH = ("scripts/grpotrainer-beaker.sh", "scripts/beaker", "scripts/slurm")
 
 
 def module_files(repo: Path = REPO) -> dict[str, Path]:

@@ -61,6 +61,37 @@ def test_slurm_submit_dry_run_script():
     assert flag(trainer_args(nodes[0]), "--wandb_run_name") == "x y"
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--nodes", "1", "--vllm-gpus", "8"], "--vllm-gpus 8 leaves no training GPU of 8"),
+    (["--nodes=2", "--vllm-gpus=1"], "add --vllm-node"),
+    (["--accelerate-config", "zero9"], "--accelerate-config zero9: no such file"),
+    (["--vllm-health-timeout", "soon"], "--vllm-health-timeout 'soon'"),
+    (["--", "--bogus"], "unrecognized arguments: --bogus"),
+    (["--", "--config", "configs/x.yaml"], "--config configs/x.yaml: no such file"),
+])
+def test_slurm_submit_plans_the_job_before_sbatch(tmp_path, fake_bin, args, message):
+    """A real submit builds the job's plan first: what the job would refuse is never queued."""
+    fake_tool(fake_bin, "sbatch", 'echo "sbatch $*" >> "$FAKE_LOG"\n')
+    log = tmp_path / "fake.log"
+    env = {"PATH": f"{fake_bin}:{os.environ['PATH']}", "FAKE_LOG": str(log)}
+    result = run(["bash", str(SUBMIT), *args, "--reward_bench"] if "--" in args else
+                 ["bash", str(SUBMIT), *args, "--", "--reward_bench"], env=env, check=False)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not log.exists()  # sbatch never called
+    assert result.stdout == ""  # the check prints nothing
+
+
+def test_slurm_submit_calls_sbatch_when_the_plan_holds(tmp_path, fake_bin):
+    fake_tool(fake_bin, "sbatch", 'printf "%s\\n" "$@" > "$FAKE_LOG"\n')
+    log = tmp_path / "fake.log"
+    env = {"PATH": f"{fake_bin}:{os.environ['PATH']}", "FAKE_LOG": str(log)}
+    result = run(["bash", str(SUBMIT), "--nodes=2", "--partition=gpu", "--", "--reward_bench"], env=env)
+    assert result.stdout == "" and result.stderr == ""
+    argv = log.read_text().splitlines()
+    assert argv[:2] == ["--nodes=2", "--gpus-per-node=8"] and "--partition=gpu" in argv
+    assert argv[-4:] == ["--gpus-per-node", "8", "--", "--reward_bench"]
+
+
 def test_slurm_requeues_on_usr1_and_resumes_in_same_dir(tmp_path, fake_bin):
     """Real (not dry) run with fake srun: USR1 makes the job requeue itself; a restart gets the same
     output dir and --resume_from_checkpoint, so the trainer resumes."""
@@ -193,7 +224,8 @@ def task_cmd(output_dir: Path, vllm_gpus: int = 1, timeout: int = 30) -> list[st
             "--s3-save-path", "", "--data-root", str(output_dir / "data"), "--run-name", "rt",
             "--main-process-port", "29501", "--vllm-port", "8011", "--vllm-gpu-memory-utilization", "0.5",
             "--vllm-max-model-len", "4096", "--vllm-health-timeout", str(timeout), "--",
-            "--reward_bench", "--wandb_project", "my project"]
+            # (4096 must exceed the completion length: the prompt needs room)
+            "--reward_bench", "--max_completion_length", "2000", "--wandb_project", "my project"]
 
 
 def _gone(pid: str) -> bool:
@@ -210,6 +242,7 @@ def test_task_waits_for_health_runs_training_and_stops_server(tmp_path, fake_bin
     run(task_cmd(tmp_path / "out"), env=env)
     server_pid, server_gpus, *server_args = (tmp_path / "server").read_text().split()
     assert server_gpus == "3" and server_args[:1] == ["vllm-serve"]
+    assert flag(server_args, "--max_model_len") == "4096" and flag(server_args, "--port") == "8011"
     train = (tmp_path / "train").read_text().splitlines()
     assert train[0] == "0,1,2"
     assert train[train.index("--wandb_project") + 1] == "my project"

@@ -21,8 +21,9 @@ import pytest
 
 from olmocr_rl.config import parse_args
 from olmocr_rl.launch import beaker, beaker_task, slurm
-from olmocr_rl.launch.plan import (RANK_PLACEHOLDER, Hints, LaunchError, ServerSettings, gpu_layout, plan, quote,
-                                   set_flag, show)
+from olmocr_rl.config import default_vllm_max_model_length
+from olmocr_rl.launch import runtime
+from olmocr_rl.launch.plan import RANK_PLACEHOLDER, Hints, LaunchError, ServerSettings, gpu_layout, plan, set_flag, show
 
 from launcher_helpers import (  # noqa: F401  (fake_bin: a pytest fixture)
     ACCELERATE_CONFIGS,
@@ -194,10 +195,68 @@ def test_server_settings_reach_server_and_trainer():
     assert flag(trainer_args(p.trains[0].argv), "--vllm_server_port") == "9000"
 
 
+def _served(trainer: list[str], **server) -> list[str]:
+    return list(plan(nodes=1, gpus_per_node=2, vllm_gpus=1, engine="zero2", trainer_args=trainer,
+                     server=ServerSettings(**server)).server.argv)
+
+
+def test_server_context_and_dtype_follow_the_trainer():
+    """The server's --max_model_len is the trainer's context (explicit, else derived as the trainer derives it);
+    its --dtype is the trainer's --vllm_dtype unless auto (TRL's vllm-serve default, the model's own dtype)."""
+    defaults = parse_args([])
+    derived = default_vllm_max_model_length(defaults.target_longest_image_dim, defaults.max_completion_length)
+    assert flag(_served([]), "--max_model_len") == str(derived) and "--dtype" not in _served([])
+    small = ["--target_longest_image_dim", "640", "--max_completion_length", "2000"]
+    assert flag(_served(small), "--max_model_len") == str(default_vllm_max_model_length(640, 2000))
+    assert flag(_served(["--vllm_max_model_length=12000"]), "--max_model_len") == "12000"
+    assert flag(_served(["--vllm_dtype", "float16"]), "--dtype") == "float16"
+    assert flag(_served(["--vllm_max_model_length", "12000"], max_model_len="12000"), "--max_model_len") == "12000"
+    with pytest.raises(LaunchError, match="--vllm-max-model-len 9000 disagrees with the trainer's "
+                                          "--vllm_max_model_length 12000"):
+        _served(["--vllm_max_model_length", "12000"], max_model_len="9000")
+    with pytest.raises(LaunchError, match="--vllm-max-model-len 4096 leaves no room for the prompt"):
+        _served(["--max_completion_length", "8000"], max_model_len="4096")
+
+
+def test_launcher_options_take_equals_values():
+    argv = ["--nodes=2", "--gpus", "4", "--dry-run", "--model_name=x", "--", "--nodes=9"]
+    options, rest = runtime.split_options(argv, {"--nodes", "--gpus"}, {"--dry-run"})
+    assert options == [("--nodes", "2"), ("--gpus", "4"), ("--dry-run", None)]
+    assert rest == ["--model_name=x", "--nodes=9"]
+    opts, _ = beaker.parse(["--gpus=4", "--vllm-gpus=2", "--name=a=b", "--vllm-port=9001"])
+    assert (opts.gpus, opts.vllm_gpus, opts.name, opts.server.port) == (4, 2, "a=b", "9001")
+
+
+def test_slurm_submit_dry_run_with_equals(capsys, in_repo):
+    with mock.patch.dict(os.environ, {"PATH": "/nonexistent"}):
+        assert slurm.main(["submit", "--dry-run", "--nodes=2", "--gpus-per-node=4", "--", "--reward_bench"]) == 0
+    cmds = commands(capsys.readouterr().out)
+    (sbatch,) = only(cmds, "sbatch")
+    assert sbatch[1:3] == ["--nodes=2", "--gpus-per-node=4"]
+    assert [flag(a, "--num_machines") for a in only(cmds, "train node")] == ["2", "2"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--vllm-health-timeout", "soon"], "--vllm-health-timeout 'soon': expected a whole number >= 1"),
+    (["--vllm-port", "abc"], "--vllm-port 'abc': expected a whole number from 1 to 65535"),
+    (["--vllm-port=70000"], "--vllm-port '70000': expected a whole number from 1 to 65535"),
+    (["--vllm-max-model-len", "-1"], "--vllm-max-model-len '-1': expected a whole number >= 1"),
+    (["--vllm-gpu-memory-utilization", "0"], "--vllm-gpu-memory-utilization '0': expected a number in (0, 1]"),
+    (["--vllm-gpu-memory-utilization", "x"], "--vllm-gpu-memory-utilization 'x': expected a number in (0, 1]"),
+    (["--main-process-port", "p"], "--main-process-port 'p': expected a whole number from 1 to 65535"),
+])
+def test_slurm_server_options_are_checked_when_parsed(capsys, in_repo, args, message):
+    with mock.patch.dict(os.environ, slurm_env("gpu01", 1), clear=True):
+        assert slurm.main(["job", "--dry-run", "--vllm-gpus", "1", *args, "--", "--reward_bench"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"[grpo-launch] error: {message}") and err.count("\n") == 1
+
+
 @pytest.mark.parametrize("word", ["plain", "", "a b", "it's", 'say "hi"', "$HOME", "arxiv math|tables", "ä"])
 def test_quoting_round_trips(word):
     assert shlex.split(show("x", ["cmd", word]).split("] ", 1)[1]) == ["cmd", word]
-    assert quote("s3://b/k,v=1") == "s3://b/k,v=1" and quote("it's") == "'it'\\''s'"
+    # shlex.join: safe words bare, others single-quoted (a ' as '"'"'); "" as ''.
+    assert show("x", ["s3://b/k,v=1", "it's", ""]) == "[x] s3://b/k,v=1 'it'\"'\"'s' ''"
 
 
 def test_set_flag_keeps_a_flag_once():
@@ -309,11 +368,33 @@ def test_beaker_task_dry_run_every_replica(capsys, in_repo):
         assert "--s3_save_path" not in t and "--resume_from_checkpoint" not in t
 
 
+def test_beaker_task_multi_node_needs_the_leader():
+    opts = _opts("--nodes", "2", "--gpus", "8")
+    arguments = beaker.build_spec(opts, ["--reward_bench"])["tasks"][0]["arguments"]
+    with pytest.raises(LaunchError, match="BEAKER_LEADER_REPLICA_HOSTNAME is not set"):
+        beaker_task.task_plan(arguments, env={}, dry_run=False)
+    the_plan, _ = beaker_task.task_plan(arguments, env={"BEAKER_LEADER_REPLICA_HOSTNAME": "lead"}, dry_run=False)
+    assert flag(the_plan.trains[1].argv, "--main_process_ip") == "lead"
+
+
+def test_beaker_accelerate_config_is_passed_relative_to_the_repository():
+    opts = _opts("--accelerate-config", str(ACCELERATE_CONFIGS / "zero3.yaml"))
+    beaker.validate(opts)
+    assert opts.accelerate_config == "configs/accelerate/zero3.yaml"
+    assert opts.server == ServerSettings()  # the launcher's server defaults are the plan's
+
+
 @pytest.mark.parametrize("args, message", [
-    (["--gpus", "2", "--vllm-gpus", "2"], "at least one GPU must train"),
+    (["--gpus", "2", "--vllm-gpus", "2"], "--vllm-gpus 2 leaves no training GPU of 2"),
     (["--nodes", "2", "--vllm-gpus", "1"], "scripts/slurm/submit.sh --vllm-node"),
     (["--accelerate-config", "zero9"], "--accelerate-config zero9: no such file"),
-    (["--gpus", "x"], "--gpus 'x' is not a number"),
+    (["--gpus", "x"], "--gpus 'x': expected a whole number >= 1"),
+    (["--gpus=0"], "--gpus '0': expected a whole number >= 1"),
+    (["--priority", "meh"], "--priority meh: choose one of"),
+    (["--accelerate-config", "/etc/passwd"], "outside the repository"),
+    (["--vllm-port", "abc"], "--vllm-port 'abc': expected a whole number from 1 to 65535"),
+    (["--vllm-gpu-memory-utilization", "1.5"], "expected a number in (0, 1]"),
+    (["--vllm-health-timeout=soon"], "--vllm-health-timeout 'soon': expected a whole number"),
     (["--vllm-gpus", "1", "--", "--vllm_mode", "colocate"], "--vllm_mode colocate; use --vllm-gpus 0"),
     (["--gpus", "1", "--", "--config", "configs/olmocr2-7b.yaml"], "add --vllm-gpus K to the launcher"),
 ])
@@ -324,8 +405,9 @@ def test_beaker_refuses_before_building(capsys, in_repo, tmp_path, fake_bin, mon
     monkeypatch.setenv("FAKE_LOG", str(tmp_path / "fake.log"))
     with pytest.raises(SystemExit) as exc:
         sys.exit(beaker.main(["--beaker-user", "t", *args]))
-    assert exc.value.code != 0 and message in capsys.readouterr().err + str(exc.value.code)
-    assert not (tmp_path / "fake.log").exists()
+    err = capsys.readouterr().err
+    assert exc.value.code == 1 and err.startswith("[grpo-launch] error: ") and message in err and "Traceback" not in err
+    assert not (tmp_path / "fake.log").exists()  # not even `beaker account whoami`
 
 
 def test_dockerfile_workdir_matches_spec_and_pins():
@@ -345,8 +427,8 @@ def test_dockerfile_workdir_matches_spec_and_pins():
 # shell hygiene
 
 
-def test_launcher_bash_is_small_and_repeats_no_trainer_setting():
-    assert sum(len(p.read_text().splitlines()) for p in SHELL_SCRIPTS) <= 150
+def test_launcher_bash_repeats_no_trainer_setting():
+    # (Its size limit is scripts/check/structure.py's, checked by tests/unit/test_structure.py.)
     # The default model (and every other trainer default) comes from the trainer's parser alone.
     sources = [*SHELL_SCRIPTS, *(REPO / "olmocr_rl" / "launch").glob("*.py")]
     assert not [p.name for p in sources if DEFAULT_MODEL in p.read_text()]
@@ -446,7 +528,7 @@ def test_planned_trainer_args_parse_in_the_cli(in_repo):
     opts.name = "cli"
     arguments = beaker.build_spec(opts, ["--config", "configs/olmocr2-7b.yaml", "--model_name", "s3://bucket/sft",
                                          "--wandb_project", "my project"])["tasks"][0]["arguments"]
-    args = parse_args(trainer_args(beaker_task.task_plan(arguments, env={}).trains[0].argv))
+    args = parse_args(trainer_args(beaker_task.task_plan(arguments, env={})[0].trains[0].argv))
     assert args.vllm_mode == "server" and args.vllm_server_host == "127.0.0.1" and args.vllm_server_port == 8000
     assert args.model_name == "/data/bucket/sft" and args.wandb_project == "my project"
     assert args.output_dir == "outputs/olmocr2-7b"  # the config file's own choice is kept
