@@ -36,19 +36,13 @@ class ModelFacts:
 
 def model_facts(config) -> ModelFacts:
     """Parameter count (the model built on the meta device: no memory, no weights) and KV-cache size per token."""
-    import torch
-    import transformers
+    from olmocr_rl.models import head_dim, meta_model
 
-    from olmocr_rl.models import MODEL_CLASSES
-
-    model_cls = getattr(transformers, MODEL_CLASSES[config.model_type])
-    with torch.device("meta"):
-        model = model_cls(config)
-    parameters = sum(p.numel() for p in model.parameters())
+    parameters = sum(p.numel() for p in meta_model(config).parameters())
     text = config.get_text_config()
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
     kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-    return ModelFacts(parameters=parameters, kv_bytes_per_token_per_dtype_byte=2 * text.num_hidden_layers * kv_heads * head_dim)
+    return ModelFacts(parameters=parameters,
+                      kv_bytes_per_token_per_dtype_byte=2 * text.num_hidden_layers * kv_heads * head_dim(text))
 
 
 def check_fit(
@@ -83,6 +77,10 @@ def check_fit(
     trainer_text = (f"the trainer needs at least {gib(trainer_need)} (bf16 weights, gradients and AdamW state"
                     f"{' and the reference model' if reference_model else ''}, before activations)")
     needed = math.ceil(engine_need / gpu_bytes * 100) / 100  # the smallest setting (in steps of 0.01) that holds vLLM
+    if engine_need > gpu_bytes:
+        return (f"colocate does not fit one {gib(gpu_bytes)} GPU: {engine_text}, more than the whole GPU; split the "
+                f"engine with --vllm_tensor_parallel_size (now {tensor_parallel}), give vLLM GPUs of its own "
+                "(--vllm_mode server), or lower --vllm_max_model_length / --max_completion_length")
     if trainer_need > gpu_bytes * (1 - needed):
         return (f"colocate does not fit one {gib(gpu_bytes)} GPU: {engine_text} and {trainer_text}; give vLLM GPUs "
                 "of its own (--vllm_mode server), shard the trainer over more GPUs (DeepSpeed ZeRO-3 / FSDP), or "

@@ -39,18 +39,13 @@ class ArchFlops:
     @classmethod
     def from_config(cls, config) -> "ArchFlops":
         """Count parameters on the meta device (no memory, no weights) for a Qwen2-VL-family config."""
-        import torch
-        import transformers
+        from olmocr_rl.models import head_dim, meta_model
 
-        from olmocr_rl.models import MODEL_CLASSES
-
-        with torch.device("meta"):
-            model = getattr(transformers, MODEL_CLASSES[config.model_type])(config)
+        model = meta_model(config)
         count = lambda module: sum(p.numel() for p in module.parameters())  # noqa: E731
         language_model = model.model.language_model
         visual = model.model.visual
         text, vision = config.get_text_config(), config.vision_config
-        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
         depth = vision.depth
         full = list(getattr(vision, "fullatt_block_indexes", None) or range(depth))  # Qwen2-VL: all full
         window = getattr(vision, "window_size", None)
@@ -58,7 +53,7 @@ class ArchFlops:
             lm_body_params=count(language_model) - count(language_model.embed_tokens),
             lm_head_params=text.vocab_size * text.hidden_size,
             lm_layers=text.num_hidden_layers,
-            lm_attention_width=text.num_attention_heads * head_dim,
+            lm_attention_width=text.num_attention_heads * head_dim(text),
             vision_params=count(visual) - count(visual.merger),
             merger_params=count(visual.merger),
             vision_full_layers=len(full),

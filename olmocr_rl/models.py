@@ -38,6 +38,20 @@ class ModelLoadError(RuntimeError):
     """A model or processor could not be loaded; the message says which path and what to do."""
 
 
+def meta_model(config):
+    """The model of ``config`` built on the meta device: every shape and parameter count, no memory, no weights."""
+    import torch
+    import transformers
+
+    with torch.device("meta"):
+        return getattr(transformers, MODEL_CLASSES[config.model_type])(config)
+
+
+def head_dim(text_config) -> int:
+    """The attention head size of a text config (explicit, or hidden size / heads)."""
+    return getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
+
+
 def torchvision_available() -> bool:
     """True when torchvision can actually be imported (a CUDA-only build fails on CPU machines)."""
     if importlib.util.find_spec("torchvision") is None:

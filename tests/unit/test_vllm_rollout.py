@@ -146,6 +146,10 @@ def test_memory_fit_lines_name_the_numbers_and_the_value_to_use():
     assert "split over 2 GPUs" in line and line.endswith("use --vllm_gpu_memory_utilization 0.13")
     assert check_fit(QWEN25_VL_7B, gpu_bytes=80 * GIB, utilization=0.13, single_process=False, tensor_parallel=2,
                      **common) is None
+    # the engine alone exceeds the GPU: splitting the engine is the fix, not sharding the trainer
+    line = check_fit(QWEN25_VL_7B, gpu_bytes=16 * GIB, utilization=0.9, single_process=False, **common)
+    assert line.startswith("colocate does not fit one 16.0 GiB GPU: the colocated vLLM engine needs 18.0 GiB")
+    assert "--vllm_tensor_parallel_size (now 1)" in line and "trainer needs" not in line
 
 
 def test_cli_stops_before_loading_when_colocate_cannot_fit(tmp_path, monkeypatch, capsys):
