@@ -134,6 +134,7 @@ class BenchEvaluator:
         self.workers = resolve_workers(workers)
         # None: decided by default_start_method() when the pool starts (CUDA/vLLM may come up before that).
         self.start_method = start_method or os.environ.get(START_METHOD_ENV) or None
+        self._pool_method: str | None = None  # the start method the last pool used
         if self.start_method is not None and self.start_method not in multiprocessing.get_all_start_methods():
             raise ValueError(
                 f"reward pool start method {self.start_method!r} is not available here; "
@@ -159,9 +160,10 @@ class BenchEvaluator:
 
     def _run_in_pool(self, chunks, raw_completion: bool) -> list[list[PageScore]]:
         if self._pool is None:
-            method = self.start_method or default_start_method()
-            logger.info("reward worker pool: %d processes, start method %s", self.workers, method)
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context(method))
+            self._pool_method = self.start_method or default_start_method()
+            logger.info("reward worker pool: %d processes, start method %s", self.workers, self._pool_method)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers,
+                                             mp_context=multiprocessing.get_context(self._pool_method))
         futures = [self._pool.submit(_score_in_worker, key, texts, raw_completion) for key, _indices, texts in chunks]
         return [future.result() for future in futures]
 
@@ -177,7 +179,7 @@ class BenchEvaluator:
             "reward worker pool failed %d times in a row (last: %s); scoring in the trainer process from now on. "
             "Likely causes: workers killed for memory (lower %s), or, with the %r start method, a main script "
             "whose work is not under `if __name__ == \"__main__\":` (it re-runs in every worker).",
-            self._failures, reason, WORKERS_ENV, self.start_method or default_start_method(),
+            self._failures, reason, WORKERS_ENV, self._pool_method,
         )
 
     def close(self) -> None:
