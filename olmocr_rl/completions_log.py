@@ -25,6 +25,7 @@ from typing import Any
 from trl import GRPOTrainer
 
 from olmocr_rl.page_order import EpochSeededOrderMixin
+from olmocr_rl.resume import CheckpointLoadMixin
 
 __all__ = ["CompletionsLogMixin", "PlainGRPOTrainer", "conversation_text", "page_name"]
 
@@ -91,6 +92,7 @@ class CompletionsLogMixin:
         super().log(logs, start_time)
 
 
-class PlainGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer):
+class PlainGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer):
     """``trl.GRPOTrainer`` (plain GRPO) whose completions table works with page prompts and whose page order
-    of every epoch survives a resume (olmocr_rl.page_order)."""
+    of every epoch survives a resume (olmocr_rl.page_order); it resumes the checkpoint's weights and optimizer
+(olmocr_rl.resume.CheckpointLoadMixin)."""

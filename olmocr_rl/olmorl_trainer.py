@@ -46,6 +46,7 @@ from trl import GRPOTrainer
 
 from olmocr_rl.completions_log import CompletionsLogMixin
 from olmocr_rl.page_order import EpochSeededOrderMixin
+from olmocr_rl.resume import CheckpointLoadMixin
 from olmocr_rl.olmorl import group_advantages, nonzero_signal_groups
 from olmocr_rl.olmorl_settings import (  # noqa: F401  (re-exported: the trainer's public names)
     check_active_sampling_geometry,
@@ -87,7 +88,7 @@ def olmorl_group_plan(
     return advantages, keep_rows
 
 
-class OlmoRLGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer):
+class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer):
     """``trl.GRPOTrainer`` with the OlmoRL objective (see the module docstring).
 
     Build its ``args`` with ``GRPOConfig(..., **olmorl_config_overrides())``; any contradicting value

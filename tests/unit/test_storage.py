@@ -646,3 +646,18 @@ def test_tiny_model_loads_from_an_s3_uri(moto_s3, tmp_path, tiny_model_dir, s3_c
     assert fetched >= sum(1 for p in tiny_model_dir.rglob("*") if p.is_file())
     load_model_and_processor(f"s3://{moto_s3.bucket}/models/tiny", cache_dir=str(tmp_path), load_model=False)
     assert s3_calls.count("GetObject") == fetched  # second load: cache reused
+
+
+def test_both_trainers_load_checkpoints_through_the_mixin_whoever_builds_them():
+    """The weights/optimizer fix is in the trainer classes, not patched on by grpo_train's builder."""
+    from trl import GRPOTrainer
+
+    from olmocr_rl.completions_log import PlainGRPOTrainer
+    from olmocr_rl.olmorl_trainer import OlmoRLGRPOTrainer
+    from olmocr_rl.resume import CheckpointLoadMixin
+
+    for cls in (PlainGRPOTrainer, OlmoRLGRPOTrainer):
+        mro = cls.__mro__
+        assert mro.index(CheckpointLoadMixin) < mro.index(GRPOTrainer)
+        assert cls._load_from_checkpoint is CheckpointLoadMixin._load_from_checkpoint
+        assert cls._load_optimizer_and_scheduler is CheckpointLoadMixin._load_optimizer_and_scheduler
