@@ -36,9 +36,7 @@ for the Trainer methods it relies on, and docs/olmorl.md for what it costs.
 from __future__ import annotations
 
 import inspect
-import json
 import logging
-import os
 from typing import Any
 
 import torch
@@ -123,6 +121,10 @@ class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsL
         self._as_epoch = 0
         self._as_resume_skip: tuple[int, int] | None = None  # (epoch, batches) read from the checkpoint
         super().__init__(*args, **kwargs)
+        if self.active_sampling:
+            from olmocr_rl.active_sampling import ActiveSamplingPosition
+
+            self.add_callback(ActiveSamplingPosition())
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # The parent returns the rewards gathered over processes but keeps only the advantages; the
@@ -186,7 +188,8 @@ class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsL
     #     EpochSeededOrderMixin: each page chunk is one generation batch, repeated num_iterations x
     #     steps_per_generation times),
     #   Trainer.get_batch_samples (receives the epoch iterator), Trainer._run_epoch (epoch index),
-    #   Trainer.set_initial_training_values, Trainer._init_training_state (resume position), _save_checkpoint.
+    #   Trainer.set_initial_training_values, Trainer._init_training_state (resume position), _save_checkpoint
+#   (the position rides in trainer_state.json as TrainerState.stateful_callbacks["ActiveSamplingPosition"]).
 
     def set_initial_training_values(self, args, dataloader):
         values = list(super().set_initial_training_values(args, dataloader))
@@ -200,22 +203,26 @@ class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsL
                              resume_from_checkpoint, trial):
         epochs, steps = super()._init_training_state(max_steps, num_update_steps_per_epoch, num_train_epochs,
                                                      resume_from_checkpoint, trial)
-        if self.active_sampling and resume_from_checkpoint is not None:
-            from olmocr_rl.active_sampling import STATE_FILE
+        if not self.active_sampling:
+            return epochs, steps
+        from olmocr_rl.active_sampling import ActiveSamplingPosition
 
-            path = os.path.join(resume_from_checkpoint, STATE_FILE)
-            if os.path.isfile(path):
-                with open(path) as f:
-                    state = json.load(f)
-                # The Trainer's position assumes one page chunk per step; refills took more.
-                epochs, steps = int(state["epoch"]), int(state["batches_consumed"])
-                if self.args.ignore_data_skip:
-                    steps = 0
-                self._as_resume_skip = (epochs, steps)
-            else:
-                logger.warning("--active_sampling: %s has no %s; the page order after resuming follows the "
-                               "Trainer's step count, not the pages refills consumed", resume_from_checkpoint,
-                               STATE_FILE)
+        name = ActiveSamplingPosition.__name__
+        position = ActiveSamplingPosition.read(self.state.stateful_callbacks)
+        # A state loaded from a checkpoint saved without active sampling has no entry; the save needs one.
+        self.state.stateful_callbacks.setdefault(name, ActiveSamplingPosition().state())
+        if resume_from_checkpoint is None:
+            return epochs, steps
+        if position is None:
+            logger.warning("--active_sampling: %s records no active sampling position; the page order after "
+                           "resuming follows the Trainer's step count, not the pages refills consumed",
+                           resume_from_checkpoint)
+            return epochs, steps
+        # The Trainer's position assumes one page chunk per step; refills took more.
+        epochs, steps = position
+        if self.args.ignore_data_skip:
+            steps = 0
+        self._as_resume_skip = (epochs, steps)
         return epochs, steps
 
     def _run_epoch(self, model, epoch, train_dataloader, *args, **kwargs):
@@ -238,15 +245,16 @@ class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsL
         return super().get_batch_samples(self._as_iterator, num_batches, device)
 
     def _save_checkpoint(self, model, trial):
+        if self.active_sampling:
+            from olmocr_rl.active_sampling import ActiveSamplingPosition
+
+            # Stored by the Trainer inside trainer_state.json, written last (the checkpoint's completeness mark).
+            # A restored callback replaces the one added in __init__, so look it up each time.
+            for callback in self.callback_handler.callbacks:
+                if isinstance(callback, ActiveSamplingPosition):
+                    callback.epoch = self._as_epoch
+                    callback.batches_consumed = None if self._as_iterator is None else self._as_iterator.pulled
         super()._save_checkpoint(model, trial)
-        if self.active_sampling and self.args.should_save and self._as_iterator is not None:
-            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-            from olmocr_rl.active_sampling import STATE_FILE
-
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-            with open(os.path.join(folder, STATE_FILE), "w") as f:
-                json.dump({"epoch": self._as_epoch, "batches_consumed": self._as_iterator.pulled}, f)
 
     def _active_sampling_next_chunk(self):
         """The next page chunk of the epoch (the local generation batch), consumed; None at the epoch's end."""

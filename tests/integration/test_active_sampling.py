@@ -179,6 +179,12 @@ def test_resumed_run_sees_the_same_pages(tiny_model_dir, tmp_path):
     pages = lambda run: [p for call in run["calls"] for p, _ in call[::G]]  # noqa: E731
     assert pages(first) + pages(resumed) == pages(full)
     assert len(pages(full)) > 4 * GROUPS_PER_STEP, "refills must have taken pages beyond one chunk per step"
+    # The position rides inside trainer_state.json (the checkpoint's completeness mark), no file of its own.
+    checkpoint = tmp_path / "part" / "checkpoint-2"
+    saved = json.loads((checkpoint / "trainer_state.json").read_text())["stateful_callbacks"]
+    position = saved["ActiveSamplingPosition"]["attributes"]
+    assert isinstance(position["epoch"], int) and position["batches_consumed"] > 0
+    assert not (checkpoint / "active_sampling_state.json").exists()
 
 
 @pytest.mark.slow
