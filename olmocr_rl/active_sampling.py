@@ -126,8 +126,7 @@ def merge_rows(outputs: list[dict[str, Any]], picks: list[tuple[int, int]], pad_
             merged[key] = torch.stack([split[o][key][r] for o, r in picks])
         else:  # per-row lists: split pixel values / grids, num_images
             merged[key] = [split[o][key][r] for o, r in picks]
-    for mask_key, ids_keys, left in (("prompt_mask", _PROMPT_ALIGNED, True),
-                                     ("completion_mask", None, False)):
+    for mask_key, left in (("prompt_mask", True), ("completion_mask", False)):
         mask = merged.get(mask_key)
         if not isinstance(mask, torch.Tensor) or mask.ndim != 2:
             continue

@@ -116,7 +116,6 @@ class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsL
         self.active_sampling = bool(active_sampling)
         self.active_sampling_max_rounds = max_rounds
         self._olmorl_rewards_per_func: torch.Tensor | None = None
-        self._olmorl_keep_local: torch.Tensor | None = None
         self._as_iterator = None  # PushbackIterator over the Trainer's current epoch iterator
         self._as_epoch = 0
         self._as_resume_skip: tuple[int, int] | None = None  # (epoch, batches) read from the checkpoint
@@ -134,13 +133,15 @@ class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsL
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
-        output = self._olmorl_generate_and_score(inputs)
+        output, keep_local = self._olmorl_generate_and_score(inputs)
         if self.active_sampling and self.model.training:
-            output = self._active_sampling_fill(output)
+            output = self._active_sampling_fill(output, keep_local)
         return output
 
     def _olmorl_generate_and_score(self, inputs):
-        """TRL's generation and scoring of one generation batch, with OlmoRL's advantages and keep mask."""
+        """TRL's generation and scoring of one generation batch, with OlmoRL's advantages and keep mask.
+
+        Returns (the scored batch, this process's kept rows as a bool tensor of its row count)."""
         self._olmorl_rewards_per_func = None
         output = super()._generate_and_score_completions(inputs)
         rewards_per_func = self._olmorl_rewards_per_func
@@ -159,7 +160,6 @@ class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsL
         rank = self.accelerator.process_index
         local = slice(rank * n_local, (rank + 1) * n_local)
         keep_local = keep_rows[local].unsqueeze(1)
-        self._olmorl_keep_local = keep_rows[local].clone()
         output["advantages"] = advantages[local].to(output["advantages"].dtype)
 
         # TRL multiplies completion_mask by tool_mask to get the loss mask, and uses completion_mask alone
@@ -178,7 +178,7 @@ class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsL
         self._metrics[mode]["olmorl/frac_groups_dropped"].append(1.0 - kept_groups / n_groups)
         self._metrics[mode]["olmorl/tokens_kept"].append(float(tokens_kept))
         self._metrics[mode]["olmorl/frac_tokens_kept"].append(float(tokens_kept) / max(float(tokens_before), 1.0))
-        return output
+        return output, keep_rows[local].clone()
 
     # ---- active sampling (--active_sampling) -------------------------------------------------------------------
     #
@@ -272,15 +272,15 @@ class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsL
         return None if batches is None else batches[0]
 
     def _active_sampling_refill(self, batch):
-        """One extra generation round (timed as such by olmocr_rl.timing)."""
+        """One extra generation round (timed as such by olmocr_rl.timing): (scored batch, kept rows)."""
         return self._olmorl_generate_and_score(batch)
 
-    def _active_sampling_fill(self, first):
+    def _active_sampling_fill(self, first, first_keep):
         from olmocr_rl.active_sampling import merge_rows
 
         G = self.num_generations
         device = first["advantages"].device
-        outputs, keeps = [first], [self._olmorl_keep_local]
+        outputs, keeps = [first], [first_keep]
         n_local = keeps[0].shape[0]
         target = n_local // G
 
@@ -301,8 +301,9 @@ class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsL
                 why = "no pages left in the epoch"
                 break
             rounds += 1
-            outputs.append(self._active_sampling_refill(batch))
-            keeps.append(self._olmorl_keep_local)
+            output, keep = self._active_sampling_refill(batch)
+            outputs.append(output)
+            keeps.append(keep)
 
         kept = kept_groups()[:target]
         fillers = [(o, g) for o, keep in enumerate(keeps) for g in range(keep.shape[0] // G)
@@ -313,7 +314,6 @@ class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsL
         keep_rows = torch.tensor([bool(keeps[o][r]) for o, r in picks], device=device)
         loss_mask = merged["completion_mask"] * merged.get("tool_mask", torch.ones_like(merged["completion_mask"]))
         merged["num_items_in_batch"] = self.accelerator.gather((loss_mask * keep_rows.unsqueeze(1)).sum()).sum()
-        self._olmorl_keep_local = keep_rows
 
         kept_all = int(self.accelerator.gather(torch.tensor([float(len(kept))], device=device)).sum())
         n_proc = self.accelerator.num_processes

@@ -62,13 +62,13 @@ class ActiveTracingTrainer(TracingTrainer):
         self.rounds_seen = 0
 
     def _olmorl_generate_and_score(self, inputs):
-        output = super()._olmorl_generate_and_score(inputs)
+        output, keep = super()._olmorl_generate_and_score(inputs)
         n = output["advantages"].shape[0]
         rank = self.accelerator.process_index
         output["trace_reward"] = torch.tensor([r for _, r in self.calls[-1]], dtype=torch.float64)
         output["trace_group"] = (self.rounds_seen * 1000 + rank * 100 + torch.arange(n) // G)
         self.rounds_seen += 1
-        return output
+        return output, keep
 
     def _compute_loss(self, model, inputs):
         loss = super()._compute_loss(model, inputs)
