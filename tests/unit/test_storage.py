@@ -536,6 +536,21 @@ def test_resume_checkpoint_restores_the_history_from_s3_up_to_the_checkpoint(mot
     assert resume_checkpoint(str(remote / "checkpoint-3"), tmp_path / "other") == str(remote / "checkpoint-3")
 
 
+def test_an_explicit_resume_path_saved_by_another_layout_is_refused(tmp_path, monkeypatch):
+    """--resume_from_checkpoint PATH gets the same one-line layout check as a checkpoint found by itself."""
+    from olmocr_rl.storage import CheckpointMismatchError, resume_checkpoint
+
+    for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    checkpoint = fake_checkpoint(tmp_path / "run", 4)
+    manifest = {"checkpoint": "checkpoint-4", "node_rank": 0, "num_machines": 2, "world_size": 4, "engine": "ddp",
+                "files": {}}
+    write_files(checkpoint, {"olmocr_rl_manifest/node-0.json": json.dumps(manifest).encode()})
+    with pytest.raises(CheckpointMismatchError, match="was saved by .*restart with the same number of processes"):
+        resume_checkpoint(str(checkpoint), tmp_path / "other")
+    assert not (tmp_path / "other" / "metrics.jsonl").exists()
+
+
 def test_resume_checkpoint_without_a_history_on_s3_warns_and_goes_on(moto_s3, tmp_path, caplog):
     uri = f"s3://{moto_s3.bucket}/run/"
     fake_checkpoint(tmp_path / "remote", 2)
