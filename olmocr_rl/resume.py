@@ -26,6 +26,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from olmocr_rl.ranks import is_main_process
+
 logger = logging.getLogger(__name__)
 
 WANDB_RUN_FILE = "wandb_run.json"
@@ -125,7 +127,7 @@ class WandbRunIdCallback(TrainerCallback):
     """Write the W&B run's id into every checkpoint (global main process; before the S3 mirror runs)."""
 
     def on_save(self, args, state, control, **kwargs):
-        if not state.is_world_process_zero:
+        if not is_main_process(state):
             return
         import wandb
 
@@ -135,7 +137,6 @@ class WandbRunIdCallback(TrainerCallback):
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if not folder.is_dir():
             return
-        record = {"id": run.id, "project": run.project, "name": run.name}
-        partial = folder / (WANDB_RUN_FILE + ".tmp")
-        partial.write_text(json.dumps(record) + "\n")
-        partial.replace(folder / WANDB_RUN_FILE)
+        from olmocr_rl.storage.files import write_json_atomic
+
+        write_json_atomic(folder / WANDB_RUN_FILE, {"id": run.id, "project": run.project, "name": run.name})

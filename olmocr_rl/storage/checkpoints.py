@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 
 from olmocr_rl.ranks import global_rank, is_main_process
 from olmocr_rl.storage import s3
-from olmocr_rl.storage.cache import folder_lock
+from olmocr_rl.storage.files import folder_lock
 from olmocr_rl.storage.s3 import (
     PARTIAL_SUFFIX,
     RemoteObject,

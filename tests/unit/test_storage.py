@@ -676,3 +676,34 @@ def test_both_trainers_load_checkpoints_through_the_mixin_whoever_builds_them():
         assert mro.index(CheckpointLoadMixin) < mro.index(GRPOTrainer)
         assert cls._load_from_checkpoint is CheckpointLoadMixin._load_from_checkpoint
         assert cls._load_optimizer_and_scheduler is CheckpointLoadMixin._load_optimizer_and_scheduler
+
+
+def test_storage_errors_and_their_subclasses_are_permanent():
+    from olmocr_rl.storage import CheckpointMismatchError
+
+    assert storage_s3.is_permanent(storage_s3.StorageError("x"))
+    assert storage_s3.is_permanent(CheckpointMismatchError("another layout"))  # a subclass: was retried by name
+    assert not storage_s3.is_permanent(OSError("connection reset"))
+
+
+def test_write_json_atomic_replaces_whole_files_and_leaves_no_partial(tmp_path):
+    from olmocr_rl.storage.files import write_json_atomic
+
+    target = tmp_path / "deep" / "record.json"
+    write_json_atomic(target, {"b": 1, "a": [2]}, indent=1, sort_keys=True)
+    write_json_atomic(target, {"b": 3})
+    assert json.loads(target.read_text()) == {"b": 3} and target.read_text().endswith("\n")
+    assert [p.name for p in target.parent.iterdir()] == ["record.json"]
+
+
+def test_a_file_noted_as_uploaded_is_not_sent_again(moto_s3, tmp_path):
+    out = tmp_path / "out"
+    write_files(out, {"checkpoint-1/extra.json": b"{}"})
+    mirror = storage_mirror.S3Mirror(out, f"s3://{moto_s3.bucket}/noted/", delete=True, keep_remote_only=True)
+    storage_s3.make_s3_client().upload_file(str(out / "checkpoint-1/extra.json"), moto_s3.bucket,
+                                            "noted/checkpoint-1/extra.json")
+    mirror.note_uploaded("checkpoint-1/extra.json", out / "checkpoint-1" / "extra.json")
+    assert mirror.sync().uploaded == []
+    (out / "checkpoint-1" / "extra.json").unlink()
+    mirror.sync()
+    assert "noted/checkpoint-1/extra.json" not in remote_keys(moto_s3, "noted/")  # ours: deleted remotely too
