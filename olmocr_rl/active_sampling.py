@@ -11,6 +11,8 @@ here are the pieces that do not need the trainer:
                         completions on the right.
 ``PushbackIterator``    the Trainer's epoch iterator with a front queue, so a refill can take whole page
                         chunks ahead of repeats of the current one that later micro-steps still expect.
+``ActiveSamplingPosition``  the epoch and how many dataloader batches it had consumed, kept in every
+                        checkpoint's ``trainer_state.json`` (a transformers stateful callback).
 """
 
 from __future__ import annotations
@@ -20,10 +22,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
 from trl.trainer.utils import split_pixel_values_by_grid, unsplit_pixel_values_by_grid
-
-STATE_FILE = "active_sampling_state.json"
-"""Written into each checkpoint folder: the epoch and how many dataloader batches it had consumed."""
 
 DEFAULT_MAX_ROUNDS = 4
 
@@ -63,6 +64,36 @@ class PushbackIterator:
         return items
 
 
+class ActiveSamplingPosition(TrainerCallback, ExportableState):
+    """Where the epoch's pages stand: ``epoch`` and ``batches_consumed`` (None before the first step).
+
+    The Trainer writes ``state()`` into ``trainer_state.json`` under ``stateful_callbacks`` (the file whose
+    presence makes a checkpoint complete), so a checkpoint cannot lack it or hold half of it. The trainer sets
+    the attributes just before each save and reads them back from the loaded state when it resumes.
+    """
+
+    def __init__(self, epoch: int = 0, batches_consumed: int | None = None) -> None:
+        self.epoch = epoch
+        self.batches_consumed = batches_consumed
+
+    def state(self) -> dict:
+        return {"args": {}, "attributes": {"epoch": self.epoch, "batches_consumed": self.batches_consumed}}
+
+    @classmethod
+    def read(cls, stateful_callbacks: dict) -> tuple[int, int] | None:
+        """(epoch, batches consumed) from a loaded ``TrainerState.stateful_callbacks``, or None."""
+        record = stateful_callbacks.get(cls.__name__)
+        if isinstance(record, list):
+            record = record[-1] if record else None
+        attributes = record.get("attributes") if isinstance(record, dict) else None
+        if not isinstance(attributes, dict):
+            return None
+        epoch, consumed = attributes.get("epoch"), attributes.get("batches_consumed")
+        if not isinstance(epoch, int) or not isinstance(consumed, int):
+            return None
+        return epoch, consumed
+
+
 def _pad_to(t: torch.Tensor, width: int, left: bool, value: float) -> torch.Tensor:
     missing = width - t.shape[1]
     if missing <= 0:
@@ -95,8 +126,7 @@ def merge_rows(outputs: list[dict[str, Any]], picks: list[tuple[int, int]], pad_
             merged[key] = torch.stack([split[o][key][r] for o, r in picks])
         else:  # per-row lists: split pixel values / grids, num_images
             merged[key] = [split[o][key][r] for o, r in picks]
-    for mask_key, ids_keys, left in (("prompt_mask", _PROMPT_ALIGNED, True),
-                                     ("completion_mask", None, False)):
+    for mask_key, left in (("prompt_mask", True), ("completion_mask", False)):
         mask = merged.get(mask_key)
         if not isinstance(mask, torch.Tensor) or mask.ndim != 2:
             continue

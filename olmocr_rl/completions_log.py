@@ -26,6 +26,7 @@ from trl import GRPOTrainer
 
 from olmocr_rl.data.dataset import page_key
 from olmocr_rl.page_order import EpochSeededOrderMixin
+from olmocr_rl.resume import CheckpointLoadMixin
 
 __all__ = ["CompletionsLogMixin", "PlainGRPOTrainer", "conversation_text"]
 
@@ -82,6 +83,7 @@ class CompletionsLogMixin:
         super().log(logs, start_time)
 
 
-class PlainGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer):
+class PlainGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer):
     """``trl.GRPOTrainer`` (plain GRPO) whose completions table works with page prompts and whose page order
-    of every epoch survives a resume (olmocr_rl.page_order)."""
+    of every epoch survives a resume (olmocr_rl.page_order); it resumes the checkpoint's weights and optimizer
+(olmocr_rl.resume.CheckpointLoadMixin)."""

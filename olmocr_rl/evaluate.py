@@ -227,7 +227,7 @@ def load_bench_pages(bench: str | os.PathLike, jsonl_filter: str | None, keep: r
     report = validate_bench_folder(bench, jsonl_filter)
     if not report.ok:
         raise EvaluateError(f"{report.summary_line()} (python -m olmocr_rl.validate_bench {bench} lists all)")
-    dataset = OlmOCRBenchDataset(bench, jsonl_filter=jsonl_filter)
+    dataset = OlmOCRBenchDataset(bench, jsonl_filter=jsonl_filter, scan=report.scan)  # the folder read once
     keys = [page_key(sample["pdf"], sample["page"]) for sample in dataset.samples]
     selected = select_pages(keys, keep, drop)
     if not selected:

@@ -197,9 +197,6 @@ def _build_trainer(cfg: ResolvedConfig, model, processor, rewards, train_dataset
             train_dataset=train_dataset.to_trl_dataset(),
             eval_dataset=eval_dataset.to_trl_dataset() if eval_dataset is not None else None,
         )
-    from olmocr_rl.resume import install_checkpoint_loader
-
-    install_checkpoint_loader(trainer)  # the checkpoint's weights, whatever key layout it was saved in
     _add_callbacks(trainer, cfg, reward_names, reward_logger)
     return trainer
 

@@ -36,9 +36,7 @@ for the Trainer methods it relies on, and docs/olmorl.md for what it costs.
 from __future__ import annotations
 
 import inspect
-import json
 import logging
-import os
 from typing import Any
 
 import torch
@@ -46,6 +44,7 @@ from trl import GRPOTrainer
 
 from olmocr_rl.completions_log import CompletionsLogMixin
 from olmocr_rl.page_order import EpochSeededOrderMixin
+from olmocr_rl.resume import CheckpointLoadMixin
 from olmocr_rl.olmorl import group_advantages, nonzero_signal_groups
 from olmocr_rl.olmorl_settings import (  # noqa: F401  (re-exported: the trainer's public names)
     check_active_sampling_geometry,
@@ -87,7 +86,7 @@ def olmorl_group_plan(
     return advantages, keep_rows
 
 
-class OlmoRLGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer):
+class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer):
     """``trl.GRPOTrainer`` with the OlmoRL objective (see the module docstring).
 
     Build its ``args`` with ``GRPOConfig(..., **olmorl_config_overrides())``; any contradicting value
@@ -117,11 +116,14 @@ class OlmoRLGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer)
         self.active_sampling = bool(active_sampling)
         self.active_sampling_max_rounds = max_rounds
         self._olmorl_rewards_per_func: torch.Tensor | None = None
-        self._olmorl_keep_local: torch.Tensor | None = None
         self._as_iterator = None  # PushbackIterator over the Trainer's current epoch iterator
         self._as_epoch = 0
         self._as_resume_skip: tuple[int, int] | None = None  # (epoch, batches) read from the checkpoint
         super().__init__(*args, **kwargs)
+        if self.active_sampling:
+            from olmocr_rl.active_sampling import ActiveSamplingPosition
+
+            self.add_callback(ActiveSamplingPosition())
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # The parent returns the rewards gathered over processes but keeps only the advantages; the
@@ -131,13 +133,15 @@ class OlmoRLGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer)
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
-        output = self._olmorl_generate_and_score(inputs)
+        output, keep_local = self._olmorl_generate_and_score(inputs)
         if self.active_sampling and self.model.training:
-            output = self._active_sampling_fill(output)
+            output = self._active_sampling_fill(output, keep_local)
         return output
 
     def _olmorl_generate_and_score(self, inputs):
-        """TRL's generation and scoring of one generation batch, with OlmoRL's advantages and keep mask."""
+        """TRL's generation and scoring of one generation batch, with OlmoRL's advantages and keep mask.
+
+        Returns (the scored batch, this process's kept rows as a bool tensor of its row count)."""
         self._olmorl_rewards_per_func = None
         output = super()._generate_and_score_completions(inputs)
         rewards_per_func = self._olmorl_rewards_per_func
@@ -156,7 +160,6 @@ class OlmoRLGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer)
         rank = self.accelerator.process_index
         local = slice(rank * n_local, (rank + 1) * n_local)
         keep_local = keep_rows[local].unsqueeze(1)
-        self._olmorl_keep_local = keep_rows[local].clone()
         output["advantages"] = advantages[local].to(output["advantages"].dtype)
 
         # TRL multiplies completion_mask by tool_mask to get the loss mask, and uses completion_mask alone
@@ -175,7 +178,7 @@ class OlmoRLGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer)
         self._metrics[mode]["olmorl/frac_groups_dropped"].append(1.0 - kept_groups / n_groups)
         self._metrics[mode]["olmorl/tokens_kept"].append(float(tokens_kept))
         self._metrics[mode]["olmorl/frac_tokens_kept"].append(float(tokens_kept) / max(float(tokens_before), 1.0))
-        return output
+        return output, keep_rows[local].clone()
 
     # ---- active sampling (--active_sampling) -------------------------------------------------------------------
     #
@@ -185,7 +188,8 @@ class OlmoRLGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer)
     #     EpochSeededOrderMixin: each page chunk is one generation batch, repeated num_iterations x
     #     steps_per_generation times),
     #   Trainer.get_batch_samples (receives the epoch iterator), Trainer._run_epoch (epoch index),
-    #   Trainer.set_initial_training_values, Trainer._init_training_state (resume position), _save_checkpoint.
+    #   Trainer.set_initial_training_values, Trainer._init_training_state (resume position), _save_checkpoint
+#   (the position rides in trainer_state.json as TrainerState.stateful_callbacks["ActiveSamplingPosition"]).
 
     def set_initial_training_values(self, args, dataloader):
         values = list(super().set_initial_training_values(args, dataloader))
@@ -199,22 +203,26 @@ class OlmoRLGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer)
                              resume_from_checkpoint, trial):
         epochs, steps = super()._init_training_state(max_steps, num_update_steps_per_epoch, num_train_epochs,
                                                      resume_from_checkpoint, trial)
-        if self.active_sampling and resume_from_checkpoint is not None:
-            from olmocr_rl.active_sampling import STATE_FILE
+        if not self.active_sampling:
+            return epochs, steps
+        from olmocr_rl.active_sampling import ActiveSamplingPosition
 
-            path = os.path.join(resume_from_checkpoint, STATE_FILE)
-            if os.path.isfile(path):
-                with open(path) as f:
-                    state = json.load(f)
-                # The Trainer's position assumes one page chunk per step; refills took more.
-                epochs, steps = int(state["epoch"]), int(state["batches_consumed"])
-                if self.args.ignore_data_skip:
-                    steps = 0
-                self._as_resume_skip = (epochs, steps)
-            else:
-                logger.warning("--active_sampling: %s has no %s; the page order after resuming follows the "
-                               "Trainer's step count, not the pages refills consumed", resume_from_checkpoint,
-                               STATE_FILE)
+        name = ActiveSamplingPosition.__name__
+        position = ActiveSamplingPosition.read(self.state.stateful_callbacks)
+        # A state loaded from a checkpoint saved without active sampling has no entry; the save needs one.
+        self.state.stateful_callbacks.setdefault(name, ActiveSamplingPosition().state())
+        if resume_from_checkpoint is None:
+            return epochs, steps
+        if position is None:
+            logger.warning("--active_sampling: %s records no active sampling position; the page order after "
+                           "resuming follows the Trainer's step count, not the pages refills consumed",
+                           resume_from_checkpoint)
+            return epochs, steps
+        # The Trainer's position assumes one page chunk per step; refills took more.
+        epochs, steps = position
+        if self.args.ignore_data_skip:
+            steps = 0
+        self._as_resume_skip = (epochs, steps)
         return epochs, steps
 
     def _run_epoch(self, model, epoch, train_dataloader, *args, **kwargs):
@@ -237,15 +245,16 @@ class OlmoRLGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer)
         return super().get_batch_samples(self._as_iterator, num_batches, device)
 
     def _save_checkpoint(self, model, trial):
+        if self.active_sampling:
+            from olmocr_rl.active_sampling import ActiveSamplingPosition
+
+            # Stored by the Trainer inside trainer_state.json, written last (the checkpoint's completeness mark).
+            # A restored callback replaces the one added in __init__, so look it up each time.
+            for callback in self.callback_handler.callbacks:
+                if isinstance(callback, ActiveSamplingPosition):
+                    callback.epoch = self._as_epoch
+                    callback.batches_consumed = None if self._as_iterator is None else self._as_iterator.pulled
         super()._save_checkpoint(model, trial)
-        if self.active_sampling and self.args.should_save and self._as_iterator is not None:
-            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-            from olmocr_rl.active_sampling import STATE_FILE
-
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-            with open(os.path.join(folder, STATE_FILE), "w") as f:
-                json.dump({"epoch": self._as_epoch, "batches_consumed": self._as_iterator.pulled}, f)
 
     def _active_sampling_next_chunk(self):
         """The next page chunk of the epoch (the local generation batch), consumed; None at the epoch's end."""
@@ -263,15 +272,15 @@ class OlmoRLGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer)
         return None if batches is None else batches[0]
 
     def _active_sampling_refill(self, batch):
-        """One extra generation round (timed as such by olmocr_rl.timing)."""
+        """One extra generation round (timed as such by olmocr_rl.timing): (scored batch, kept rows)."""
         return self._olmorl_generate_and_score(batch)
 
-    def _active_sampling_fill(self, first):
+    def _active_sampling_fill(self, first, first_keep):
         from olmocr_rl.active_sampling import merge_rows
 
         G = self.num_generations
         device = first["advantages"].device
-        outputs, keeps = [first], [self._olmorl_keep_local]
+        outputs, keeps = [first], [first_keep]
         n_local = keeps[0].shape[0]
         target = n_local // G
 
@@ -292,8 +301,9 @@ class OlmoRLGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer)
                 why = "no pages left in the epoch"
                 break
             rounds += 1
-            outputs.append(self._active_sampling_refill(batch))
-            keeps.append(self._olmorl_keep_local)
+            output, keep = self._active_sampling_refill(batch)
+            outputs.append(output)
+            keeps.append(keep)
 
         kept = kept_groups()[:target]
         fillers = [(o, g) for o, keep in enumerate(keeps) for g in range(keep.shape[0] // G)
@@ -304,7 +314,6 @@ class OlmoRLGRPOTrainer(EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer)
         keep_rows = torch.tensor([bool(keeps[o][r]) for o, r in picks], device=device)
         loss_mask = merged["completion_mask"] * merged.get("tool_mask", torch.ones_like(merged["completion_mask"]))
         merged["num_items_in_batch"] = self.accelerator.gather((loss_mask * keep_rows.unsqueeze(1)).sum()).sum()
-        self._olmorl_keep_local = keep_rows
 
         kept_all = int(self.accelerator.gather(torch.tensor([float(len(kept))], device=device)).sum())
         n_proc = self.accelerator.num_processes

@@ -1,5 +1,9 @@
 """What a resumed run needs beyond TRL's own checkpoint loading.
 
+:class:`CheckpointLoadMixin` (in the bases of both trainers, before ``GRPOTrainer``) routes the Trainer's
+``_load_from_checkpoint`` and ``_load_optimizer_and_scheduler`` through the two functions below, so a
+trainer built directly (not through grpo_train) resumes correctly too.
+
 - :func:`load_checkpoint_weights`: the Trainer's ``_load_from_checkpoint`` reads ``model.safetensors``
   with ``load_state_dict``, but ``save_pretrained`` writes Qwen2.5-VL in its released key layout
   (``visual.*``, ``model.layers.*``) while the live model is ``model.visual.*``,
@@ -18,10 +22,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import types
 from pathlib import Path
 
 from transformers import TrainerCallback
+
+from olmocr_rl.ranks import is_main_process
 
 logger = logging.getLogger(__name__)
 
@@ -36,13 +41,15 @@ def _plain_hf_checkpoint(trainer, checkpoint: str) -> bool:
     return any(os.path.isfile(os.path.join(checkpoint, name)) for name in _HF_WEIGHTS)
 
 
-def load_checkpoint_weights(trainer, checkpoint: str, model=None) -> None:
-    """Load a ``save_pretrained`` checkpoint's weights into the trainer's model, every key or an error."""
+def load_checkpoint_weights(trainer, checkpoint: str, model=None, original=None) -> None:
+    """Load a ``save_pretrained`` checkpoint's weights into the trainer's model, every key or an error.
+
+    ``original(checkpoint, model)`` (the parent class's load) handles DeepSpeed and FSDP checkpoints."""
     import torch
 
     model = trainer.model if model is None else model
     if not _plain_hf_checkpoint(trainer, checkpoint):
-        return type(trainer)._load_from_checkpoint(trainer, checkpoint, model)
+        return original(checkpoint, model)
     from olmocr_rl.storage import CheckpointMismatchError
 
     first = next(iter(model.parameters()))
@@ -62,8 +69,9 @@ def load_checkpoint_weights(trainer, checkpoint: str, model=None) -> None:
     logger.info("loaded the model weights of %s (every key)", checkpoint)
 
 
-def load_optimizer_and_scheduler(trainer, checkpoint: str | None) -> None:
-    """The Trainer's optimizer/scheduler load, with the CPU device made loadable for torch.load.
+def load_optimizer_and_scheduler(trainer, checkpoint: str | None, original) -> None:
+    """``original(checkpoint)`` (the parent class's optimizer/scheduler load), with the CPU device made
+    loadable for torch.load.
 
     Several processes on CPU have ``args.device`` ``cpu:0``, which the Trainer passes to ``torch.load``
     as map_location, and torch cannot restore storages there ("don't know how to restore data location
@@ -71,10 +79,9 @@ def load_optimizer_and_scheduler(trainer, checkpoint: str | None) -> None:
     """
     import torch
 
-    original = type(trainer)._load_optimizer_and_scheduler
     device = getattr(trainer.args, "device", None)
     if checkpoint is None or getattr(device, "type", None) != "cpu" or getattr(device, "index", None) is None:
-        return original(trainer, checkpoint)
+        return original(checkpoint)
     real_load = torch.load
 
     def load(*args, **kwargs):
@@ -85,15 +92,20 @@ def load_optimizer_and_scheduler(trainer, checkpoint: str | None) -> None:
 
     torch.load = load
     try:
-        return original(trainer, checkpoint)
+        return original(checkpoint)
     finally:
         torch.load = real_load
 
 
-def install_checkpoint_loader(trainer) -> None:
-    """Make ``trainer.train(resume_from_checkpoint=...)`` load the checkpoint's weights and optimizer correctly."""
-    trainer._load_from_checkpoint = types.MethodType(load_checkpoint_weights, trainer)
-    trainer._load_optimizer_and_scheduler = types.MethodType(load_optimizer_and_scheduler, trainer)
+class CheckpointLoadMixin:
+    """Put before ``GRPOTrainer`` in the bases: ``train(resume_from_checkpoint=...)`` loads the checkpoint's
+    weights (whatever key layout they were saved in) and its optimizer state on any device."""
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        return load_checkpoint_weights(self, resume_from_checkpoint, model, super()._load_from_checkpoint)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        return load_optimizer_and_scheduler(self, checkpoint, super()._load_optimizer_and_scheduler)
 
 
 # ---- W&B run id ------------------------------------------------------------------------------------
@@ -115,7 +127,7 @@ class WandbRunIdCallback(TrainerCallback):
     """Write the W&B run's id into every checkpoint (global main process; before the S3 mirror runs)."""
 
     def on_save(self, args, state, control, **kwargs):
-        if not state.is_world_process_zero:
+        if not is_main_process(state):
             return
         import wandb
 
@@ -125,7 +137,6 @@ class WandbRunIdCallback(TrainerCallback):
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if not folder.is_dir():
             return
-        record = {"id": run.id, "project": run.project, "name": run.name}
-        partial = folder / (WANDB_RUN_FILE + ".tmp")
-        partial.write_text(json.dumps(record) + "\n")
-        partial.replace(folder / WANDB_RUN_FILE)
+        from olmocr_rl.storage.files import write_json_atomic
+
+        write_json_atomic(folder / WANDB_RUN_FILE, {"id": run.id, "project": run.project, "name": run.name})

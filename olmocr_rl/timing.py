@@ -69,9 +69,7 @@ def instrument_trainer(trainer) -> "StepTimingCallback":
     trainer._calculate_rewards = timed(trainer._calculate_rewards, "reward_s")
     if hasattr(trainer, "_active_sampling_refill"):  # OlmoRL --active_sampling's extra rounds
         trainer._active_sampling_refill = timed(trainer._active_sampling_refill, "refill_s")
-    callback = StepTimingCallback(totals)
-    callback.log_refill = bool(getattr(trainer, "active_sampling", False))
-    return callback
+    return StepTimingCallback(totals, log_refill=bool(getattr(trainer, "active_sampling", False)))
 
 
 def _flops_counter(trainer):
@@ -95,8 +93,9 @@ def _flops_counter(trainer):
 
 
 class StepTimingCallback(TrainerCallback):
-    def __init__(self, totals: _Totals):
+    def __init__(self, totals: _Totals, log_refill: bool = False):
         self.totals = totals
+        self.log_refill = log_refill  # log timing/active_sampling_s every log step, 0 included
         self.step_s = 0.0
         self.steps = 0
         self._start: float | None = None
@@ -122,7 +121,7 @@ class StepTimingCallback(TrainerCallback):
         logs["timing/reward_share"] = t.reward_s / self.step_s if self.step_s > 0 else 0.0
         logs["timing/generated_tokens"] = t.generated_tokens / n
         logs["timing/model_flops"] = t.model_flops / n
-        if getattr(self, "log_refill", False) or t.refill_s > 0:
+        if self.log_refill or t.refill_s > 0:
             logs["timing/active_sampling_s"] = t.refill_s / n
         self.step_s, self.steps = 0.0, 0
         t.reset()

@@ -62,7 +62,7 @@ def validate_bench_folder(
     folder: str | os.PathLike, jsonl_filter: str | None = None, test_types: Sequence[str] | None = None
 ) -> BenchReport:
     """Check a bench folder as training would use it (same filters); never raises for bad data."""
-    scan = scan_bench_folder(folder, jsonl_filter, list(test_types) if test_types is not None else None)
+    scan = scan_bench_folder(folder, jsonl_filter, test_types)
     problems = list(scan.problems)
 
     # Field-level checks: olmOCR-bench's own rules for each test type.

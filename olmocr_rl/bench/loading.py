@@ -83,8 +83,9 @@ def load_single_test(data: dict[str, Any] | str, *, source: str | None = None, l
     if isinstance(data, str):
         if not data.strip():
             raise TestLoadError("empty test definition; expected a JSON object", path=source, line=line)
-        data = _parse_line(data.strip(), source=source, line=line)
-    data = _require_object(data, source=source, line=line)
+        data = _parse_line(data.strip(), source=source, line=line)  # a JSON object, or TestLoadError
+    else:
+        data = _require_object(data, source=source, line=line)
     test_type = data.get("type")
     if test_type is None:
         raise TestLoadError(f"missing; set it to one of {', '.join(TEST_TYPES)}", path=source, line=line, field="type")

@@ -243,18 +243,17 @@ def _check_pdfs(folder: Path, refs: list[TestRef]) -> tuple[set[tuple[str, int]]
 
 
 def _types_key(test_types) -> tuple[str, ...] | None:
-    """A --bench_type_filter value (None, a name, names) as the tuple a BenchScan records."""
+    """A --bench_type_filter value (None, a name, names) as the tuple a BenchScan records and filters by."""
     if test_types is None:
         return None
     return (test_types,) if isinstance(test_types, str) else tuple(test_types)
 
 
 def validate_test_types(test_types: list[str] | tuple[str, ...] | None) -> list[BenchProblem]:
-    """Problems with a --bench_type_filter list (unknown names, empty list)."""
+    """Problems with a --bench_type_filter list (unknown names, empty list); a single name counts as one."""
+    test_types = _types_key(test_types)
     if test_types is None:
         return []
-    if isinstance(test_types, str):
-        test_types = [test_types]
     if len(test_types) == 0:
         return [BenchProblem("--bench_type_filter", None, None, f"empty list; give one or more of {', '.join(TEST_TYPES)}")]
     unknown = [name for name in test_types if name not in TEST_TYPES]
@@ -297,12 +296,12 @@ def scan_bench_folder(
         problems.append(
             BenchProblem(str(folder_path / "pdfs"), None, None, "pdfs/ folder not found; put the test PDFs in <folder>/pdfs/")
         )
-    problems.extend(validate_test_types(test_types))
+    problems.extend(validate_test_types(types))
     jsonl_files, file_problems = list_jsonl_files(folder_path, jsonl_filter)
     problems.extend(file_problems)
     refs = _read_unique_refs(jsonl_files, problems)
 
-    wanted = set(test_types) if test_types is not None and not validate_test_types(test_types) else None
+    wanted = set(types) if types is not None and not validate_test_types(types) else None  # a name: itself, not its letters
     kept = [ref for ref in refs if wanted is None or ref.type in wanted]
     dropped_by_type = Counter(ref.type for ref in refs if wanted is not None and ref.type not in wanted)
     dropped_pages = len({(ref.pdf, ref.page) for ref in refs} - {(ref.pdf, ref.page) for ref in kept})

@@ -7,17 +7,15 @@ and says "complete" only after every file arrived; a lock file serialises the pr
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from olmocr_rl.storage import s3
+from olmocr_rl.storage.files import folder_lock, write_json_atomic
 from olmocr_rl.storage.s3 import (
-    PARTIAL_SUFFIX,
     StorageError,
     endpoint_of,
     explain,
@@ -31,23 +29,6 @@ from olmocr_rl.storage.s3 import (
 logger = logging.getLogger(__name__)
 
 CACHE_MARKER = ".olmocr_rl_s3_complete.json"
-
-
-@contextlib.contextmanager
-def folder_lock(lock_path: Path) -> Iterator[None]:
-    """Serialise processes on one machine (e.g. 8 ranks loading one model) around a download."""
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # non-POSIX: no cross-process lock, temp names still keep files whole
-        yield
-        return
-    with open(lock_path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def default_cache_root() -> Path:
@@ -65,10 +46,7 @@ def _read_marker(marker: Path) -> dict | None:
 
 def _write_marker(marker: Path, uri: str, objects: dict[str, dict], complete: bool) -> None:
     """Atomically record which listed files are whole locally, and whether that is all of them."""
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    partial = marker.with_name(marker.name + PARTIAL_SUFFIX)
-    partial.write_text(json.dumps({"uri": uri, "complete": complete, "objects": objects}, indent=1))
-    os.replace(partial, marker)
+    write_json_atomic(marker, {"uri": uri, "complete": complete, "objects": objects}, indent=1)
 
 
 def _cache_is_whole(folder: Path, objects: dict[str, dict]) -> bool:

@@ -6,7 +6,6 @@ The only storage module that imports transformers; ``olmocr_rl.storage`` loads i
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -28,7 +27,8 @@ from olmocr_rl.storage.checkpoints import (
     manifest_name,
 )
 from olmocr_rl.storage.mirror import DEFAULT_EXCLUDE, S3Mirror, SyncResult, is_excluded
-from olmocr_rl.storage.s3 import PARTIAL_SUFFIX, explain, parse_s3_uri
+from olmocr_rl.storage.files import write_json_atomic
+from olmocr_rl.storage.s3 import explain, parse_s3_uri
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +123,8 @@ class S3SyncCallback(TrainerCallback):
     def sync(self, wait: bool = True) -> None:
         """Request a mirror pass; with ``wait`` return only after every requested pass finished.
 
-        No rank check here (the Trainer events do that): call it on the global main process only.
+        No rank check here (the Trainer events do that): call it on each machine's local main process
+        (every machine mirrors its own disk; see the class docstring).
         """
         if not self.background:
             self._run_pass()
@@ -192,17 +193,12 @@ class S3SyncCallback(TrainerCallback):
                   "world_size": topo.world_size, "engine": topo.engine, "files": files}
         rel = manifest_name(topo.node_rank)
         path = folder / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + PARTIAL_SUFFIX)
-        partial.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-        os.replace(partial, path)
+        write_json_atomic(path, record, indent=1, sort_keys=True)
         try:
             s3.make_s3_client().upload_file(str(path), self.mirror.bucket, f"{self.mirror.folder}{name}/{rel}")
         except Exception as exc:
             raise explain(exc, f"uploading the manifest of {name} to", self.s3_save_path) from exc
-        stat = path.stat()
-        self.mirror._sent[f"{name}/{rel}"] = (stat.st_size, stat.st_mtime)
-        self.mirror._seen.add(f"{name}/{rel}")
+        self.mirror.note_uploaded(f"{name}/{rel}", path)
 
 
 def _barrier() -> None:

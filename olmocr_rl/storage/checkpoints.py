@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 
 from olmocr_rl.ranks import global_rank, is_main_process
 from olmocr_rl.storage import s3
-from olmocr_rl.storage.cache import folder_lock
+from olmocr_rl.storage.files import folder_lock
 from olmocr_rl.storage.s3 import (
     PARTIAL_SUFFIX,
     RemoteObject,
@@ -380,13 +380,15 @@ def resume_checkpoint(
 
     ``flag`` is the flag's value: falsy (do not resume), True (:func:`resolve_resume_checkpoint`: the
     newest local checkpoint, else one pulled from ``s3_save_path``; none found starts fresh) or a path
-    (taken as given). On the main process the run's metrics.jsonl is then made to end at the checkpoint's
+    (taken as given, its node manifests checked against this run's layout like any other). On the main process the run's metrics.jsonl is then made to end at the checkpoint's
     step (:func:`restore_history`). Raises what :func:`resolve_resume_checkpoint` raises.
     """
     if not flag:
         return None
     if flag is not True:
         checkpoint = Path(flag)
+        # Another world size or engine: one line here, not a failure deep inside the Trainer's load.
+        check_layout(str(checkpoint), _local_manifests(checkpoint), current_topology())
     else:
         checkpoint = resolve_resume_checkpoint(output_dir, s3_save_path)
         if checkpoint is None:

@@ -144,6 +144,13 @@ class S3Mirror:
         if self.local_dir.is_dir():
             self._seen |= set(scan_local(self.local_dir, self.exclude))
 
+    def note_uploaded(self, rel: str, local: Path) -> None:
+        """Record that ``local`` (``rel`` under the folder) was uploaded outside a pass, as it is now: the next
+        pass neither sends it again nor keeps it remotely once it vanishes locally."""
+        stat = local.stat()
+        self._sent[rel] = (stat.st_size, stat.st_mtime)
+        self._seen.add(rel)
+
     def sync(self) -> SyncResult:
         """Run one mirror pass (with retries); returns what it did, raises StorageError on final failure."""
         if not self.local_dir.is_dir():

@@ -129,8 +129,9 @@ def _error_code(exc: BaseException) -> str | None:
 
 def is_permanent(exc: BaseException) -> bool:
     """True for failures a retry cannot fix (missing or refused credentials, missing bucket)."""
-    name = type(exc).__name__
-    if name in {"NoCredentialsError", "PartialCredentialsError", "StorageError"}:
+    if isinstance(exc, StorageError):
+        return True
+    if type(exc).__name__ in {"NoCredentialsError", "PartialCredentialsError"}:  # botocore's: not imported here
         return True
     return _error_code(exc) in (_CREDENTIAL_CODES | _MISSING_BUCKET_CODES)
 

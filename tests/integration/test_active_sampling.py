@@ -62,13 +62,13 @@ class ActiveTracingTrainer(TracingTrainer):
         self.rounds_seen = 0
 
     def _olmorl_generate_and_score(self, inputs):
-        output = super()._olmorl_generate_and_score(inputs)
+        output, keep = super()._olmorl_generate_and_score(inputs)
         n = output["advantages"].shape[0]
         rank = self.accelerator.process_index
         output["trace_reward"] = torch.tensor([r for _, r in self.calls[-1]], dtype=torch.float64)
         output["trace_group"] = (self.rounds_seen * 1000 + rank * 100 + torch.arange(n) // G)
         self.rounds_seen += 1
-        return output
+        return output, keep
 
     def _compute_loss(self, model, inputs):
         loss = super()._compute_loss(model, inputs)
@@ -179,6 +179,12 @@ def test_resumed_run_sees_the_same_pages(tiny_model_dir, tmp_path):
     pages = lambda run: [p for call in run["calls"] for p, _ in call[::G]]  # noqa: E731
     assert pages(first) + pages(resumed) == pages(full)
     assert len(pages(full)) > 4 * GROUPS_PER_STEP, "refills must have taken pages beyond one chunk per step"
+    # The position rides inside trainer_state.json (the checkpoint's completeness mark), no file of its own.
+    checkpoint = tmp_path / "part" / "checkpoint-2"
+    saved = json.loads((checkpoint / "trainer_state.json").read_text())["stateful_callbacks"]
+    position = saved["ActiveSamplingPosition"]["attributes"]
+    assert isinstance(position["epoch"], int) and position["batches_consumed"] > 0
+    assert not (checkpoint / "active_sampling_state.json").exists()
 
 
 @pytest.mark.slow

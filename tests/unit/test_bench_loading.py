@@ -193,3 +193,22 @@ def test_the_jsonl_reader_locates_unreadable_files(tmp_path):
     assert entries == [] and [str(e) for e in errors] == [f"{path}:2: not UTF-8 text; save the file as UTF-8"]
     entries, errors = read_test_jsonl(tmp_path / "nope.jsonl")
     assert [str(e) for e in errors] == [f"{tmp_path / 'nope.jsonl'}: file not found; check the path"]
+
+
+def test_a_json_string_that_is_not_an_object_gets_one_error(monkeypatch):
+    """A string is parsed and checked once; a dict is checked once; both name the object problem."""
+    from olmocr_rl.bench import loading
+
+    checks = []
+    real = loading._require_object
+
+    def counting(*args, **kwargs):
+        checks.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loading, "_require_object", counting)
+    with pytest.raises(TestLoadError, match="expected a JSON object, got list"):
+        load_single_test("[1, 2]", source="t.jsonl", line=3)
+    assert len(checks) == 1
+    load_single_test('{"pdf": "a.pdf", "page": 1, "id": "x", "type": "present", "text": "hi"}')
+    assert len(checks) == 2

@@ -233,3 +233,22 @@ def test_validation_and_the_dataset_read_the_folder_once(monkeypatch):
         OlmOCRBenchDataset(SAMPLE, test_types=["present"], scan=report.scan)
     with pytest.raises(ValueError, match="pass the matching scan or none"):
         OlmOCRBenchDataset(SAMPLE, jsonl_filter="basic", test_types=["present", "absent"], scan=report.scan)
+
+
+def test_evaluate_reads_the_bench_folder_once(monkeypatch):
+    """evaluate's load_bench_pages validates the folder and builds the dataset from that one scan."""
+    from olmocr_rl import evaluate, validate_bench
+    from olmocr_rl.data import dataset as dataset_module
+
+    calls = []
+    real = validate_bench.scan_bench_folder
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(validate_bench, "scan_bench_folder", counting)
+    monkeypatch.setattr(dataset_module, "scan_bench_folder", counting)
+    dataset, selected = evaluate.load_bench_pages(str(SAMPLE), None, None, None)
+    assert len(calls) == 1
+    assert selected == list(range(len(dataset.samples))) and selected

@@ -206,6 +206,17 @@ def test_unknown_or_absent_type_filter(bench):
     assert any("no test has type math" in p for p in _problems(bench, jsonl_filter="layout", test_types=["math"]))
 
 
+def test_a_single_type_name_filters_like_a_list_of_one(bench):
+    """test_types="math" is the type math (validated, recorded and filtered alike), not the letters m, a, t, h."""
+    from olmocr_rl.data.scan import scan_bench_folder
+
+    one, listed = scan_bench_folder(bench, None, "math"), scan_bench_folder(bench, None, ["math"])
+    assert one.test_types == listed.test_types == ("math",)
+    assert [ref.id for ref in one.kept_tests] == [ref.id for ref in listed.kept_tests]
+    assert one.kept_tests and all(ref.type == "math" for ref in one.kept_tests)
+    assert one.made_with(bench, None, ["math"])
+
+
 def test_empty_folder(tmp_path):
     (tmp_path / "pdfs").mkdir()
     assert _problems(tmp_path) == [f"{tmp_path}: no *.jsonl test files in the folder; a bench folder holds *.jsonl and pdfs/"]

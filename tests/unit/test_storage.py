@@ -536,6 +536,21 @@ def test_resume_checkpoint_restores_the_history_from_s3_up_to_the_checkpoint(mot
     assert resume_checkpoint(str(remote / "checkpoint-3"), tmp_path / "other") == str(remote / "checkpoint-3")
 
 
+def test_an_explicit_resume_path_saved_by_another_layout_is_refused(tmp_path, monkeypatch):
+    """--resume_from_checkpoint PATH gets the same one-line layout check as a checkpoint found by itself."""
+    from olmocr_rl.storage import CheckpointMismatchError, resume_checkpoint
+
+    for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    checkpoint = fake_checkpoint(tmp_path / "run", 4)
+    manifest = {"checkpoint": "checkpoint-4", "node_rank": 0, "num_machines": 2, "world_size": 4, "engine": "ddp",
+                "files": {}}
+    write_files(checkpoint, {"olmocr_rl_manifest/node-0.json": json.dumps(manifest).encode()})
+    with pytest.raises(CheckpointMismatchError, match="was saved by .*restart with the same number of processes"):
+        resume_checkpoint(str(checkpoint), tmp_path / "other")
+    assert not (tmp_path / "other" / "metrics.jsonl").exists()
+
+
 def test_resume_checkpoint_without_a_history_on_s3_warns_and_goes_on(moto_s3, tmp_path, caplog):
     uri = f"s3://{moto_s3.bucket}/run/"
     fake_checkpoint(tmp_path / "remote", 2)
@@ -646,3 +661,49 @@ def test_tiny_model_loads_from_an_s3_uri(moto_s3, tmp_path, tiny_model_dir, s3_c
     assert fetched >= sum(1 for p in tiny_model_dir.rglob("*") if p.is_file())
     load_model_and_processor(f"s3://{moto_s3.bucket}/models/tiny", cache_dir=str(tmp_path), load_model=False)
     assert s3_calls.count("GetObject") == fetched  # second load: cache reused
+
+
+def test_both_trainers_load_checkpoints_through_the_mixin_whoever_builds_them():
+    """The weights/optimizer fix is in the trainer classes, not patched on by grpo_train's builder."""
+    from trl import GRPOTrainer
+
+    from olmocr_rl.completions_log import PlainGRPOTrainer
+    from olmocr_rl.olmorl_trainer import OlmoRLGRPOTrainer
+    from olmocr_rl.resume import CheckpointLoadMixin
+
+    for cls in (PlainGRPOTrainer, OlmoRLGRPOTrainer):
+        mro = cls.__mro__
+        assert mro.index(CheckpointLoadMixin) < mro.index(GRPOTrainer)
+        assert cls._load_from_checkpoint is CheckpointLoadMixin._load_from_checkpoint
+        assert cls._load_optimizer_and_scheduler is CheckpointLoadMixin._load_optimizer_and_scheduler
+
+
+def test_storage_errors_and_their_subclasses_are_permanent():
+    from olmocr_rl.storage import CheckpointMismatchError
+
+    assert storage_s3.is_permanent(storage_s3.StorageError("x"))
+    assert storage_s3.is_permanent(CheckpointMismatchError("another layout"))  # a subclass: was retried by name
+    assert not storage_s3.is_permanent(OSError("connection reset"))
+
+
+def test_write_json_atomic_replaces_whole_files_and_leaves_no_partial(tmp_path):
+    from olmocr_rl.storage.files import write_json_atomic
+
+    target = tmp_path / "deep" / "record.json"
+    write_json_atomic(target, {"b": 1, "a": [2]}, indent=1, sort_keys=True)
+    write_json_atomic(target, {"b": 3})
+    assert json.loads(target.read_text()) == {"b": 3} and target.read_text().endswith("\n")
+    assert [p.name for p in target.parent.iterdir()] == ["record.json"]
+
+
+def test_a_file_noted_as_uploaded_is_not_sent_again(moto_s3, tmp_path):
+    out = tmp_path / "out"
+    write_files(out, {"checkpoint-1/extra.json": b"{}"})
+    mirror = storage_mirror.S3Mirror(out, f"s3://{moto_s3.bucket}/noted/", delete=True, keep_remote_only=True)
+    storage_s3.make_s3_client().upload_file(str(out / "checkpoint-1/extra.json"), moto_s3.bucket,
+                                            "noted/checkpoint-1/extra.json")
+    mirror.note_uploaded("checkpoint-1/extra.json", out / "checkpoint-1" / "extra.json")
+    assert mirror.sync().uploaded == []
+    (out / "checkpoint-1" / "extra.json").unlink()
+    mirror.sync()
+    assert "noted/checkpoint-1/extra.json" not in remote_keys(moto_s3, "noted/")  # ours: deleted remotely too

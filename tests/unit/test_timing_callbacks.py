@@ -143,6 +143,20 @@ def test_active_sampling_refill_time_is_logged(monkeypatch):
     assert logs["timing/active_sampling_s"] == pytest.approx(0.25)
 
 
+def test_active_sampling_time_is_logged_as_zero_for_a_step_without_refills(monkeypatch):
+    """With --active_sampling the column is there every log step (0 when no refill ran); without it, never."""
+    clock = FakeClock()
+    monkeypatch.setattr(timing.time, "perf_counter", clock)
+    for active in (True, False):
+        trainer = _fake_trainer(clock, gen_s=1.0, reward_s=0.0, refill=active)
+        callback = timing.instrument_trainer(trainer)
+        assert callback.log_refill is active
+        _one_step(callback, trainer, clock, other_s=0.5)
+        logs = {"reward": 0.0}
+        callback.on_log(None, _state(), None, logs=logs)
+        assert logs.get("timing/active_sampling_s") == (0.0 if active else None)
+
+
 def test_reward_time_counts_even_when_the_reward_call_raises(monkeypatch):
     clock = FakeClock()
     monkeypatch.setattr(timing.time, "perf_counter", clock)
