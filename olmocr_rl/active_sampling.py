@@ -26,8 +26,6 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 from trl.trainer.utils import split_pixel_values_by_grid, unsplit_pixel_values_by_grid
 
-DEFAULT_MAX_ROUNDS = 4
-
 # Per-row 2-D tensors aligned with the prompt (left-padded by TRL); every other per-row 2-D tensor is
 # aligned with the completion (right-padded).
 _PROMPT_ALIGNED = {"prompt_ids", "prompt_mask", "token_type_ids", "mm_token_type_ids"}

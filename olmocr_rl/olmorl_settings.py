@@ -11,6 +11,8 @@ from typing import Any
 
 EPS_LOW = 0.2
 EPS_HIGH = 0.272
+#: --active_sampling_max_rounds' default: extra generation rounds per optimizer step at most.
+ACTIVE_SAMPLING_MAX_ROUNDS = 4
 """OLMo 3's clip range: ratios are clipped to [1 - 0.2, 1 + 0.272] ("clip-higher", after DAPO)."""
 
 __all__ = ["EPS_HIGH", "EPS_LOW", "check_active_sampling_geometry", "check_olmorl_settings", "olmorl_config_overrides"]

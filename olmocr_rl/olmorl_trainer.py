@@ -47,6 +47,7 @@ from olmocr_rl.page_order import EpochSeededOrderMixin
 from olmocr_rl.resume import CheckpointLoadMixin
 from olmocr_rl.olmorl import group_advantages, nonzero_signal_groups
 from olmocr_rl.olmorl_settings import (  # noqa: F401  (re-exported: the trainer's public names)
+    ACTIVE_SAMPLING_MAX_ROUNDS,
     check_active_sampling_geometry,
     check_olmorl_settings,
     olmorl_config_overrides,
@@ -100,7 +101,6 @@ class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsL
 
     def __init__(self, *args: Any, active_sampling: bool = False,
                  active_sampling_max_rounds: int | None = None, **kwargs: Any) -> None:
-        from olmocr_rl.active_sampling import DEFAULT_MAX_ROUNDS
 
         config = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments.get("args")
         if config is None:
@@ -109,7 +109,7 @@ class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsL
                 "is plain GRPO"
             )
         check_olmorl_settings(config)
-        max_rounds = DEFAULT_MAX_ROUNDS if active_sampling_max_rounds is None else int(active_sampling_max_rounds)
+        max_rounds = ACTIVE_SAMPLING_MAX_ROUNDS if active_sampling_max_rounds is None else int(active_sampling_max_rounds)
         if active_sampling:
             check_active_sampling_geometry(config.per_device_train_batch_size, config.steps_per_generation,
                                            config.gradient_accumulation_steps, config.num_generations, max_rounds)

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import yaml
 
 from olmocr_rl.config.rewards import REWARD_FLAGS, REWARD_HELP, parse_reward_value
+from olmocr_rl.olmorl_settings import ACTIVE_SAMPLING_MAX_ROUNDS
 
 # TRL 1.16's loss formulations (GRPOConfig.loss_type).
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
@@ -216,7 +217,7 @@ def _add_grpo_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--active_sampling", action=_BoolFlag, default=False,
                    help="OlmoRL only: generate groups from further pages of the epoch until every optimizer step "
                         "holds its full number of groups with signal (costs extra generation; docs/olmorl.md)")
-    g.add_argument("--active_sampling_max_rounds", type=int, default=4, metavar="N",
+    g.add_argument("--active_sampling_max_rounds", type=int, default=ACTIVE_SAMPLING_MAX_ROUNDS, metavar="N",
                    help="at most N extra generation rounds per step for --active_sampling; a step still short "
                         "after them trains on what it has (logged)")
     g.add_argument("--macro_average", action=_BoolFlag, default=False,
