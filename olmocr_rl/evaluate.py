@@ -245,7 +245,7 @@ def load_model(model: str, device: str | None):
     """``(model, processor)`` in eval mode on ``device`` (default cuda when available); EvaluateError if unloadable."""
     import torch
 
-    from olmocr_rl.models import ModelLoadError, load_model_and_processor
+    from olmocr_rl.model.loading import ModelLoadError, load_model_and_processor
 
     try:
         policy, processor = load_model_and_processor(model)

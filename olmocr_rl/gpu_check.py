@@ -12,7 +12,7 @@ FLOP utilisation (below), peak memory, and the
 reward time share. The first step of each run is warm-up and is left out of the means.
 
 Three MFU columns: ``mfu_6n`` is the usual 6 · N · trained tokens estimate; ``mfu`` counts the step's
-real training FLOPs (language model, vision tower on its patches, attention; ``olmocr_rl.flops``)
+real training FLOPs (language model, vision tower on its patches, attention; ``olmocr_rl.model.flops``)
 against the whole step's time, and ``train_mfu`` the same FLOPs against the training phase alone.
 """
 
@@ -75,7 +75,7 @@ def summarise(metrics_file: Path, *, params: int, peak_flops: float, peak_mem_gb
     train_s = _mean(r["timing/train_s"] for r in measured)
     gen_tokens = _mean(r["timing/generated_tokens"] for r in measured)
     trained_tokens = _mean(trained)
-    flops = _mean(r.get("timing/model_flops") for r in measured)  # true training FLOPs (olmocr_rl.flops)
+    flops = _mean(r.get("timing/model_flops") for r in measured)  # true training FLOPs (olmocr_rl.model.flops)
     return {
         "arm": arm,
         "step_s": step_s,

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from olmocr_rl.config import ConfigError, ResolvedConfig, build_grpo_config, parse_args, validate
-from olmocr_rl.ranks import is_main_process, local_rank
+from olmocr_rl.ranks import is_main_process
 
 logger = logging.getLogger("olmocr_rl.grpo_train")
 
@@ -77,7 +77,7 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
     scan (the datasets reuse it: every folder is read once).
     """
     if "wandb" in cfg.report_to and is_main_process():  # the W&B run lives on the global main process only
-        from olmocr_rl.wandb_check import wandb_credentials_problem
+        from olmocr_rl.telemetry.wandb_run import wandb_credentials_problem
 
         os.environ.setdefault("WANDB_PROJECT", cfg.wandb_project)  # before W&B reads its settings
         problem = wandb_credentials_problem()
@@ -140,10 +140,12 @@ def _build_datasets(cfg: ResolvedConfig, scans: dict):
 
 def _load_model(cfg: ResolvedConfig):
     """``(model, processor)`` with the vision speedups applied; the colocate memory check first."""
-    from olmocr_rl.models import ModelLoadError, load_model_and_processor
-    from olmocr_rl.vision_speedups import apply_vision_speedups
+    from olmocr_rl.model.loading import ModelLoadError, load_model_and_processor
+    from olmocr_rl.model.vision_speedups import apply_vision_speedups
 
     if cfg.vllm_mode == "colocate":
+        from olmocr_rl.model.colocate_memory import colocate_memory_problem
+
         problem = colocate_memory_problem(cfg)
         if problem:
             raise _Stop(problem)
@@ -162,7 +164,7 @@ def _load_model(cfg: ResolvedConfig):
 def _build_rewards(cfg: ResolvedConfig, processor):
     """``(reward_funcs, reward_weights, reward_names, reward_logger)`` from the resolved reward spec."""
     from olmocr_rl.rewards import build_reward_functions
-    from olmocr_rl.telemetry import DetailedRewardLogger
+    from olmocr_rl.telemetry.bench_rewards import DetailedRewardLogger
 
     reward_logger = DetailedRewardLogger()
     try:
@@ -177,28 +179,19 @@ def _build_rewards(cfg: ResolvedConfig, processor):
 
 
 def _build_trainer(cfg: ResolvedConfig, model, processor, rewards, train_dataset, eval_dataset, resume):
-    """Plain TRL GRPO or OlmoRL, with W&B started and the callbacks in place."""
+    """Plain TRL GRPO or OlmoRL (olmocr_rl.trainer.build), with W&B started first when asked for."""
+    from olmocr_rl.trainer.build import build_trainer
+
     reward_funcs, reward_weights, reward_names, reward_logger = rewards
     grpo_config = build_grpo_config(cfg, reward_weights, tokenizer=processor.tokenizer)
     if "wandb" in cfg.report_to:
-        problem = _init_wandb(cfg, resume)
+        from olmocr_rl.telemetry.wandb_run import init_wandb
+
+        problem = init_wandb(cfg, resume)
         if problem:
             raise _Stop(problem)
-    extra = {}
-    if cfg.olmorl:
-        from olmocr_rl.olmorl_trainer import OlmoRLGRPOTrainer as trainer_cls
-
-        extra = {"active_sampling": cfg.active_sampling, "active_sampling_max_rounds": cfg.active_sampling_max_rounds}
-    else:
-        from olmocr_rl.completions_log import PlainGRPOTrainer as trainer_cls
-    with _rollout_backend(cfg):
-        trainer = trainer_cls(
-            **extra, model=model, args=grpo_config, processing_class=processor, reward_funcs=reward_funcs,
-            train_dataset=train_dataset.to_trl_dataset(),
-            eval_dataset=eval_dataset.to_trl_dataset() if eval_dataset is not None else None,
-        )
-    _add_callbacks(trainer, cfg, reward_names, reward_logger)
-    return trainer
+    return build_trainer(cfg, grpo_config, model, processor, reward_funcs, reward_names, reward_logger,
+                         train_dataset, eval_dataset)
 
 
 def _train_and_save(cfg: ResolvedConfig, trainer, processor, resume: str | None) -> None:
@@ -213,102 +206,6 @@ def _train_and_save(cfg: ResolvedConfig, trainer, processor, resume: str | None)
     if is_main_process(trainer.state):  # the processor beside the final model, whatever the Trainer saved
         processor.save_pretrained(cfg.output_dir)
     _finish(trainer, cfg)
-
-
-def colocate_memory_problem(cfg: ResolvedConfig) -> str | None:
-    """On a CUDA GPU: do the colocated engine and the trainer fit (olmocr_rl.colocate_memory)? From the config only."""
-    if not cfg.environment.cuda:
-        return None  # vLLM's CPU engine takes its KV cache from RAM (VLLM_CPU_KVCACHE_SPACE)
-    import torch
-    from transformers import AutoConfig
-
-    from olmocr_rl.colocate_memory import check_fit, model_facts
-    from olmocr_rl.models import MODEL_CLASSES, ModelLoadError, resolve_model_path
-
-    try:
-        config = AutoConfig.from_pretrained(resolve_model_path(cfg.model_name, cache_dir=cfg.cache_dir))
-    except (OSError, ValueError, ModelLoadError) as exc:  # the model load right after reports it properly
-        logger.warning("colocate memory check skipped: no config for %s (%s)", cfg.model_name, exc)
-        return None
-    if config.model_type not in MODEL_CLASSES:
-        return None  # load_model_and_processor names the supported types
-    gpu_bytes = torch.cuda.get_device_properties(local_rank()).total_memory
-    problem = check_fit(
-        model_facts(config), gpu_bytes=gpu_bytes, utilization=cfg.vllm_gpu_memory_utilization,
-        max_model_length=cfg.vllm_max_model_length, engine_dtype=cfg.vllm_engine_dtype,
-        reference_model=cfg.beta > 0, single_process=cfg.num_processes == 1,
-        tensor_parallel=cfg.vllm_tensor_parallel_size,
-    )
-    if problem is None:
-        logger.info("colocate memory check: vLLM engine and trainer fit on the %.0f GiB GPU", gpu_bytes / 2**30)
-    return problem
-
-
-def _rollout_backend(cfg: ResolvedConfig):
-    """vLLM backends get our prompt/dtype fixes (olmocr_rl.vllm_rollout); HF generation needs nothing."""
-    import contextlib
-
-    if cfg.vllm_mode == "none":
-        return contextlib.nullcontext()
-    from olmocr_rl.vllm_rollout import page_vllm_generation
-
-    return page_vllm_generation({"dtype": cfg.vllm_engine_dtype})
-
-
-def _init_wandb(cfg: ResolvedConfig, resume: str | None = None) -> str | None:
-    """W&B on the global main process only, with the full flag set as its config; a problem as one line.
-
-    A run resumed from a checkpoint that holds a W&B run id (resume.WandbRunIdCallback) continues that
-    run; a fresh start (no checkpoint) begins a new one.
-    """
-    if not is_main_process():
-        return None
-    import wandb
-    from wandb.errors import Error as WandbError
-
-    from olmocr_rl.resume import read_wandb_run
-    from olmocr_rl.wandb_check import WAYS_OUT
-
-    previous = read_wandb_run(resume)
-    run_id = previous["id"] if previous else None
-    if run_id:
-        logger.info("W&B: continuing run %s (its id is stored in %s)", run_id, resume)
-    try:
-        wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, config=cfg.as_dict(),
-                   dir=cfg.output_dir, id=run_id, resume="allow")
-    except WandbError as exc:  # credentials the early check could not judge (another wandb version), server errors
-        return f"--report_to wandb: W&B could not start a run ({' '.join(str(exc).split())}); {WAYS_OUT}"
-    return None
-
-
-def _add_callbacks(trainer, cfg: ResolvedConfig, reward_names: list[str], reward_logger) -> None:
-    from olmocr_rl.telemetry import DetailedRewardLoggingCallback
-    from olmocr_rl.timing import instrument_trainer
-    from olmocr_rl.training_callbacks import MetricsFileCallback, ProgressTableCallback
-
-    # Both add keys to `logs`, so they go before the Trainer's own reporting callbacks (W&B,
-    # TensorBoard, which add_callback would put them after) and before the metrics file below.
-    trainer.callback_handler.callbacks.insert(0, instrument_trainer(trainer))  # timing/* keys
-    if {"olmocr_bench_reward", "olmocr_bench_reward_macroavg"} & set(reward_names):
-        DetailedRewardLoggingCallback.attach(trainer, reward_logger)  # bench_reward/* keys; goes first
-    trainer.add_callback(MetricsFileCallback(Path(cfg.output_dir) / "metrics.jsonl"))
-    trainer.add_callback(ProgressTableCallback())
-    if "wandb" in cfg.report_to:
-        from transformers.integrations import WandbCallback
-
-        from olmocr_rl.resume import WandbRunIdCallback
-        from olmocr_rl.training_callbacks import olmocr_wandb_callback
-
-        # olmOCR's W&B names (bench_reward/* at top level), in the Trainer's own callback's place.
-        callbacks = trainer.callback_handler.callbacks
-        for index, callback in enumerate(callbacks):
-            if type(callback) is WandbCallback:
-                callbacks[index] = olmocr_wandb_callback()
-        trainer.add_callback(WandbRunIdCallback())  # the run id into every checkpoint, before the S3 mirror sends it
-    if cfg.s3_save_path:
-        from olmocr_rl.storage import S3SyncCallback
-
-        trainer.add_callback(S3SyncCallback(cfg.s3_save_path, cfg.output_dir))  # never fatal to training
 
 
 def _resume_checkpoint(cfg: ResolvedConfig) -> str | None:

@@ -7,11 +7,11 @@
 The folder is complete: ``config.json`` + safetensors weights, a byte-level BPE tokenizer trained
 here with ``tokenizers`` on a built-in corpus (plus any ``--corpus`` markdown), Qwen's special tokens,
 a Qwen-style chat template that places image parts, ``generation_config.json`` and the image
-processor config. It loads with :func:`olmocr_rl.models.load_model_and_processor`, the same loader
+processor config. It loads with :func:`olmocr_rl.model.loading.load_model_and_processor`, the same loader
 the training CLI uses for real checkpoints. The same seed and corpus give byte-identical weights.
 
 ``--sft BENCH_DIR`` then warm-starts the model with a short supervised run on the bench folder's
-``claude_original/`` references (see :mod:`olmocr_rl.sft`), so that GRPO starts from a policy that
+``claude_original/`` references (see :mod:`olmocr_rl.model.warm_start`), so that GRPO starts from a policy that
 passes some tests but not all.
 """
 
@@ -224,7 +224,7 @@ def _save_processor(out: Path, tokenizer, max_pixels: int) -> None:
     """The image-only processor and tokenizer beside the weights, recorded as the stock processor class."""
     from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
 
-    from olmocr_rl.models import _image_only_processor_class
+    from olmocr_rl.model.loading import _image_only_processor_class
 
     image_processor = Qwen2VLImageProcessorPil(
         min_pixels=56 * 56, max_pixels=max_pixels, patch_size=14, temporal_patch_size=2, merge_size=2,
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     info = json.loads((out / "olmocr_rl_tiny_model.json").read_text())
     print(f"wrote {args.shape} Qwen2.5-VL to {out} ({info['parameters']:,} parameters, vocab {info['vocab_size']})")
     if args.sft:
-        from olmocr_rl.sft import warm_start
+        from olmocr_rl.model.warm_start import warm_start
 
         kwargs = {} if args.sft_steps is None else {"steps": args.sft_steps}
         warm_start(out, args.sft, seed=args.seed, image_dim=args.sft_image_dim, pages=args.sft_pages, **kwargs)

@@ -31,7 +31,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 def warm_tiny_model_dir(tmp_path_factory) -> Path:
     """The tiny model (seed 0, tokenizer also trained on the sample's transcriptions) warm-started for 40
     steps on one page (simple_lines), as the learning-signal demo starts; shared, do not modify it."""
-    from olmocr_rl.sft import warm_start
+    from olmocr_rl.model.warm_start import warm_start
     from olmocr_rl.tiny_model import build_tiny_model, read_corpus_dir
 
     out = tmp_path_factory.mktemp("warm_tiny_model") / "tiny-sft"

@@ -136,7 +136,7 @@ def check_olmorl(a: Namespace, explicit: Mapping[str, Any]) -> Problems:
     """--olmorl against the objective values set explicitly (``explicit``); --active_sampling's needs."""
     problems = []
     if a.olmorl:
-        from olmocr_rl.olmorl_settings import check_olmorl_settings
+        from olmocr_rl.olmorl.settings import check_olmorl_settings
 
         try:
             check_olmorl_settings(explicit, source="the command line / --config YAML")
@@ -163,7 +163,7 @@ def check_geometry(a: Namespace, num_processes: int) -> Problems:
             f"(any multiple of {need_ga}) or a --num_generations that divides {generation_batch}"
         ]
     if a.active_sampling:  # also checks --active_sampling_max_rounds (the trainer's own check, for direct users)
-        from olmocr_rl.olmorl_settings import check_active_sampling_geometry
+        from olmocr_rl.olmorl.settings import check_active_sampling_geometry
 
         try:
             check_active_sampling_geometry(a.per_device_train_batch_size, a.gradient_accumulation_steps,

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import yaml
 
 from olmocr_rl.config.rewards import REWARD_FLAGS, REWARD_HELP, parse_reward_value
-from olmocr_rl.olmorl_settings import ACTIVE_SAMPLING_MAX_ROUNDS
+from olmocr_rl.olmorl.settings import ACTIVE_SAMPLING_MAX_ROUNDS
 
 # TRL 1.16's loss formulations (GRPOConfig.loss_type).
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")

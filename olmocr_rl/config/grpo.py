@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from olmocr_rl.config.resolved import ResolvedConfig, plain
+from olmocr_rl.model.families import vision_pad_tokens
 
 
 def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float], tokenizer=None) -> dict[str, Any]:
@@ -13,8 +14,6 @@ def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float], tokeniz
     use_vllm = cfg.vllm_mode != "none"
     generation_kwargs = plain(cfg.generation_kwargs)
     if use_vllm and tokenizer is not None:
-        from olmocr_rl.vllm_rollout import vllm_sampling_kwargs
-
         generation_kwargs = vllm_sampling_kwargs(generation_kwargs, tokenizer, cfg.vllm_block_image_tokens)
     kwargs: dict[str, Any] = dict(
         output_dir=cfg.output_dir, num_train_epochs=cfg.num_train_epochs, max_steps=cfg.max_steps,
@@ -51,7 +50,7 @@ def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float], tokeniz
     if cfg.dataloader_num_workers == 0:
         kwargs["dataloader_persistent_workers"] = False
     if cfg.olmorl:
-        from olmocr_rl.olmorl_settings import olmorl_config_overrides
+        from olmocr_rl.olmorl.settings import olmorl_config_overrides
 
         kwargs.update(olmorl_config_overrides())
     return kwargs
@@ -62,3 +61,13 @@ def build_grpo_config(cfg: ResolvedConfig, reward_weights: list[float], tokenize
     from trl import GRPOConfig
 
     return GRPOConfig(**grpo_config_kwargs(cfg, reward_weights, tokenizer))
+
+
+def vllm_sampling_kwargs(user_kwargs: dict | None, tokenizer, block_image_tokens: bool) -> dict | None:
+    """``--generation_kwargs`` for a vLLM backend, with the vision pad tokens added to ``bad_words``."""
+    kwargs = dict(user_kwargs or {})
+    if block_image_tokens:
+        banned = vision_pad_tokens(tokenizer)
+        existing = list(kwargs.get("bad_words") or [])
+        kwargs["bad_words"] = existing + [t for t in banned if t not in existing]
+    return kwargs or None

@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 TRAINER_STATE = "trainer_state.json"
 MANIFEST_DIR = "olmocr_rl_manifest"
-HISTORY_FILE = "metrics.jsonl"  # the run's log records (training_callbacks.MetricsFileCallback)
+HISTORY_FILE = "metrics.jsonl"  # the run's log records (telemetry.history.MetricsFileCallback)
 
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 _SINGLE_WEIGHTS = frozenset(
@@ -408,8 +408,6 @@ def restore_history(checkpoint: str | os.PathLike, output_dir: str | os.PathLike
     first; otherwise the final mirror would replace the remote history with only the resumed steps.
     Failures are logged: the history is a convenience, the checkpoint is what matters.
     """
-    from olmocr_rl.training_callbacks import trim_history  # imports transformers: only when resuming
-
     metrics = Path(output_dir) / HISTORY_FILE
     try:
         last_step = int(json.loads((Path(checkpoint) / TRAINER_STATE).read_text())["global_step"])
@@ -435,3 +433,32 @@ def _fetch_history(s3_save_path: str, destination: Path) -> None:
                        "step", bucket, key, type(exc).__name__, exc, destination.name)
         return
     logger.info("restored the run history from s3://%s/%s", bucket, key)
+
+
+def trim_history(path: str | Path, last_step: int) -> tuple[int, int]:
+    """Drop the records of steps after ``last_step`` from a metrics.jsonl; returns (kept, dropped).
+
+    A run resumed from ``checkpoint-<last_step>`` trains those steps again, and would otherwise leave
+    two records per step. Lines that are not a JSON object with a numeric ``step`` are kept as they
+    are (not ours to judge). A missing file is (0, 0). The file is replaced atomically.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return 0, 0
+    kept: list[str] = []
+    dropped = 0
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        step = record.get("step") if isinstance(record, dict) else None
+        if isinstance(step, (int, float)) and not isinstance(step, bool) and step > last_step:
+            dropped += 1
+            continue
+        kept.append(line)
+    if dropped:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.replace(path)
+    return len(kept), dropped

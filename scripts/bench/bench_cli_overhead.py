@@ -104,7 +104,7 @@ def run_bare(model_dir: str, out_dir: Path, steps: int, g: int, length: int, ima
     from olmocr_rl.data.front_matter import split_front_matter
     from olmocr_rl.data.prompts import build_no_anchoring_v4_yaml_prompt
     from olmocr_rl.data.render import render_page
-    from olmocr_rl.models import load_model_and_processor
+    from olmocr_rl.model.loading import load_model_and_processor
 
     # Pages and their tests, straight from the JSONL files; ordered by (pdf, page) like the CLI's dataset.
     tests_by_page: dict[tuple[str, int], list] = {}

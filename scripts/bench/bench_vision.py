@@ -1,4 +1,4 @@
-"""Vision-tower forward + backward time, stock vs olmocr_rl.vision_speedups, on one machine in one run.
+"""Vision-tower forward + backward time, stock vs olmocr_rl.model.vision_speedups, on one machine in one run.
 
     python scripts/bench/bench_vision.py                       # CPU-sized tower, 8 copies of a 896 px page
     python scripts/bench/bench_vision.py --depth 32 --hidden 1280 --heads 16 --side 1288   # the 3B tower (GPU)
@@ -31,7 +31,7 @@ def main() -> None:
     import torch
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    from olmocr_rl.vision_speedups import batch_window_attention, share_page_encoding
+    from olmocr_rl.model.vision_speedups import batch_window_attention, share_page_encoding
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_olmorl_trainer import TracingTrainer, _page_image, _pad_cat  # noqa: E402
 
 from olmocr_rl.olmorl import group_advantages, nonzero_signal_groups, olmorl_objective  # noqa: E402
-from olmocr_rl.olmorl_trainer import olmorl_config_overrides
+from olmocr_rl.trainer.olmorl import olmorl_config_overrides
 
 G = 2
 PAGES = ["flat0", "alpha", "flat1", "beta", "flat2", "gamma", "flat3", "delta"]
@@ -61,8 +61,8 @@ class ActiveTracingTrainer(TracingTrainer):
         self.calls = calls
         self.rounds_seen = 0
 
-    def _olmorl_generate_and_score(self, inputs):
-        output, keep = super()._olmorl_generate_and_score(inputs)
+    def _score_generation_batch(self, inputs):
+        output, keep = super()._score_generation_batch(inputs)
         n = output["advantages"].shape[0]
         rank = self.accelerator.process_index
         output["trace_reward"] = torch.tensor([r for _, r in self.calls[-1]], dtype=torch.float64)
@@ -80,7 +80,7 @@ def _train(model_dir: str, out_dir: str, per_device_batch: int, active: bool, ma
            save_steps: int | None = None, resume: str | None = None, num_iterations: int = 2, copies: int = 1):
     from trl import GRPOConfig
 
-    from olmocr_rl.models import load_model_and_processor
+    from olmocr_rl.model.loading import load_model_and_processor
 
     model, processor = load_model_and_processor(model_dir)
     calls: list = []
@@ -268,7 +268,7 @@ def test_cli_on_a_half_zero_signal_bench_folder(tiny_model_dir, tmp_path):
 
 
 def test_merge_rows_repads_prompts_left_completions_right_and_keeps_pixels_with_their_rows():
-    from olmocr_rl.active_sampling import merge_rows
+    from olmocr_rl.trainer.active_sampling import merge_rows
 
     def out(prompts, completions, patches):
         """One scored batch: rows' prompts (left-padded), completions (right-padded), one image per row."""

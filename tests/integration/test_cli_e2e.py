@@ -105,7 +105,7 @@ def test_two_steps_with_wandb_offline_then_resume_to_four(tmp_path, tiny_model_d
         assert (ckpt / name).is_file(), f"{name} missing from {sorted(p.name for p in ckpt.iterdir())}"
     assert (ckpt / "processor_config.json").is_file() or (ckpt / "preprocessor_config.json").is_file()
     assert json.loads((ckpt / "trainer_state.json").read_text())["global_step"] == 2
-    from olmocr_rl.models import load_model_and_processor
+    from olmocr_rl.model.loading import load_model_and_processor
 
     model, processor = load_model_and_processor(str(ckpt))
     assert processor.image_processor is not None and model.config.model_type == "qwen2_5_vl"

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from olmocr_rl.olmorl import group_advantages, nonzero_signal_groups, olmorl_objective
-from olmocr_rl.olmorl_trainer import OlmoRLGRPOTrainer, olmorl_config_overrides
+from olmocr_rl.trainer.olmorl import OlmoRLGRPOTrainer, olmorl_config_overrides
 
 G = 2
 PAGES = ["flat", "alpha", "beta", "gamma"]
@@ -114,7 +114,7 @@ class TracingTrainer(OlmoRLGRPOTrainer):
 def _train(model_dir: str, out_dir: str, per_device_batch: int):
     from trl import GRPOConfig
 
-    from olmocr_rl.models import load_model_and_processor
+    from olmocr_rl.model.loading import load_model_and_processor
 
     model, processor = load_model_and_processor(model_dir)
     calls: list = []
@@ -233,7 +233,7 @@ def test_batch_with_no_signal_trains_on_nothing(tiny_model_dir, tmp_path):
     """Every group flat: loss 0, weights untouched, dropped fraction 1, and the eval pass (G=1) agrees."""
     from trl import GRPOConfig
 
-    from olmocr_rl.models import load_model_and_processor
+    from olmocr_rl.model.loading import load_model_and_processor
 
     model, processor = load_model_and_processor(str(tiny_model_dir))
     before = torch.cat([p.detach().flatten() for p in model.parameters()])

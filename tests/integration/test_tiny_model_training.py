@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from PIL import Image, ImageDraw
 
-from olmocr_rl.models import load_model_and_processor
+from olmocr_rl.model.loading import load_model_and_processor
 
 
 def _page(text: str) -> Image.Image:

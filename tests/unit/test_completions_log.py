@@ -1,10 +1,11 @@
-"""The completions table's text for page prompts (olmocr_rl.completions_log); the CLI runs are in test_cli_e2e."""
+"""The completions table's text for page prompts (olmocr_rl.trainer.completions); the CLI runs are in test_cli_e2e."""
 
 from __future__ import annotations
 
 
-from olmocr_rl.completions_log import CompletionsLogMixin, PlainGRPOTrainer, conversation_text
-from olmocr_rl.olmorl_trainer import OlmoRLGRPOTrainer
+from olmocr_rl.trainer.completions import CompletionsLogMixin, conversation_text
+from olmocr_rl.trainer.plain import PlainGRPOTrainer
+from olmocr_rl.trainer.olmorl import OlmoRLGRPOTrainer
 
 
 def test_a_page_prompt_becomes_its_text_with_an_image_marker():

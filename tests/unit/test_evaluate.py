@@ -77,7 +77,7 @@ def test_strip_front_matter():
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dir):
-    from olmocr_rl.models import load_model_and_processor
+    from olmocr_rl.model.loading import load_model_and_processor
 
     model, processor = load_model_and_processor(str(tiny_model_dir))
     assert processor.tokenizer.padding_side == "right"  # transcribe_batch must pad left by itself

@@ -1,4 +1,4 @@
-"""Training FLOPs from token, image-token and patch counts (olmocr_rl.flops), their per-step timing key,
+"""Training FLOPs from token, image-token and patch counts (olmocr_rl.model.flops), their per-step timing key,
 and gpu_check's MFU columns on CPU."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from olmocr_rl.flops import ArchFlops, forward_flops, training_flops
+from olmocr_rl.model.flops import ArchFlops, forward_flops, training_flops
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,7 +46,7 @@ def test_released_3b_shape_counts_what_6n_misses():
 def test_timing_counts_the_flops_of_what_was_generated(tiny_model_dir):
     from transformers import AutoConfig
 
-    from olmocr_rl.timing import _flops_counter
+    from olmocr_rl.telemetry.timing import _flops_counter
 
     config = AutoConfig.from_pretrained(tiny_model_dir)
     trainer = SimpleNamespace(model=SimpleNamespace(config=config), args=SimpleNamespace(num_iterations=2))

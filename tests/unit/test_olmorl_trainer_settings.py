@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from olmocr_rl.olmorl_trainer import (
+from olmocr_rl.trainer.olmorl import (
     OlmoRLGRPOTrainer,
     check_olmorl_settings,
     olmorl_config_overrides,

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from olmocr_rl.rewards import REWARD_FLAGS, REWARD_FUNCTION_NAMES, build_reward_functions, parse_reward_value
-from olmocr_rl.telemetry import DetailedRewardLogger
+from olmocr_rl.telemetry.bench_rewards import DetailedRewardLogger
 
 
 def test_flags_are_olmocr_order():

@@ -293,7 +293,7 @@ def test_souped_tiny_qwen25vl_loads_and_generates(tiny_model_dir, tmp_path):
     loader (processor files were copied) and transcribe an image prompt."""
     from PIL import Image, ImageDraw
 
-    from olmocr_rl.models import load_model_and_processor
+    from olmocr_rl.model.loading import load_model_and_processor
     from olmocr_rl.tiny_model import build_tiny_model
 
     other = build_tiny_model(tmp_path / "seed1", seed=1)

@@ -646,7 +646,7 @@ def test_training_finishes_when_the_s3_server_goes_away_mid_run(moto_s3, tmp_pat
 
 def test_tiny_model_loads_from_an_s3_uri(moto_s3, tmp_path, tiny_model_dir, s3_calls):
     """--model_name s3://...: the folder comes down once and loads like the local one."""
-    from olmocr_rl.models import load_model_and_processor
+    from olmocr_rl.model.loading import load_model_and_processor
 
     sync_dir_to_s3(tiny_model_dir, f"s3://{moto_s3.bucket}/models/tiny")
     s3_calls.clear()
@@ -667,9 +667,9 @@ def test_both_trainers_load_checkpoints_through_the_mixin_whoever_builds_them():
     """The weights/optimizer fix is in the trainer classes, not patched on by grpo_train's builder."""
     from trl import GRPOTrainer
 
-    from olmocr_rl.completions_log import PlainGRPOTrainer
-    from olmocr_rl.olmorl_trainer import OlmoRLGRPOTrainer
-    from olmocr_rl.resume import CheckpointLoadMixin
+    from olmocr_rl.trainer.plain import PlainGRPOTrainer
+    from olmocr_rl.trainer.olmorl import OlmoRLGRPOTrainer
+    from olmocr_rl.trainer.checkpoint_load import CheckpointLoadMixin
 
     for cls in (PlainGRPOTrainer, OlmoRLGRPOTrainer):
         mro = cls.__mro__

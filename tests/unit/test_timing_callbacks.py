@@ -1,4 +1,4 @@
-"""Direct tests of olmocr_rl.timing (step time split) and olmocr_rl.training_callbacks (history file,
+"""Direct tests of olmocr_rl.telemetry.timing (step time split) and olmocr_rl.telemetry.history (history file,
 console table, W&B key routing), on fake trainers and hand-made Trainer states: no model, no training."""
 
 from __future__ import annotations
@@ -9,13 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from olmocr_rl import timing
-from olmocr_rl.training_callbacks import (
-    MetricsFileCallback,
-    ProgressTableCallback,
-    olmocr_wandb_callback,
-    trim_history,
-)
+from olmocr_rl.telemetry import timing
+from olmocr_rl.storage.checkpoints import trim_history
+from olmocr_rl.telemetry.history import MetricsFileCallback, ProgressTableCallback
+from olmocr_rl.telemetry.wandb_run import olmocr_wandb_callback
 
 
 class FakeClock:

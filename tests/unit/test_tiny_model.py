@@ -9,7 +9,7 @@ import json
 import torch
 from PIL import Image, ImageDraw
 
-from olmocr_rl.models import load_model_and_processor
+from olmocr_rl.model.loading import load_model_and_processor
 from olmocr_rl.tiny_model import SPECIAL_TOKENS, build_tiny_model
 
 

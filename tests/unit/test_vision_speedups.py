@@ -7,14 +7,14 @@ import copy
 import pytest
 import torch
 
-from olmocr_rl.vision_speedups import apply_vision_speedups, batch_window_attention, share_page_encoding
+from olmocr_rl.model.vision_speedups import apply_vision_speedups, batch_window_attention, share_page_encoding
 
 PATCH = 3 * 2 * 14 * 14  # channels x temporal patch x patch x patch
 
 
 @pytest.fixture(scope="module")
 def models(tiny_model_dir):
-    from olmocr_rl.models import load_model_and_processor
+    from olmocr_rl.model.loading import load_model_and_processor
 
     stock, processor = load_model_and_processor(str(tiny_model_dir))
     fast = copy.deepcopy(stock)

@@ -15,9 +15,11 @@ import pytest
 from test_config import bench  # noqa: F401  (pytest fixture: an empty bench folder)
 
 from olmocr_rl.config import environment as config_environment
-from olmocr_rl.colocate_memory import GIB, ModelFacts, check_fit, model_facts
+from olmocr_rl.model.colocate_memory import GIB, ModelFacts, check_fit, model_facts
 from olmocr_rl.config import ConfigError, build_grpo_config, parse_args, validate
-from olmocr_rl.vllm_rollout import collapse_image_runs, vision_pad_tokens, vllm_sampling_kwargs
+from olmocr_rl.config.grpo import vllm_sampling_kwargs
+from olmocr_rl.model.families import vision_pad_tokens
+from olmocr_rl.trainer.vllm_generation import collapse_image_runs
 
 IMG, VID = 7, 8
 BENCH_DATA_SAMPLE = Path(__file__).resolve().parents[2] / "bench_data_sample"
@@ -31,7 +33,7 @@ def test_collapse_image_runs_keeps_one_placeholder_per_image():
 
 
 def test_vision_pad_tokens_are_banned_for_vllm(tiny_model_dir):
-    from olmocr_rl.models import load_processor
+    from olmocr_rl.model.loading import load_processor
 
     tokenizer = load_processor(str(tiny_model_dir)).tokenizer
     assert vision_pad_tokens(tokenizer) == ["<|image_pad|>", "<|video_pad|>"]
@@ -96,7 +98,7 @@ def test_vllm_engine_flag_checks(bench, monkeypatch):
 
 
 def test_grpo_config_carries_the_vllm_settings(bench, monkeypatch, tiny_model_dir):
-    from olmocr_rl.models import load_processor
+    from olmocr_rl.model.loading import load_processor
 
     tokenizer = load_processor(str(tiny_model_dir)).tokenizer
     args, resolved = _validate(bench, "--vllm_mode", "colocate", "--generation_kwargs", '{"min_tokens": 3}',
@@ -169,7 +171,7 @@ def test_cli_stops_before_loading_when_colocate_cannot_fit(tmp_path, monkeypatch
     def no_loading(*args, **kwargs):
         raise AssertionError("the model must not load")
 
-    monkeypatch.setattr("olmocr_rl.models.load_model_and_processor", no_loading)
+    monkeypatch.setattr("olmocr_rl.model.loading.load_model_and_processor", no_loading)
     code = grpo_train.main([
         "--train_bench_data_folder", str(BENCH_DATA_SAMPLE), "--model_name", str(model),
         "--output_dir", str(tmp_path / "out"), "--reward_bench", "--num_generations", "2",

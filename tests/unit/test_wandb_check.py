@@ -9,7 +9,7 @@ import pytest
 
 wandb = pytest.importorskip("wandb")
 
-from olmocr_rl.wandb_check import wandb_credentials_problem  # noqa: E402
+from olmocr_rl.telemetry.wandb_run import wandb_credentials_problem  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -2,13 +2,10 @@
 
 - :class:`MetricsFileCallback` appends every log event to ``OUTPUT_DIR/metrics.jsonl`` (one JSON
   object per line, with ``step``), the history that ``python -m olmocr_rl.report`` plots. A resumed
-  run appends to the same file after :func:`trim_history` dropped the records of the steps after its
-  checkpoint (they are trained again), so each step is recorded by one run.
+  run appends to the same file after ``storage.checkpoints.trim_history`` dropped the records of the
+  steps after its checkpoint (they are trained again), so each step is recorded by one run.
 - :class:`ProgressTableCallback` prints one row per training log: step, reward, its std, bench pass
   rate overall and per test type, fraction of zero-signal groups, and seconds per step.
-- :func:`olmocr_wandb_callback` is transformers' W&B callback with olmOCR's metric names: the
-  ``bench_reward/...`` keys go to W&B at top level, as olmOCR logs them, so its dashboards carry over;
-  every other key keeps the Trainer's ``train/`` prefix.
 """
 
 from __future__ import annotations
@@ -35,35 +32,6 @@ class MetricsFileCallback(TrainerCallback):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as fh:
             fh.write(json.dumps(record) + "\n")
-
-
-def trim_history(path: str | Path, last_step: int) -> tuple[int, int]:
-    """Drop the records of steps after ``last_step`` from a metrics.jsonl; returns (kept, dropped).
-
-    A run resumed from ``checkpoint-<last_step>`` trains those steps again, and would otherwise leave
-    two records per step. Lines that are not a JSON object with a numeric ``step`` are kept as they
-    are (not ours to judge). A missing file is (0, 0). The file is replaced atomically.
-    """
-    path = Path(path)
-    if not path.is_file():
-        return 0, 0
-    kept: list[str] = []
-    dropped = 0
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
-        step = record.get("step") if isinstance(record, dict) else None
-        if isinstance(step, (int, float)) and not isinstance(step, bool) and step > last_step:
-            dropped += 1
-            continue
-        kept.append(line)
-    if dropped:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in kept))
-        tmp.replace(path)
-    return len(kept), dropped
 
 
 def _fmt(value, pct: bool = False) -> str:
@@ -104,25 +72,3 @@ class ProgressTableCallback(TrainerCallback):
         row += [f"{_fmt(logs.get(f'bench_reward/{t}/pass_rate'), pct=True):>8}" for t in self._types]
         row += [f"{_fmt(zero):>8}", f"{step_time:8.2f}"]
         self.print(" ".join(row))
-
-
-#: Key prefixes that W&B gets at top level (olmOCR's names) instead of under the Trainer's ``train/``.
-TOP_LEVEL_WANDB_PREFIXES = ("bench_reward/",)
-
-
-def olmocr_wandb_callback():
-    """A ``WandbCallback`` whose ``bench_reward/...`` keys land at top level, in the same W&B step."""
-    from transformers.integrations import WandbCallback
-
-    class OlmOCRWandbCallback(WandbCallback):
-        def on_log(self, args, state, control, model=None, logs=None, **kwargs):
-            logs = logs or {}
-            top = {k: v for k, v in logs.items() if k.startswith(TOP_LEVEL_WANDB_PREFIXES)}
-            if top and self._wandb is not None and state.is_world_process_zero:
-                if not self._initialized:
-                    self.setup(args, state, model)
-                self._wandb.log(top, commit=False)  # committed by the Trainer's log call below
-            rest = {k: v for k, v in logs.items() if k not in top}
-            super().on_log(args, state, control, model=model, logs=rest, **kwargs)
-
-    return OlmOCRWandbCallback()

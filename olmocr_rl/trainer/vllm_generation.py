@@ -10,7 +10,8 @@ ids, so the expanded form is right there. More that the pinned TRL does not do f
 
 * vLLM may sample an image or video pad token (TRL masks them only for HF generation); the next
   training forward then finds more image tokens than image features and the run dies. They are banned
-  through vLLM's ``bad_words`` in both modes (``--vllm_block_image_tokens``, on by default).
+  through vLLM's ``bad_words`` in both modes (``--vllm_block_image_tokens``, on by default; the
+  ``generation_kwargs`` are built by ``config.grpo.vllm_sampling_kwargs``).
 * TRL builds the colocated engine without a dtype, and vLLM's ``auto`` turns a float32 checkpoint into
   bfloat16, so its log-probs disagree with a float32 trainer. The engine runs in ``--vllm_dtype``
   (default: the trainer's dtype).
@@ -33,10 +34,6 @@ from typing import Any, Iterator, Sequence
 
 logger = logging.getLogger(__name__)
 
-#: Placeholder tokens of Qwen2-VL-family tokenizers that only the processor may place in a prompt.
-VISION_PAD_TOKENS = ("<|image_pad|>", "<|video_pad|>")
-
-
 def collapse_image_runs(prompt_ids: Sequence[int], pad_ids: Sequence[int]) -> list[int]:
     """``prompt_ids`` with every run of one pad token shortened to a single token.
 
@@ -50,26 +47,6 @@ def collapse_image_runs(prompt_ids: Sequence[int], pad_ids: Sequence[int]) -> li
             continue
         out.append(token)
     return out
-
-
-def vision_pad_tokens(tokenizer) -> list[str]:
-    """The vision placeholder tokens this tokenizer knows (as strings, the form vLLM's ``bad_words`` takes)."""
-    found = []
-    for token in VISION_PAD_TOKENS:
-        token_id = tokenizer.convert_tokens_to_ids(token)
-        if token_id is not None and token_id != tokenizer.unk_token_id:
-            found.append(token)
-    return found
-
-
-def vllm_sampling_kwargs(user_kwargs: dict | None, tokenizer, block_image_tokens: bool) -> dict | None:
-    """``--generation_kwargs`` for a vLLM backend, with the vision pad tokens added to ``bad_words``."""
-    kwargs = dict(user_kwargs or {})
-    if block_image_tokens:
-        banned = vision_pad_tokens(tokenizer)
-        existing = list(kwargs.get("bad_words") or [])
-        kwargs["bad_words"] = existing + [t for t in banned if t not in existing]
-    return kwargs or None
 
 
 def _disable_cpu_weight_repacking() -> None:

@@ -15,20 +15,16 @@ whose TRL default is on): only then does TRL gather the page images across ranks
 and log each row's as a list of one W&B image. W&B stores a table with media as a run artifact, so in
 offline mode the image files wait in W&B's data folder (``WANDB_DATA_DIR``) for ``wandb sync``.
 
-Used by :class:`PlainGRPOTrainer` (plain GRPO) and by ``OlmoRLGRPOTrainer``.
+Used by both trainers (``trainer/plain.py``, ``trainer/olmorl.py``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from trl import GRPOTrainer
-
 from olmocr_rl.data.dataset import page_key
-from olmocr_rl.page_order import EpochSeededOrderMixin
-from olmocr_rl.resume import CheckpointLoadMixin
 
-__all__ = ["CompletionsLogMixin", "PlainGRPOTrainer", "conversation_text"]
+__all__ = ["CompletionsLogMixin", "conversation_text"]
 
 
 def _content_text(content: Any) -> str:
@@ -81,9 +77,3 @@ class CompletionsLogMixin:
                 kept.clear()
                 kept.extend(texts)
         super().log(logs, start_time)
-
-
-class PlainGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer):
-    """``trl.GRPOTrainer`` (plain GRPO) whose completions table works with page prompts and whose page order
-    of every epoch survives a resume (olmocr_rl.page_order); it resumes the checkpoint's weights and optimizer
-(olmocr_rl.resume.CheckpointLoadMixin)."""

@@ -62,7 +62,7 @@ def warm_start(model_dir: str | Path, bench_dir: str | Path, *, seed: int = 0, s
     import torch
 
     from olmocr_rl.data.dataset import OlmOCRBenchDataset
-    from olmocr_rl.models import load_model_and_processor
+    from olmocr_rl.model.loading import load_model_and_processor
 
     random.seed(seed)
     torch.manual_seed(seed)

@@ -1,6 +1,6 @@
 """What ``--olmorl`` fixes in TRL's GRPOConfig, and the checks of flags against it (light: no torch).
 
-The trainer (``olmorl_trainer.py``) applies ``olmorl_config_overrides()``; the CLI's validation
+The trainer (``trainer/olmorl.py``) applies ``olmorl_config_overrides()``; the CLI's validation
 (``olmocr_rl.config``) calls the two checks before any model loads.
 """
 
@@ -11,9 +11,9 @@ from typing import Any
 
 EPS_LOW = 0.2
 EPS_HIGH = 0.272
-#: --active_sampling_max_rounds' default: extra generation rounds per optimizer step at most.
-ACTIVE_SAMPLING_MAX_ROUNDS = 4
 """OLMo 3's clip range: ratios are clipped to [1 - 0.2, 1 + 0.272] ("clip-higher", after DAPO)."""
+ACTIVE_SAMPLING_MAX_ROUNDS = 4
+"""--active_sampling_max_rounds' default: extra generation rounds per optimizer step at most."""
 
 __all__ = ["EPS_HIGH", "EPS_LOW", "check_active_sampling_geometry", "check_olmorl_settings", "olmorl_config_overrides"]
 

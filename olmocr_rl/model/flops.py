@@ -39,7 +39,7 @@ class ArchFlops:
     @classmethod
     def from_config(cls, config) -> "ArchFlops":
         """Count parameters on the meta device (no memory, no weights) for a Qwen2-VL-family config."""
-        from olmocr_rl.models import head_dim, meta_model
+        from olmocr_rl.model.loading import head_dim, meta_model
 
         model = meta_model(config)
         count = lambda module: sum(p.numel() for p in module.parameters())  # noqa: E731

@@ -8,7 +8,7 @@ step's wall time and, at every log, adds per-step means to the logs (this proces
     timing/step_s  timing/generate_s  timing/reward_s  timing/train_s  timing/reward_share
     timing/generated_tokens          (completion tokens sampled for training per step on this process)
     timing/model_flops               (forward + backward FLOPs of training on this process's samples,
-                                      from their token, image-token and patch counts: olmocr_rl.flops)
+                                      from their token, image-token and patch counts: olmocr_rl.model.flops)
     timing/active_sampling_s         (OlmoRL --active_sampling: extra rounds' generation and rewards, a
                                       part of generate_s + reward_s; logged when the trainer refills)
 
@@ -74,7 +74,7 @@ def instrument_trainer(trainer) -> "StepTimingCallback":
 
 def _flops_counter(trainer):
     """``(prompt_ids, completion_ids) -> training FLOPs`` for the trainer's model (0 where it cannot count)."""
-    from olmocr_rl.flops import ArchFlops, training_flops
+    from olmocr_rl.model.flops import ArchFlops, training_flops
 
     config = trainer.model.config
     try:

@@ -5,7 +5,8 @@ With ``--vllm_mode colocate`` each training process shares its GPU with a vLLM e
 KV cache for at least one sequence of ``--vllm_max_model_length`` tokens (vLLM refuses to start
 otherwise) plus its runtime (activations of a prefill, CUDA graphs); the rest must hold the trainer's
 weights, gradients and AdamW state. Both are estimated from the model's config alone, so a recipe that
-cannot fit stops in seconds with the numbers and the value to use, not after minutes of loading.
+cannot fit stops in seconds with the numbers and the value to use, not after minutes of loading
+(:func:`colocate_memory_problem`, the training CLI's preflight).
 
 The trainer estimate is a floor for one process without sharding: bf16 weights, gradients and the two
 AdamW moments (8 bytes a parameter, +2 with a frozen reference model for ``--beta`` > 0); activations
@@ -14,8 +15,11 @@ come on top. Under DeepSpeed/FSDP (several processes) that part is not checked.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
 
 GIB = 2**30
 #: vLLM's own working memory besides weights and KV cache (a 4,096-token prefill, vision encoder, CUDA graphs).
@@ -36,7 +40,7 @@ class ModelFacts:
 
 def model_facts(config) -> ModelFacts:
     """Parameter count (the model built on the meta device: no memory, no weights) and KV-cache size per token."""
-    from olmocr_rl.models import head_dim, meta_model
+    from olmocr_rl.model.loading import head_dim, meta_model
 
     parameters = sum(p.numel() for p in meta_model(config).parameters())
     text = config.get_text_config()
@@ -96,3 +100,33 @@ def check_fit(
                 f"but {trainer_text}; use --vllm_gpu_memory_utilization {allowed:.2f} (vLLM needs "
                 f"{gib(engine_need)}, {engine_need / gpu_bytes:.2f} of the GPU)")
     return None
+
+
+def colocate_memory_problem(cfg) -> str | None:
+    """On a CUDA GPU: do the colocated engine and the trainer fit (olmocr_rl.model.colocate_memory)? From the config only."""
+    if not cfg.environment.cuda:
+        return None  # vLLM's CPU engine takes its KV cache from RAM (VLLM_CPU_KVCACHE_SPACE)
+    import torch
+    from transformers import AutoConfig
+
+    from olmocr_rl.model.families import MODEL_CLASSES
+    from olmocr_rl.model.loading import ModelLoadError, resolve_model_path
+    from olmocr_rl.ranks import local_rank
+
+    try:
+        config = AutoConfig.from_pretrained(resolve_model_path(cfg.model_name, cache_dir=cfg.cache_dir))
+    except (OSError, ValueError, ModelLoadError) as exc:  # the model load right after reports it properly
+        logger.warning("colocate memory check skipped: no config for %s (%s)", cfg.model_name, exc)
+        return None
+    if config.model_type not in MODEL_CLASSES:
+        return None  # load_model_and_processor names the supported types
+    gpu_bytes = torch.cuda.get_device_properties(local_rank()).total_memory
+    problem = check_fit(
+        model_facts(config), gpu_bytes=gpu_bytes, utilization=cfg.vllm_gpu_memory_utilization,
+        max_model_length=cfg.vllm_max_model_length, engine_dtype=cfg.vllm_engine_dtype,
+        reference_model=cfg.beta > 0, single_process=cfg.num_processes == 1,
+        tensor_parallel=cfg.vllm_tensor_parallel_size,
+    )
+    if problem is None:
+        logger.info("colocate memory check: vLLM engine and trainer fit on the %.0f GiB GPU", gpu_bytes / 2**30)
+    return problem

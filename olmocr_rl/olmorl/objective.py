@@ -13,7 +13,7 @@ Worked numbers (docs/design.md, "The OlmoRL objective, with worked numbers")::
     >>> group_advantages(np.array([1., 0., 0., 1.]), G=4, normalize_std=False)
     array([ 0.5, -0.5, -0.5,  0.5])
 
-No I/O, no globals, no torch.distributed: the trainer (``olmorl_trainer.py``) does the plumbing.
+No I/O, no globals, no torch.distributed: the trainer (``trainer/olmorl.py``) does the plumbing.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover - torch is always installed in this proj
 STD_EPS = 1e-6
 """Added to the group std before dividing (original GRPO only), so a zero-std group gives 0, not NaN."""
 
-from olmocr_rl.olmorl_settings import EPS_HIGH, EPS_LOW  # noqa: E402  (OLMo 3's clip range, defined once)
+from olmocr_rl.olmorl.settings import EPS_HIGH, EPS_LOW  # noqa: E402  (OLMo 3's clip range, defined once)
 
 __all__ = [
     "EPS_HIGH",

@@ -24,14 +24,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from olmocr_rl.model.families import MODEL_CLASSES
+
 logger = logging.getLogger(__name__)
 
-#: ``model_type`` in config.json -> transformers class name.
-MODEL_CLASSES = {
-    "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
-    "qwen2_vl": "Qwen2VLForConditionalGeneration",
-    "qwen3_vl": "Qwen3VLForConditionalGeneration",
-}
 
 
 class ModelLoadError(RuntimeError):

@@ -1,4 +1,4 @@
-"""What a resumed run needs beyond TRL's own checkpoint loading.
+"""Checkpoint loading that a resumed run needs beyond TRL's own.
 
 :class:`CheckpointLoadMixin` (in the bases of both trainers, before ``GRPOTrainer``) routes the Trainer's
 ``_load_from_checkpoint`` and ``_load_optimizer_and_scheduler`` through the two functions below, so a
@@ -13,24 +13,15 @@ trainer built directly (not through grpo_train) resumes correctly too.
   DeepSpeed and FSDP checkpoints (their own, live-layout files) keep the Trainer's path.
 - :func:`load_optimizer_and_scheduler`: several CPU processes could not load ``optimizer.pt`` (the
   Trainer's map_location ``cpu:0`` is not one torch.load can restore to).
-- :class:`WandbRunIdCallback` / :func:`read_wandb_run`: the W&B run id stored in every checkpoint
-  (``wandb_run.json``), so a resumed run, on this machine or a fresh one, continues the same W&B run.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from pathlib import Path
-
-from transformers import TrainerCallback
-
-from olmocr_rl.ranks import is_main_process
 
 logger = logging.getLogger(__name__)
 
-WANDB_RUN_FILE = "wandb_run.json"
 _HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 
 
@@ -106,37 +97,3 @@ class CheckpointLoadMixin:
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         return load_optimizer_and_scheduler(self, checkpoint, super()._load_optimizer_and_scheduler)
-
-
-# ---- W&B run id ------------------------------------------------------------------------------------
-
-
-def read_wandb_run(checkpoint: str | os.PathLike | None) -> dict | None:
-    """``{"id": ..., "project": ...}`` stored in ``checkpoint``, or None (no file, unreadable)."""
-    if checkpoint is None:
-        return None
-    path = Path(checkpoint) / WANDB_RUN_FILE
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) and isinstance(record.get("id"), str) and record["id"] else None
-
-
-class WandbRunIdCallback(TrainerCallback):
-    """Write the W&B run's id into every checkpoint (global main process; before the S3 mirror runs)."""
-
-    def on_save(self, args, state, control, **kwargs):
-        if not is_main_process(state):
-            return
-        import wandb
-
-        run = wandb.run
-        if run is None:
-            return
-        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        if not folder.is_dir():
-            return
-        from olmocr_rl.storage.files import write_json_atomic
-
-        write_json_atomic(folder / WANDB_RUN_FILE, {"id": run.id, "project": run.project, "name": run.name})

@@ -1,0 +1,9 @@
+"""The trainers, on TRL's ``GRPOTrainer`` (trl==1.16.0, pinned: private methods are wrapped).
+
+``plain.PlainGRPOTrainer`` (plain GRPO) and ``olmorl.OlmoRLGRPOTrainer`` (``--olmorl``) share the mixins
+``checkpoint_load`` (resume loads every weight and the optimizer on any device), ``page_order`` (each
+epoch's page order from seed and epoch) and ``completions`` (the completions table with page prompts);
+``active_sampling`` is OlmoRL's refill mixin, ``vllm_generation`` TRL's vLLM backend with the prompt,
+dtype and encoder-cache fixes, ``build`` the run's trainer with its callbacks in order. Importing this
+package imports nothing heavy; each module imports TRL itself.
+"""

@@ -1,0 +1,312 @@
+"""OlmoRL active sampling: keep every optimizer step's batch full of groups that carry a learning signal.
+
+With ``--olmorl --active_sampling``, :class:`ActiveSamplingMixin` (in the bases of
+:class:`olmocr_rl.trainer.olmorl.OlmoRLGRPOTrainer`) generates and scores
+further generation batches (the next pages of the epoch) until each process holds its share of groups with
+signal (``per_device_train_batch_size x gradient_accumulation_steps / num_generations``), or until
+``--active_sampling_max_rounds`` extra rounds were generated, or the epoch has no pages left. The pieces
+that do not need the trainer:
+
+``merge_rows``          rows of several scored generation batches (TRL's ``_generate_and_score_completions``
+                        outputs) selected and concatenated into one, re-padding prompts on the left and
+                        completions on the right.
+``PushbackIterator``    the Trainer's epoch iterator with a front queue, so a refill can take whole page
+                        chunks ahead of repeats of the current one that later micro-steps still expect.
+``ActiveSamplingPosition``  the epoch and how many dataloader batches it had consumed, kept in every
+                        checkpoint's ``trainer_state.json`` (a transformers stateful callback).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
+from trl.trainer.utils import split_pixel_values_by_grid, unsplit_pixel_values_by_grid
+
+from olmocr_rl.olmorl.settings import ACTIVE_SAMPLING_MAX_ROUNDS, check_active_sampling_geometry
+
+logger = logging.getLogger(__name__)
+
+# Per-row 2-D tensors aligned with the prompt (left-padded by TRL); every other per-row 2-D tensor is
+# aligned with the completion (right-padded).
+_PROMPT_ALIGNED = {"prompt_ids", "prompt_mask", "token_type_ids", "mm_token_type_ids"}
+
+
+class PushbackIterator:
+    """An iterator with a front queue; ``pulled`` counts items taken from the wrapped iterator."""
+
+    def __init__(self, inner: Iterator, pulled: int = 0) -> None:
+        self.inner = inner
+        self.front: deque = deque()
+        self.pulled = pulled
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.front:
+            return self.front.popleft()
+        item = next(self.inner)
+        self.pulled += 1
+        return item
+
+    def take_from_inner(self, n: int) -> list | None:
+        """The next ``n`` items of the wrapped iterator (skipping the front queue); None if it ends first
+        (the items taken are consumed all the same)."""
+        items = []
+        for _ in range(n):
+            try:
+                items.append(next(self.inner))
+            except StopIteration:
+                return None
+            self.pulled += 1
+        return items
+
+
+class ActiveSamplingPosition(TrainerCallback, ExportableState):
+    """Where the epoch's pages stand: ``epoch`` and ``batches_consumed`` (None before the first step).
+
+    The Trainer writes ``state()`` into ``trainer_state.json`` under ``stateful_callbacks`` (the file whose
+    presence makes a checkpoint complete), so a checkpoint cannot lack it or hold half of it. The trainer sets
+    the attributes just before each save and reads them back from the loaded state when it resumes.
+    """
+
+    def __init__(self, epoch: int = 0, batches_consumed: int | None = None) -> None:
+        self.epoch = epoch
+        self.batches_consumed = batches_consumed
+
+    def state(self) -> dict:
+        return {"args": {}, "attributes": {"epoch": self.epoch, "batches_consumed": self.batches_consumed}}
+
+    @classmethod
+    def read(cls, stateful_callbacks: dict) -> tuple[int, int] | None:
+        """(epoch, batches consumed) from a loaded ``TrainerState.stateful_callbacks``, or None."""
+        record = stateful_callbacks.get(cls.__name__)
+        if isinstance(record, list):
+            record = record[-1] if record else None
+        attributes = record.get("attributes") if isinstance(record, dict) else None
+        if not isinstance(attributes, dict):
+            return None
+        epoch, consumed = attributes.get("epoch"), attributes.get("batches_consumed")
+        if not isinstance(epoch, int) or not isinstance(consumed, int):
+            return None
+        return epoch, consumed
+
+
+def _pad_to(t: torch.Tensor, width: int, left: bool, value: float) -> torch.Tensor:
+    missing = width - t.shape[1]
+    if missing <= 0:
+        return t
+    pad = (missing, 0) if left else (0, missing)
+    return torch.nn.functional.pad(t, pad + (0, 0) * (t.ndim - 2), value=value)
+
+
+def merge_rows(outputs: list[dict[str, Any]], picks: list[tuple[int, int]], pad_token_id: int) -> dict[str, Any]:
+    """One scored batch made of ``picks`` = [(output index, row index), ...] in that order.
+
+    Scalars (``num_items_in_batch``) are taken from ``outputs[0]``; the caller recounts them. Pixel values
+    follow their rows through TRL's own split/unsplit by image grid. Columns that are padding in every
+    picked row are trimmed, so the merged batch is no wider than it needs to be.
+    """
+    split = [split_pixel_values_by_grid(o) for o in outputs]
+    merged: dict[str, Any] = {}
+    for key, first in split[0].items():
+        if first is None:
+            merged[key] = None
+        elif isinstance(first, torch.Tensor) and first.ndim == 0:
+            merged[key] = first
+        elif isinstance(first, torch.Tensor) and first.ndim >= 2 and key not in ("pixel_values", "image_grid_thw"):
+            left = key in _PROMPT_ALIGNED
+            width = max(s[key].shape[1] for s in split)
+            value = pad_token_id if key in ("prompt_ids", "completion_ids") else 0
+            padded = [_pad_to(s[key], width, left, value) for s in split]
+            merged[key] = torch.stack([padded[o][r] for o, r in picks])
+        elif isinstance(first, torch.Tensor):
+            merged[key] = torch.stack([split[o][key][r] for o, r in picks])
+        else:  # per-row lists: split pixel values / grids, num_images
+            merged[key] = [split[o][key][r] for o, r in picks]
+    for mask_key, left in (("prompt_mask", True), ("completion_mask", False)):
+        mask = merged.get(mask_key)
+        if not isinstance(mask, torch.Tensor) or mask.ndim != 2:
+            continue
+        used = mask.sum(dim=0) != 0
+        if not used.any():
+            continue
+        idx = torch.nonzero(used).flatten()
+        lo, hi = (int(idx[0]), mask.shape[1]) if left else (0, int(idx[-1]) + 1)
+        width = mask.shape[1]
+        for key, value in list(merged.items()):
+            aligned = (key in _PROMPT_ALIGNED) if left else (key not in _PROMPT_ALIGNED)
+            if (aligned and isinstance(value, torch.Tensor) and value.ndim >= 2 and value.shape[1] == width
+                    and key not in ("pixel_values", "image_grid_thw")):
+                merged[key] = value[:, lo:hi]
+    return unsplit_pixel_values_by_grid(merged)
+
+
+class ActiveSamplingMixin:
+    """Put before ``trl.GRPOTrainer`` in the bases; takes ``active_sampling`` and ``active_sampling_max_rounds``.
+
+    The host class provides ``_score_generation_batch(inputs) -> (scored batch, kept rows)`` (TRL's
+    ``_generate_and_score_completions`` with its own advantages and keep mask) and calls
+    :meth:`_active_sampling_fill` on the first round's result. Relies on these TRL 1.16 / transformers 5
+    internals, wrapped and not copied (listed in ``trainer/compat.py``):
+    ``GRPOTrainer._generate_and_score_completions`` (one call per round, collectives inside: every process
+    runs the same number of rounds), ``GRPOTrainer._get_train_sampler`` (RepeatSampler, epoch-seeded by
+    ``EpochSeededOrderMixin``: each page chunk is one generation batch, repeated num_iterations x
+    steps_per_generation times), ``Trainer.get_batch_samples`` (receives the epoch iterator),
+    ``Trainer._run_epoch`` (epoch index), ``Trainer.set_initial_training_values``,
+    ``Trainer._init_training_state`` (resume position), ``Trainer._save_checkpoint`` (the position rides in
+    trainer_state.json as ``TrainerState.stateful_callbacks["ActiveSamplingPosition"]``).
+    """
+
+    def __init__(self, *args: Any, active_sampling: bool = False, active_sampling_max_rounds: int | None = None,
+                 **kwargs: Any) -> None:
+        from trl import GRPOTrainer
+
+        max_rounds = ACTIVE_SAMPLING_MAX_ROUNDS if active_sampling_max_rounds is None else int(active_sampling_max_rounds)
+        if active_sampling:
+            config = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments.get("args")
+            check_active_sampling_geometry(config.per_device_train_batch_size, config.steps_per_generation,
+                                           config.gradient_accumulation_steps, config.num_generations, max_rounds)
+        self.active_sampling = bool(active_sampling)
+        self.active_sampling_max_rounds = max_rounds
+        self._as_iterator: PushbackIterator | None = None  # over the Trainer's current epoch iterator
+        self._as_epoch = 0
+        self._as_resume_skip: tuple[int, int] | None = None  # (epoch, batches) read from the checkpoint
+        super().__init__(*args, **kwargs)
+        if self.active_sampling:
+            self.add_callback(ActiveSamplingPosition())
+
+    def set_initial_training_values(self, args, dataloader):
+        values = list(super().set_initial_training_values(args, dataloader))
+        if self.active_sampling and args.max_steps > 0:
+            # Refills consume pages, so an epoch gives fewer steps than the Trainer counts: allow enough
+            # epochs to reach max_steps (training stops there).
+            values[0] = max(values[0], args.max_steps)
+        return tuple(values)
+
+    def _init_training_state(self, max_steps, num_update_steps_per_epoch, num_train_epochs,
+                             resume_from_checkpoint, trial):
+        epochs, steps = super()._init_training_state(max_steps, num_update_steps_per_epoch, num_train_epochs,
+                                                     resume_from_checkpoint, trial)
+        if not self.active_sampling:
+            return epochs, steps
+        name = ActiveSamplingPosition.__name__
+        position = ActiveSamplingPosition.read(self.state.stateful_callbacks)
+        # A state loaded from a checkpoint saved without active sampling has no entry; the save needs one.
+        self.state.stateful_callbacks.setdefault(name, ActiveSamplingPosition().state())
+        if resume_from_checkpoint is None:
+            return epochs, steps
+        if position is None:
+            logger.warning("--active_sampling: %s records no active sampling position; the page order after "
+                           "resuming follows the Trainer's step count, not the pages refills consumed",
+                           resume_from_checkpoint)
+            return epochs, steps
+        # The Trainer's position assumes one page chunk per step; refills took more.
+        epochs, steps = position
+        if self.args.ignore_data_skip:
+            steps = 0
+        self._as_resume_skip = (epochs, steps)
+        return epochs, steps
+
+    def _run_epoch(self, model, epoch, train_dataloader, *args, **kwargs):
+        self._as_epoch = epoch
+        self._as_iterator = None
+        return super()._run_epoch(model, epoch, train_dataloader, *args, **kwargs)
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        if not self.active_sampling:
+            return super().get_batch_samples(epoch_iterator, num_batches, device)
+        if self._as_iterator is None or self._as_iterator.inner is not epoch_iterator:
+            # A new epoch; in the resumed one the Trainer already skipped the batches consumed before.
+            skipped = 0
+            if self._as_resume_skip is not None and self._as_resume_skip[0] == self._as_epoch:
+                skipped = self._as_resume_skip[1]
+            self._as_resume_skip = None
+            self._as_iterator = PushbackIterator(epoch_iterator, pulled=skipped)
+        return super().get_batch_samples(self._as_iterator, num_batches, device)
+
+    def _save_checkpoint(self, model, trial):
+        if self.active_sampling:
+                # Stored by the Trainer inside trainer_state.json, written last (the checkpoint's completeness mark).
+            # A restored callback replaces the one added in __init__, so look it up each time.
+            for callback in self.callback_handler.callbacks:
+                if isinstance(callback, ActiveSamplingPosition):
+                    callback.epoch = self._as_epoch
+                    callback.batches_consumed = None if self._as_iterator is None else self._as_iterator.pulled
+        super()._save_checkpoint(model, trial)
+
+    def _active_sampling_next_chunk(self):
+        """The next page chunk of the epoch (the local generation batch), consumed; None at the epoch's end."""
+        it = self._as_iterator
+        if it is None:
+            return None
+        repeat = self.num_iterations * self.args.steps_per_generation
+        # Repeats of the current chunk that later micro-steps still pull stay in front of the refills.
+        remaining = (repeat - (it.pulled % repeat)) % repeat
+        held = it.take_from_inner(remaining)
+        if held is None:
+            return None
+        it.front.extend(held)
+        batches = it.take_from_inner(repeat)
+        return None if batches is None else batches[0]
+
+    def _active_sampling_refill(self, batch):
+        """One extra generation round (timed as such by olmocr_rl.telemetry.timing): (scored batch, kept rows)."""
+        return self._score_generation_batch(batch)
+
+    def _active_sampling_fill(self, first, first_keep):
+        G = self.num_generations
+        device = first["advantages"].device
+        outputs, keeps = [first], [first_keep]
+        n_local = keeps[0].shape[0]
+        target = n_local // G
+
+        def kept_groups() -> list[tuple[int, int]]:
+            return [(o, g) for o, keep in enumerate(keeps) for g in range(keep.shape[0] // G) if bool(keep[g * G])]
+
+        rounds, why = 0, ""
+        while True:
+            short = torch.tensor([float(max(target - len(kept_groups()), 0))], device=device)
+            if float(self.accelerator.gather(short).sum()) == 0:
+                break
+            if rounds >= self.active_sampling_max_rounds:
+                why = f"--active_sampling_max_rounds {self.active_sampling_max_rounds} reached"
+                break
+            batch = self._active_sampling_next_chunk()
+            got = torch.tensor([0.0 if batch is None else 1.0], device=device)
+            if float(self.accelerator.gather(got).min()) == 0:  # every process stops together
+                why = "no pages left in the epoch"
+                break
+            rounds += 1
+            output, keep = self._active_sampling_refill(batch)
+            outputs.append(output)
+            keeps.append(keep)
+
+        kept = kept_groups()[:target]
+        fillers = [(o, g) for o, keep in enumerate(keeps) for g in range(keep.shape[0] // G)
+                   if not bool(keep[g * G])][: target - len(kept)]  # zero-signal groups, masked out of the loss
+        groups = kept + fillers
+        picks = [(o, g * G + i) for o, g in groups for i in range(G)]
+        merged = merge_rows(outputs, picks, self._tokenizer.pad_token_id)
+        keep_rows = torch.tensor([bool(keeps[o][r]) for o, r in picks], device=device)
+        loss_mask = merged["completion_mask"] * merged.get("tool_mask", torch.ones_like(merged["completion_mask"]))
+        merged["num_items_in_batch"] = self.accelerator.gather((loss_mask * keep_rows.unsqueeze(1)).sum()).sum()
+
+        kept_all = int(self.accelerator.gather(torch.tensor([float(len(kept))], device=device)).sum())
+        n_proc = self.accelerator.num_processes
+        sampled_all = (rounds + 1) * target * n_proc
+        metrics = self._metrics["train"]
+        metrics["active_sampling/groups_sampled"].append(float(sampled_all))
+        metrics["active_sampling/groups_kept"].append(float(kept_all))
+        metrics["active_sampling/rounds"].append(float(rounds))
+        if kept_all < target * n_proc and self.accelerator.is_main_process:
+            logger.warning("active sampling: step %d trains on %d of %d groups with signal (%d extra rounds, %s)",
+                           self.state.global_step + 1, kept_all, target * n_proc, rounds, why)
+        return merged

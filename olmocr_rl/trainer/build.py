@@ -1,0 +1,84 @@
+"""The trainer of a run, built from its resolved config: plain TRL GRPO or OlmoRL, the rollout backend, and
+the callbacks in the order their jobs need.
+
+:func:`build_trainer` is what ``grpo_train`` calls once the model, processor, rewards and datasets exist.
+The callback order is written out in :func:`add_callbacks`, one slot per job:
+
+1. ``StepTimingCallback`` (``timing/*`` keys) and, with the bench reward, ``DetailedRewardLoggingCallback``
+   (``bench_reward/*`` keys) go *first*, before the Trainer's own reporting callbacks (W&B, TensorBoard),
+   because they add keys to the ``logs`` those send;
+2. the metrics file and the console table, after the Trainer's callbacks (they read the finished logs);
+3. with W&B, transformers' ``WandbCallback`` is replaced in place by olmOCR's naming of it, and the run-id
+   writer is added before the S3 mirror, so the id reaches S3 with the checkpoint;
+4. the S3 mirror last: it uploads what every callback before it wrote into the checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+__all__ = ["add_callbacks", "build_trainer", "rollout_backend", "trainer_class"]
+
+
+def trainer_class(cfg):
+    """``(class, extra constructor kwargs)``: OlmoRL with ``--olmorl``, plain GRPO otherwise."""
+    if cfg.olmorl:
+        from olmocr_rl.trainer.olmorl import OlmoRLGRPOTrainer
+
+        return OlmoRLGRPOTrainer, {"active_sampling": cfg.active_sampling,
+                                   "active_sampling_max_rounds": cfg.active_sampling_max_rounds}
+    from olmocr_rl.trainer.plain import PlainGRPOTrainer
+
+    return PlainGRPOTrainer, {}
+
+
+def rollout_backend(cfg):
+    """vLLM backends get our prompt/dtype fixes (trainer.vllm_generation) while the trainer is built; HF
+    generation needs nothing."""
+    if cfg.vllm_mode == "none":
+        return contextlib.nullcontext()
+    from olmocr_rl.trainer.vllm_generation import page_vllm_generation
+
+    return page_vllm_generation({"dtype": cfg.vllm_engine_dtype})
+
+
+def build_trainer(cfg, grpo_config, model, processor, reward_funcs, reward_names, reward_logger,
+                  train_dataset, eval_dataset=None):
+    """The run's trainer with its callbacks in place (W&B, when asked for, is started by the caller first)."""
+    trainer_cls, extra = trainer_class(cfg)
+    with rollout_backend(cfg):
+        trainer = trainer_cls(
+            **extra, model=model, args=grpo_config, processing_class=processor, reward_funcs=reward_funcs,
+            train_dataset=train_dataset.to_trl_dataset(),
+            eval_dataset=eval_dataset.to_trl_dataset() if eval_dataset is not None else None,
+        )
+    add_callbacks(trainer, cfg, reward_names, reward_logger)
+    return trainer
+
+
+def add_callbacks(trainer, cfg, reward_names: list[str], reward_logger) -> None:
+    """The run's callbacks, in the order of the module docstring."""
+    from olmocr_rl.telemetry.bench_rewards import DetailedRewardLoggingCallback
+    from olmocr_rl.telemetry.history import MetricsFileCallback, ProgressTableCallback
+    from olmocr_rl.telemetry.timing import instrument_trainer
+
+    trainer.callback_handler.callbacks.insert(0, instrument_trainer(trainer))  # timing/* keys
+    if {"olmocr_bench_reward", "olmocr_bench_reward_macroavg"} & set(reward_names):
+        DetailedRewardLoggingCallback.attach(trainer, reward_logger)  # bench_reward/* keys; goes first
+    trainer.add_callback(MetricsFileCallback(Path(cfg.output_dir) / "metrics.jsonl"))
+    trainer.add_callback(ProgressTableCallback())
+    if "wandb" in cfg.report_to:
+        from transformers.integrations import WandbCallback
+
+        from olmocr_rl.telemetry.wandb_run import olmocr_wandb_callback, wandb_run_id_callback
+
+        callbacks = trainer.callback_handler.callbacks
+        for index, callback in enumerate(callbacks):
+            if type(callback) is WandbCallback:
+                callbacks[index] = olmocr_wandb_callback()
+        trainer.add_callback(wandb_run_id_callback())
+    if cfg.s3_save_path:
+        from olmocr_rl.storage import S3SyncCallback
+
+        trainer.add_callback(S3SyncCallback(cfg.s3_save_path, cfg.output_dir))  # never fatal to training

@@ -1,0 +1,170 @@
+"""OlmoRL inside TRL: a small ``GRPOTrainer`` subclass for trl==1.16.0 (pinned; private methods are wrapped).
+
+``--olmorl`` = TRL GRPO with the settings of ``olmorl_config_overrides()`` plus this subclass:
+
+- advantages are ``group_advantages(rewards, G, normalize_std=False)`` (reward minus group mean);
+- groups whose G rewards are all identical (``nonzero_signal_groups`` false) are dropped from the loss AND
+  from its token normaliser. TRL's "dapo" normaliser is the number of loss tokens of the whole generation
+  batch, gathered over processes and spread over the gradient-accumulation steps; it is recounted here
+  over the kept groups only, so a dropped group cannot dilute the kept ones;
+- the loss is TRL's own "dapo" code path, which with these settings (token-level ratio, ε 0.2/0.272,
+  β 0, no δ, no entropy mask or bonus) is exactly ``-olmorl_objective`` over the kept tokens of the
+  generation batch (tests/integration/test_olmorl_trainer.py checks this to 1e-6 on 1 and 2 processes).
+
+It overrides two private methods of ``GRPOTrainer``, both by wrapping the parent, not copying it:
+
+``_calculate_rewards``               keeps the gathered (all-process) per-function rewards for the step.
+``_generate_and_score_completions``  replaces ``advantages``, adds the kept-group mask to ``tool_mask``
+                                     (TRL's per-token loss mask, 1 = trained on) and recounts
+                                     ``num_items_in_batch``; logs ``olmorl/*`` metrics.
+
+Everything else comes from the mixins it shares with the plain trainer (checkpoint loading, the
+epoch-seeded page order, the completions table) and from :class:`~olmocr_rl.trainer.active_sampling.
+ActiveSamplingMixin`; ``trainer/compat.py`` lists every private name they rely on.
+
+The forward pass never sees the keep mask (``completion_mask`` is untouched), so log-probs, entropies
+and generation are exactly TRL's. Exact equivalence with ``olmorl_objective`` needs
+``steps_per_generation == gradient_accumulation_steps`` (TRL's default); otherwise TRL itself
+approximates each window's token count by the generation batch's count scaled by GA/steps_per_generation.
+With vLLM's importance-sampling correction on (GPU runs), each token's term is additionally multiplied
+by TRL's vLLM/trainer ratio, as in plain TRL. The completions table (``--log_completions``) is logged as
+for plain GRPO, through :class:`olmocr_rl.trainer.completions.CompletionsLogMixin`.
+
+``active_sampling=True`` (``--active_sampling``) adds OLMo 3's active sampling: after a generation batch is
+scored, further page chunks of the epoch are generated and scored through the same
+``_generate_and_score_completions`` until every process holds its share of groups with signal (or
+``active_sampling_max_rounds`` extra rounds, or the epoch's end): :mod:`olmocr_rl.trainer.active_sampling`,
+and docs/olmorl.md for what it costs.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+
+from olmocr_rl.olmorl import group_advantages, nonzero_signal_groups
+from olmocr_rl.olmorl.settings import (  # noqa: F401  (re-exported: the trainer's public names)
+    check_active_sampling_geometry,
+    check_olmorl_settings,
+    olmorl_config_overrides,
+)
+from olmocr_rl.trainer.active_sampling import ActiveSamplingMixin
+from olmocr_rl.trainer.checkpoint_load import CheckpointLoadMixin
+from olmocr_rl.trainer.completions import CompletionsLogMixin
+from olmocr_rl.trainer.page_order import EpochSeededOrderMixin
+
+__all__ = [
+    "OlmoRLGRPOTrainer",
+    "check_active_sampling_geometry",
+    "check_olmorl_settings",
+    "olmorl_config_overrides",
+    "olmorl_group_plan",
+]
+
+def olmorl_group_plan(
+    rewards: torch.Tensor, unscorable: torch.Tensor, G: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages and kept rows for one generation batch (all processes), shape (P*G,) each.
+
+    Args:
+        rewards: total reward per completion (weighted nansum over reward functions), groups consecutive.
+        unscorable: True where every reward function returned None for the completion.
+        G: completions per prompt. With G < 2 (possible in eval) no group carries signal.
+
+    A group is kept when its rewards are not all identical and none of its completions is unscorable
+    (with the bench reward, unscorable means the page itself could not be scored, so the whole group is).
+    Dropped rows get advantage exactly 0.
+    """
+    if G < 2:
+        return torch.zeros_like(rewards), torch.zeros_like(rewards, dtype=torch.bool)
+    finite = torch.where(unscorable, torch.zeros_like(rewards), rewards)
+    scorable_groups = ~unscorable.view(-1, G).any(dim=1)
+    keep_groups = nonzero_signal_groups(finite, G) & scorable_groups
+    keep_rows = keep_groups.repeat_interleave(G)
+    advantages = torch.where(keep_rows, group_advantages(finite, G, normalize_std=False), torch.zeros_like(finite))
+    return advantages, keep_rows
+
+
+class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, ActiveSamplingMixin, CompletionsLogMixin,
+                        GRPOTrainer):
+    """``trl.GRPOTrainer`` with the OlmoRL objective (see the module docstring).
+
+    Build its ``args`` with ``GRPOConfig(..., **olmorl_config_overrides())``; any contradicting value
+    raises ValueError here, before the model is touched.
+
+    Logged per generation batch (averaged between log steps like TRL's own metrics):
+    ``olmorl/frac_groups_dropped`` (zero-signal or unscorable groups / all groups, over all processes),
+    ``olmorl/tokens_kept`` (loss tokens left after dropping, over all processes; the dapo normaliser),
+    ``olmorl/frac_tokens_kept`` (tokens_kept / loss tokens before dropping).
+    """
+
+    def __init__(self, *args: Any, active_sampling: bool = False, active_sampling_max_rounds: int | None = None,
+                 **kwargs: Any) -> None:
+        config = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments.get("args")
+        if config is None:
+            raise ValueError(
+                "OlmoRLGRPOTrainer needs args=GRPOConfig(..., **olmorl_config_overrides()); TRL's default config "
+                "is plain GRPO"
+            )
+        check_olmorl_settings(config)
+        self._olmorl_rewards_per_func: torch.Tensor | None = None
+        super().__init__(*args, active_sampling=active_sampling, active_sampling_max_rounds=active_sampling_max_rounds,
+                         **kwargs)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        # The parent returns the rewards gathered over processes but keeps only the advantages; the
+        # zero-signal test needs the rewards themselves, so hold on to them for this generation batch.
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._olmorl_rewards_per_func = rewards_per_func
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        output, keep_local = self._score_generation_batch(inputs)
+        if self.active_sampling and self.model.training:
+            output = self._active_sampling_fill(output, keep_local)
+        return output
+
+    def _score_generation_batch(self, inputs):
+        """TRL's generation and scoring of one generation batch, with OlmoRL's advantages and keep mask.
+
+        Returns (the scored batch, this process's kept rows as a bool tensor of its row count)."""
+        self._olmorl_rewards_per_func = None
+        output = super()._generate_and_score_completions(inputs)
+        rewards_per_func = self._olmorl_rewards_per_func
+        if rewards_per_func is None:  # only if a TRL change stops routing rewards through _calculate_rewards
+            raise RuntimeError("OlmoRLGRPOTrainer: TRL did not call _calculate_rewards; check the trl pin (1.16.0)")
+        mode = "train" if self.model.training else "eval"
+        G = self.num_generations if mode == "train" else self.num_generations_eval
+
+        # The same total reward TRL forms for its advantages (sum_then_normalize), recomputed here.
+        unscorable = torch.isnan(rewards_per_func).all(dim=1)
+        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+        advantages, keep_rows = olmorl_group_plan(rewards, unscorable, G)
+
+        # This process's rows, sliced exactly as the parent slices its advantages.
+        n_local = output["advantages"].shape[0]
+        rank = self.accelerator.process_index
+        local = slice(rank * n_local, (rank + 1) * n_local)
+        keep_local = keep_rows[local].unsqueeze(1)
+        output["advantages"] = advantages[local].to(output["advantages"].dtype)
+
+        # TRL multiplies completion_mask by tool_mask to get the loss mask, and uses completion_mask alone
+        # for attention: adding the keep mask here removes dropped rows from the loss only.
+        completion_mask = output["completion_mask"]
+        loss_mask = completion_mask * output["tool_mask"] if "tool_mask" in output else completion_mask
+        output["tool_mask"] = (output.get("tool_mask", torch.ones_like(completion_mask)) * keep_local).to(
+            completion_mask.dtype
+        )
+        tokens_before = output["num_items_in_batch"]
+        tokens_kept = self.accelerator.gather((loss_mask * keep_local).sum()).sum()
+        output["num_items_in_batch"] = tokens_kept  # the dapo normaliser: kept tokens of the generation batch
+
+        n_groups = max(rewards.shape[0] // max(G, 1), 1)
+        kept_groups = int(keep_rows.sum()) // max(G, 1)
+        self._metrics[mode]["olmorl/frac_groups_dropped"].append(1.0 - kept_groups / n_groups)
+        self._metrics[mode]["olmorl/tokens_kept"].append(float(tokens_kept))
+        self._metrics[mode]["olmorl/frac_tokens_kept"].append(float(tokens_kept) / max(float(tokens_before), 1.0))
+        return output, keep_rows[local].clone()
