@@ -6,10 +6,13 @@
 
 The phases of ``main``, in order, each a function: parse and validate flags into a frozen ResolvedConfig
 (before anything heavy loads) -> ``_check_before_loading`` (W&B's credentials with --report_to wandb, the
-bench folders, the checkpoint to resume from, local or pulled from S3, S3 access) -> ``_build_datasets`` ->
+bench folders, the checkpoint to resume from, local or pulled from S3 -- a run already at its last step stops
+here with "already finished" --, the run's lock on --output_dir, S3 access) -> ``_build_datasets`` ->
 ``_load_model`` (model and processor) -> ``_build_rewards`` -> ``_build_trainer`` (plain TRL GRPO, or
-OlmoRL with --olmorl) -> ``_train_and_save`` (train, save model + processor). A phase that cannot go on
-raises ``_Stop``, which ``main`` turns into one ``error:`` line.
+OlmoRL with --olmorl) -> ``_train_and_save`` (train, save model + processor, mirror). A phase that cannot go
+on raises ``_Stop``, which ``main`` turns into one ``error:`` line. The exit statuses are
+olmocr_rl.launch.status's: 0 done, 1 error, 2 bad flags, 74 the final S3 mirror failed, 75 preempted (a
+SIGTERM, SIGUSR1 or SIGINT saved the step it arrived in; trainer.preemption).
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ class _Stop(Exception):
         self.message, self.code = message, code
 
 
+class _Done(Exception):
+    """Nothing to do (the run already finished): ``message`` is logged, the exit status is 0."""
+
+
 def _fail(message: str, code: int = 2) -> int:
     """One ``error:`` line on stderr (a multi-line message, e.g. from the hub client, is joined)."""
     line = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
@@ -58,16 +65,29 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc))
     for notice in cfg.notices:  # each logged once, here
         (logger.warning if notice.startswith("WARNING:") else logger.info)(notice)
+    from olmocr_rl.launch import status
+    from olmocr_rl.trainer.preemption import Preempted, install_early
+
+    install_early()  # SIGTERM/SIGUSR1 before training: one line, status 75 (nothing to save yet)
     try:
         resume, scans = _check_before_loading(cfg)
         train_dataset, eval_dataset = _build_datasets(cfg, scans)
         model, processor = _load_model(cfg)
         rewards = _build_rewards(cfg, processor)
         trainer = _build_trainer(cfg, model, processor, rewards, train_dataset, eval_dataset, resume)
-        _train_and_save(cfg, trainer, processor, resume)
+        return _train_and_save(cfg, trainer, processor, resume)
     except _Stop as stop:
         return _fail(stop.message, stop.code)
-    return 0
+    except _Done as done:
+        logger.info("%s", done)
+        return status.OK
+    except Preempted as stop:
+        print(f"{stop} before training began: nothing to save yet; exiting with status {status.PREEMPTED}",
+              file=sys.stderr)
+        return status.PREEMPTED
+    except KeyboardInterrupt:
+        print("interrupted (SIGINT) before training began: nothing saved", file=sys.stderr)
+        return 128 + 2
 
 
 def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
@@ -97,13 +117,7 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
             raise _Stop(f"bench folder {folder} has problems (listed above); fix them, or check them with "
                         f"`python -m olmocr_rl.validate_bench {folder}`")
     os.makedirs(cfg.output_dir, exist_ok=True)
-
-    from olmocr_rl.storage import StorageError
-
-    try:
-        resume = _resume_checkpoint(cfg)
-    except StorageError as exc:  # resuming was asked for and S3 cannot be read: starting over would be wrong
-        raise _Stop(f"--resume_from_checkpoint: {exc}") from None
+    resume = _resume_checkpoint(cfg)
     if cfg.s3_save_path:  # a mistyped bucket or missing credentials now, not as log lines at the first save
         from olmocr_rl.storage import check_s3_access
 
@@ -194,39 +208,189 @@ def _build_trainer(cfg: ResolvedConfig, model, processor, rewards, train_dataset
                          train_dataset, eval_dataset)
 
 
-def _train_and_save(cfg: ResolvedConfig, trainer, processor, resume: str | None) -> None:
-    """Train (resumed from ``resume``), save the model and processor, write the summary and mirror."""
-    from olmocr_rl.storage import CheckpointMismatchError
+def _train_and_save(cfg: ResolvedConfig, trainer, processor, resume: str | None) -> int:
+    """Train (resumed from ``resume``), save the model and processor, write the summary and mirror; the exit status.
+
+    A stop signal (trainer.preemption) ends training after a checkpoint of its step: no final model, and the
+    exit status says "preempted". A page that cannot be rendered any more (its PDF gone) stops the run with
+    one line, after saving the steps done so far (one process: several cannot join a save from here)."""
+    from olmocr_rl.data.render import RenderError
+    from olmocr_rl.storage import CheckpointMismatchError, StorageError
+    from olmocr_rl.trainer.build import preemption_of
 
     try:
         trainer.train(resume_from_checkpoint=resume)
     except CheckpointMismatchError as exc:  # the checkpoint's weights do not fit --model_name's architecture
         raise _Stop(f"--resume_from_checkpoint: {exc}") from None
-    trainer.save_model(cfg.output_dir)
+    except StorageError as exc:  # a save the disk refused (trainer.checkpoint_save): one line
+        raise _Stop(str(exc)) from None
+    except RenderError as exc:
+        raise _Stop(f"{exc}; {_save_after_failure(trainer)}") from None
+    request = preemption_of(trainer).request
+    if request.agreed_step is not None and trainer.state.global_step < trainer.state.max_steps:
+        return _finish_preempted(trainer, cfg, request)
+    try:
+        trainer.save_model(cfg.output_dir)
+    except Exception as exc:
+        raise _Stop(_final_save_failure(exc, cfg)) from exc
     if is_main_process(trainer.state):  # the processor beside the final model, whatever the Trainer saved
         processor.save_pretrained(cfg.output_dir)
-    _finish(trainer, cfg)
+    return _finish(trainer, cfg)
+
+
+def _final_save_failure(exc: Exception, cfg: ResolvedConfig) -> str:
+    from olmocr_rl.storage import describe_write_failure
+
+    line = describe_write_failure(exc, Path(cfg.output_dir) / "model.safetensors", None)
+    if line is None:
+        raise exc
+    return f"saving the final model in {cfg.output_dir} failed: {line}; the checkpoints are intact"
+
+
+def _save_after_failure(trainer) -> str:
+    """Save the steps done so far after a failure outside the model (the weights are those of the last whole step)."""
+    from olmocr_rl.ranks import world_size
+
+    step = trainer.state.global_step
+    folder = Path(trainer.args.output_dir) / f"checkpoint-{step}"
+    if step == 0:
+        return "no step was done, nothing to save"
+    if world_size() > 1:
+        return f"not saved (several processes cannot join a save from here): resume from the last checkpoint"
+    if folder.is_dir():
+        return f"{folder.name} (saved before) holds every step done: fix the data and resume with --resume_from_checkpoint"
+    trainer._save_checkpoint(trainer.model, trial=None)
+    trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
+    _wait_for_uploads(trainer)
+    return f"saved {folder.name}: fix the data and resume with --resume_from_checkpoint"
+
+
+def _uploads(trainer):
+    from olmocr_rl.ranks import is_local_main_process
+    from olmocr_rl.storage import S3SyncCallback
+
+    if not is_local_main_process(trainer.state):
+        return []
+    return [c for c in trainer.callback_handler.callbacks if isinstance(c, S3SyncCallback)]
+
+
+def _wait_for_uploads(trainer) -> bool:
+    """Every node's mirror done (its deadline, if a stop signal set one, honoured); True when all finished."""
+    done = True
+    for callback in _uploads(trainer):
+        callback.sync(wait=False)
+        done = callback.wait() and done
+    return done
+
+
+def _finish_preempted(trainer, cfg: ResolvedConfig, request) -> int:
+    """A stop signal saved checkpoint-N: mirror it (bounded), say so in one line, exit 'preempted'."""
+    from olmocr_rl.launch import status
+
+    step = request.agreed_step
+    uploaded = _wait_for_uploads(trainer)
+    where = f"checkpoint-{step} saved in {cfg.output_dir}"
+    if cfg.s3_save_path:
+        failed = [c.last_error for c in _uploads(trainer) if c.last_error]
+        if not uploaded:
+            where += f"; its upload to {cfg.s3_save_path} did not finish within --preempt_upload_timeout " \
+                     f"{cfg.preempt_upload_timeout:g} s, so it is only on local disk"
+        elif failed:
+            where += f"; its upload to {cfg.s3_save_path} failed ({failed[0]}), so it is only on local disk"
+        else:
+            where += f" and uploaded to {cfg.s3_save_path}"
+    if is_main_process(trainer.state) or not uploaded:
+        logger.warning("stopped by %s after step %d: %s; exiting with status %d (--resume_from_checkpoint goes on "
+                       "from step %d)", request.signal_name, step, where, status.PREEMPTED, step)
+    if not uploaded:  # the upload thread would hold the process: leave now, as the bound promises
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status.PREEMPTED)
+    return status.PREEMPTED
 
 
 def _resume_checkpoint(cfg: ResolvedConfig) -> str | None:
-    from olmocr_rl.storage import resume_checkpoint
+    """The checkpoint to resume from (pulled from S3 on a fresh machine), after the checks a run's start needs.
 
-    return resume_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir, cfg.s3_save_path)
+    Raises _Done when that checkpoint already ends the run (nothing is written, S3 is left as it is), and
+    _Stop for a checkpoint that is damaged or lacks optimizer state (without --allow_partial_resume), an output
+    folder another run holds (its lock) or used (a new run without --resume_from_checkpoint), or S3 that
+    cannot be read while resuming."""
+    from olmocr_rl import storage
+
+    try:
+        choice = storage.plan_resume(cfg.resume_from_checkpoint, cfg.output_dir, cfg.s3_save_path)
+        if choice is not None and storage.finished_at(choice.state, cfg.max_steps, cfg.num_train_epochs):
+            raise _Done(f"already finished at step {choice.step} ({choice.where()}): nothing to train, nothing "
+                        "written; raise --max_steps (or --num_train_epochs) to train further")
+        if is_main_process():
+            storage.hold_run_lock(cfg.output_dir)
+        if choice is None:
+            _fresh_start(cfg)
+            return None
+        problem = storage.resume.missing_state_problem(choice)
+        if problem and not cfg.allow_partial_resume:
+            raise _Stop(f"--resume_from_checkpoint: {problem}; pass --allow_partial_resume to resume the weights "
+                        "anyway, or resume from another checkpoint (--resume_from_checkpoint PATH)")
+        if problem:
+            logger.warning("--allow_partial_resume: %s", problem)
+        return storage.resume.start(choice, cfg.output_dir, cfg.s3_save_path)
+    except storage.FolderInUseError as exc:
+        raise _Stop(f"--output_dir {exc}: wait for it to end, or choose another --output_dir") from None
+    except storage.StorageError as exc:  # resuming was asked for and cannot be done as asked: starting over is wrong
+        raise _Stop(f"--resume_from_checkpoint: {exc}") from None
 
 
-def _finish(trainer, cfg: ResolvedConfig) -> None:
+def _fresh_start(cfg: ResolvedConfig) -> None:
+    """A start with nothing to resume: the folder (and S3 prefix) must hold no earlier run, unless asked to resume
+    (an earlier start that saved nothing: its history goes) or to overwrite (--overwrite_output_dir)."""
+    from olmocr_rl import storage
     from olmocr_rl.ranks import is_local_main_process
-    from olmocr_rl.storage import S3SyncCallback
+
+    if cfg.resume_from_checkpoint:
+        logger.info("--resume_from_checkpoint: no checkpoint in %s%s, starting fresh", cfg.output_dir,
+                    f" or {cfg.s3_save_path}" if cfg.s3_save_path else "")
+        if is_main_process():
+            storage.resume.drop_stale_history(cfg.output_dir)
+        return
+    if cfg.overwrite_output_dir:
+        if is_local_main_process():
+            removed = storage.clear_previous_run(cfg.output_dir)
+            if removed:
+                logger.info("--overwrite_output_dir: removed %s from %s", ", ".join(removed), cfg.output_dir)
+        found = storage.previous_run(cfg.output_dir, cfg.s3_save_path) if cfg.s3_save_path else None
+        if found and found.startswith("--s3_save_path"):
+            raise _Stop(f"{found}: choose another --s3_save_path (--overwrite_output_dir never deletes on S3)")
+        return
+    found = storage.previous_run(cfg.output_dir, cfg.s3_save_path)
+    if found:
+        raise _Stop(f"{found}: pass --resume_from_checkpoint to continue it, choose another --output_dir"
+                    f"{' and --s3_save_path' if cfg.s3_save_path else ''}, or pass --overwrite_output_dir to "
+                    "start over")
+
+
+def _finish(trainer, cfg: ResolvedConfig) -> int:
+    """The run summary, the final mirror and the last log line; the exit status (74 when the mirror failed)."""
+    from olmocr_rl.launch import status
+    from olmocr_rl.storage import write_json_atomic
 
     summary = {"global_step": trainer.state.global_step, "output_dir": str(Path(cfg.output_dir).resolve()),
                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     if is_main_process(trainer.state):
-        (Path(cfg.output_dir) / "run_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    # on_train_end fired before the final save; mirror the final model (and the summary) too (logged,
-    # never fatal).
-    for callback in trainer.callback_handler.callbacks:
-        if isinstance(callback, S3SyncCallback) and is_local_main_process(trainer.state):  # every node's own files
-            callback.sync(wait=True)
+        write_json_atomic(Path(cfg.output_dir) / "run_summary.json", summary, indent=2)
+    # on_train_end fired before the final save; mirror the final model (and the summary) too: every node's
+    # own files. A mirror that still fails after its retries is the run's failure: the machine's disk may not
+    # outlive the job.
+    code = status.OK
+    for callback in _uploads(trainer):
+        callback.sync(wait=True)
+        if callback.last_error:
+            only = callback.only_local()
+            code = _fail(f"the final mirror of {cfg.output_dir} to {cfg.s3_save_path} failed after its retries "
+                         f"({callback.last_error}); only on local disk: {_tops(only)} ({len(only)} files): copy "
+                         f"them (e.g. `aws s3 sync {cfg.output_dir} {cfg.s3_save_path}`) before this disk goes",
+                         status.UNSYNCED)
     if is_main_process(trainer.state):
         logger.info("done: %d steps, model and processor saved in %s", trainer.state.global_step, cfg.output_dir)
         if "wandb" in cfg.report_to:
@@ -234,6 +398,13 @@ def _finish(trainer, cfg: ResolvedConfig) -> None:
 
             if wandb.run is not None:
                 wandb.finish()
+    return code
+
+
+def _tops(rels: list[str]) -> str:
+    """``model.safetensors, checkpoint-8/, ...``: the top-level entries of relative paths."""
+    tops = sorted({rel.split("/")[0] + ("/" if "/" in rel else "") for rel in rels})
+    return ", ".join(tops[:8]) + (f" and {len(tops) - 8} more" if len(tops) > 8 else "")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["global_rank", "is_local_main_process", "is_main_process", "local_rank", "world_size"]
+__all__ = ["barrier", "global_rank", "is_local_main_process", "is_main_process", "local_rank", "world_size"]
 
 
 def global_rank() -> int:
@@ -43,3 +43,13 @@ def is_local_main_process(state=None) -> bool:
     ``state``: a TrainerState (or anything with ``is_local_process_zero``), read instead of the environment.
     """
     return bool(state.is_local_process_zero) if state is not None else local_rank() == 0
+
+
+def barrier() -> None:
+    """Wait for every process (torch.distributed's barrier) when several train; nothing otherwise."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()

@@ -23,7 +23,7 @@ Problems = list[str]
 _POSITIVE = ("learning_rate", "per_device_train_batch_size", "per_device_eval_batch_size",
              "gradient_accumulation_steps", "num_generations", "num_iterations", "max_completion_length",
              "logging_steps", "save_steps", "save_total_limit", "target_longest_image_dim", "max_train_samples",
-             "max_eval_samples")
+             "max_eval_samples", "preempt_upload_timeout")
 _NON_NEGATIVE = ("warmup_steps", "dataloader_num_workers", "beta")
 #: The GRPOConfig values --olmorl fixes that also have a flag.
 OLMORL_FLAGS = ("loss_type", "scale_rewards", "beta", "importance_sampling_level")
@@ -302,7 +302,11 @@ def resolve_resume(a: Namespace) -> bool | str | None:
 
 
 def check_s3(a: Namespace) -> Problems:
-    """--s3_save_path is an s3:// URI."""
+    """--s3_save_path is an s3:// URI; --overwrite_output_dir does not meet --resume_from_checkpoint."""
+    problems = []
     if a.s3_save_path and not str(a.s3_save_path).startswith("s3://"):
-        return [f"--s3_save_path {a.s3_save_path!r}: expected s3://bucket/prefix"]
-    return []
+        problems.append(f"--s3_save_path {a.s3_save_path!r}: expected s3://bucket/prefix")
+    if a.overwrite_output_dir and resolve_resume(a):
+        problems.append("--overwrite_output_dir deletes the checkpoints --resume_from_checkpoint would resume from: "
+                        "give one of them (through a launcher, --no-auto-resume leaves the resume flag out)")
+    return problems

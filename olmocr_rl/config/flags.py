@@ -285,8 +285,21 @@ def _add_logging_flags(parser: argparse.ArgumentParser) -> None:
                         "(gathers the page images across ranks at every generation)")
     g.add_argument("--s3_save_path", default=None, help="s3://bucket/prefix mirrored after every save")
     g.add_argument("--resume_from_checkpoint", nargs="?", const=True, default=None,
-                   help="resume: bare flag = newest checkpoint in --output_dir (pulled from --s3_save_path "
-                        "when the local dir has none; starts fresh when neither has one), or a checkpoint path")
+                   help="resume: bare flag = the newest checkpoint that verifies, in --output_dir or on --s3_save_path "
+                        "(pulled when that one is newer; starts fresh when neither has one; a run already at its "
+                        "last step exits with 'already finished'), or a checkpoint path")
+    g.add_argument("--allow_partial_resume", action=_BoolFlag, default=False,
+                   help="resume from a checkpoint that has no optimizer.pt or scheduler.pt (e.g. saved with "
+                        "save_only_model) with a warning: Adam's moments start from zero (the learning-rate "
+                        "schedule is moved on to the checkpoint's step); without it such a resume is an error")
+    g.add_argument("--overwrite_output_dir", action=_BoolFlag, default=False,
+                   help="start a new run in an --output_dir that holds an earlier run's checkpoints or history: "
+                        "they are deleted first (without it such a start is an error; S3 is never touched)")
+    g.add_argument("--preempt_upload_timeout", type=float, default=240.0, metavar="SECONDS",
+                   help="after SIGTERM/SIGUSR1/SIGINT the run finishes its step, saves a checkpoint and uploads it "
+                        "to --s3_save_path within this many seconds of the signal (then exits with status 75; "
+                        "an upload still running then is left, the checkpoint stays on local disk). Slurm's "
+                        "USR1 comes 300 s before the time limit")
 
 
 def flag_key(name: str) -> str:

@@ -18,7 +18,11 @@ Pool design:
 * a page's completions go to the workers in a few chunks, so each worker constructs a page's tests at
   most once per batch (in one epoch each page is seen once, so construction is not amortised by the cache);
 * a failing pool (a worker killed, e.g. out of memory) is logged, and that batch scored in-process; the
-  pool is restarted on the next batch, and after 3 failures in a row scoring stays in-process.
+  pool is restarted on the next batch, and after 3 failures in a row scoring stays in-process;
+* workers die with the trainer (:func:`_worker_start`): the kernel sends them SIGKILL when their parent ends,
+  however it ends (a SIGKILL of the trainer left two ~370 MB workers running under PID 1), and they leave the
+  trainer's process group, so a Ctrl-C in the terminal, or a launcher's signal to the group, reaches only the
+  trainer, which stops them itself (no traceback from each worker, no pool broken under the last step).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import logging
 import math
 import multiprocessing
 import os
+import signal
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Sequence
@@ -118,6 +123,28 @@ def score_texts(cache: PageTestCache, key: PageKey, texts: Sequence[str], raw_co
 
 # Each worker process keeps its own cache (module state of the worker, never of the trainer process).
 _worker_cache: PageTestCache | None = None
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _worker_start(parent: int | None) -> None:
+    """A reward worker's first act: SIGKILL when its parent dies (Linux), out of the parent's process group.
+
+    ``parent``: the trainer's pid when the worker is forked from it (a worker whose parent is already gone
+    then exits); None with forkserver/spawn (the parent is the fork server, which exits with the trainer).
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # no prctl: the worker may outlive a killed trainer
+            pass
+    if parent is not None and os.getppid() != parent:
+        os._exit(0)  # the trainer died before prctl took effect
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
 
 
 def _score_in_worker(key: PageKey, texts: list[str], raw_completion: bool) -> list[PageScore]:
@@ -162,8 +189,10 @@ class BenchEvaluator:
         if self._pool is None:
             self._pool_method = self.start_method or default_start_method()
             logger.info("reward worker pool: %d processes, start method %s", self.workers, self._pool_method)
+            parent = os.getpid() if self._pool_method == "fork" else None
             self._pool = ProcessPoolExecutor(max_workers=self.workers,
-                                             mp_context=multiprocessing.get_context(self._pool_method))
+                                             mp_context=multiprocessing.get_context(self._pool_method),
+                                             initializer=_worker_start, initargs=(parent,))
         futures = [self._pool.submit(_score_in_worker, key, texts, raw_completion) for key, _indices, texts in chunks]
         return [future.result() for future in futures]
 

@@ -7,8 +7,12 @@ olmocr_rl differs", items 6-7):
 * ``cache`` -- ``download_s3_prefix("s3://bucket/models/qwen")`` -> a local folder, cached and reused once
   complete (``--model_name s3://...``);
 * ``mirror`` -- ``sync_dir_to_s3(local_dir, "s3://bucket/run/")`` / ``S3Mirror``, like ``s5cmd sync --delete``;
-* ``checkpoints`` -- complete checkpoints, node manifests, ``resolve_resume_checkpoint`` /
-  ``resume_checkpoint`` (local, else pulled from S3, else None; the metrics history restored);
+* ``verify`` -- the node manifest (files, sizes, checksums) written last, and what a checkpoint on disk must pass;
+* ``checkpoints`` -- complete checkpoints, node manifests, layouts, S3's checkpoints and pulls, the metrics history;
+* ``resume`` -- what a run resumes from (the newest checkpoint that verifies, here or on S3), whether it is
+  already finished, and whether its output folder holds another run's files (``resolve_resume_checkpoint`` /
+  ``resume_checkpoint`` decide it all in one call);
+* ``files`` -- atomic JSON writes, the download and run locks, what a failed write says about the disk;
 * ``callback`` -- ``S3SyncCallback``, the ``TrainerCallback`` that mirrors ``output_dir`` after each
   checkpoint and at the end, on each machine's main process, and never stops training.
 
@@ -26,6 +30,7 @@ from olmocr_rl.storage.checkpoints import (
     TRAINER_STATE,
     CheckpointMismatchError,
     Topology,
+    RemoteCheckpoint,
     check_layout,
     checkpoint_problem,
     checkpoint_step,
@@ -34,12 +39,13 @@ from olmocr_rl.storage.checkpoints import (
     find_latest_checkpoint,
     has_model_weights,
     is_complete_checkpoint,
+    local_checkpoint_problem,
     manifest_name,
+    missing_training_state,
     pull_latest_checkpoint_from_s3,
-    resolve_resume_checkpoint,
     restore_history,
-    resume_checkpoint,
 )
+from olmocr_rl.storage.files import FolderInUseError, describe_write_failure, hold_run_lock, write_json_atomic
 from olmocr_rl.storage.mirror import (
     DEFAULT_EXCLUDE,
     LocalFile,
@@ -49,6 +55,16 @@ from olmocr_rl.storage.mirror import (
     needs_upload,
     scan_local,
     sync_dir_to_s3,
+)
+from olmocr_rl.storage.resume import (
+    ResumeChoice,
+    choose_checkpoint,
+    clear_previous_run,
+    finished_at,
+    plan_resume,
+    previous_run,
+    resolve_resume_checkpoint,
+    resume_checkpoint,
 )
 from olmocr_rl.storage.s3 import (
     PARTIAL_SUFFIX,
@@ -69,8 +85,11 @@ __all__ = [
     "PARTIAL_SUFFIX",
     "TRAINER_STATE",
     "CheckpointMismatchError",
+    "FolderInUseError",
     "LocalFile",
+    "RemoteCheckpoint",
     "RemoteObject",
+    "ResumeChoice",
     "S3Mirror",
     "S3SyncCallback",
     "StorageError",
@@ -80,24 +99,34 @@ __all__ = [
     "check_s3_access",
     "checkpoint_problem",
     "checkpoint_step",
+    "choose_checkpoint",
+    "clear_previous_run",
     "current_engine",
     "current_topology",
     "default_cache_root",
+    "describe_write_failure",
     "download_s3_prefix",
     "find_latest_checkpoint",
+    "finished_at",
     "has_model_weights",
+    "hold_run_lock",
     "is_complete_checkpoint",
     "is_excluded",
+    "local_checkpoint_problem",
     "make_s3_client",
     "manifest_name",
+    "missing_training_state",
     "needs_upload",
     "parse_s3_uri",
+    "plan_resume",
+    "previous_run",
     "pull_latest_checkpoint_from_s3",
     "resolve_resume_checkpoint",
     "restore_history",
     "resume_checkpoint",
     "scan_local",
     "sync_dir_to_s3",
+    "write_json_atomic",
 ]
 
 

@@ -10,25 +10,17 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
 from transformers import TrainerCallback
 
-from olmocr_rl.ranks import is_local_main_process
-from olmocr_rl.storage import s3
-from olmocr_rl.storage.checkpoints import (
-    MANIFEST_DIR,
-    TRAINER_STATE,
-    Topology,
-    checkpoint_step,
-    current_topology,
-    local_checkpoint_files,
-    manifest_name,
-)
-from olmocr_rl.storage.mirror import DEFAULT_EXCLUDE, S3Mirror, SyncResult, is_excluded
-from olmocr_rl.storage.files import write_json_atomic
-from olmocr_rl.storage.s3 import explain, parse_s3_uri
+from olmocr_rl.ranks import barrier, is_local_main_process
+from olmocr_rl.storage.checkpoints import TRAINER_STATE, Topology, checkpoint_step, current_topology, manifest_name
+from olmocr_rl.storage.mirror import DEFAULT_EXCLUDE, S3Mirror, SyncResult
+from olmocr_rl.storage.s3 import parse_s3_uri
+from olmocr_rl.storage.verify import write_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -51,10 +43,11 @@ class S3SyncCallback(TrainerCallback):
     the checkpoints stay on local disk, the next save tries again. With ``background=True`` (the
     default) each sync runs in a worker thread so a node does not stall the other ranks during a
     multi-GB upload (long enough to hit collective timeouts); saves that arrive while a sync runs are
-    coalesced into one more pass, and ``on_train_end`` waits for the last pass. Deletions mirror local
-    pruning but keep remote objects this node never had locally (see ``S3Mirror.keep_remote_only``).
-    ``last_result`` / ``last_error`` hold the outcome of the latest pass. Call ``sync(wait=True)`` after
-    a final ``save_model`` that happens after ``train()`` returns.
+    coalesced into one more pass, and ``on_train_end`` waits for the last pass (until the deadline of
+    :meth:`set_deadline`, when a stop signal set one). Deletions mirror local pruning but keep remote
+    objects this node never had locally (see ``S3Mirror.keep_remote_only``). ``last_result`` /
+    ``last_error`` hold the outcome of the latest pass, :meth:`only_local` what is not known to be on S3.
+    Call ``sync(wait=True)`` after a final ``save_model`` that happens after ``train()`` returns.
     """
 
     def __init__(
@@ -82,7 +75,7 @@ class S3SyncCallback(TrainerCallback):
         self._lock = threading.Lock()
         self._pending = False
         self._worker: threading.Thread | None = None
-        self._manifests: dict[str, dict[str, int]] = {}  # checkpoint name -> its files, awaiting upload
+        self._deadline: float | None = None  # time.monotonic() by which waiting ends (a stop signal's bound)
 
     # Trainer events --------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
@@ -90,22 +83,29 @@ class S3SyncCallback(TrainerCallback):
             self.mirror.remember_local()  # pre-existing local checkpoints are ours to prune remotely
 
     def on_save(self, args, state, control, **kwargs):
-        _barrier()  # every rank's files of this checkpoint are written before any node lists them
+        barrier()  # every rank's files of this checkpoint are written before any node lists them
         if not is_local_main_process(state):
             return
         folder = self.output_dir / f"checkpoint-{state.global_step}"
         if folder.is_dir():
             if self.topology.node_rank > 0:
                 self._prune(args, folder)
-            files = {rel: (folder / rel).stat().st_size for rel in local_checkpoint_files(folder)
-                     if not rel.startswith(MANIFEST_DIR + "/") and not is_excluded(rel, self.mirror.exclude)}
-            with self._lock:
-                self._manifests[folder.name] = files
+            if not (folder / manifest_name(self.topology.node_rank)).is_file():  # a trainer without the save mixin
+                write_manifest(folder, self.topology)
         self.sync(wait=not self.background)
 
     def on_train_end(self, args, state, control, **kwargs):
         if is_local_main_process(state):
-            self.sync(wait=True)
+            self.sync(wait=False)
+            self.wait()
+
+    def set_deadline(self, seconds: float) -> None:
+        """From now on, waiting for uploads (``on_train_end``, :meth:`wait`) ends after ``seconds`` at most."""
+        self._deadline = time.monotonic() + seconds
+
+    def only_local(self) -> list[str]:
+        """Files of ``output_dir`` not known to be on S3 as they are now (never uploaded, or changed since)."""
+        return self.mirror.unsent()
 
     def _prune(self, args, newest: Path) -> None:
         """Keep this machine's newest ``save_total_limit`` checkpoints (the Trainer prunes the first machine's
@@ -138,14 +138,18 @@ class S3SyncCallback(TrainerCallback):
         if wait:
             self.wait()
 
-    def wait(self) -> None:
-        """Block until the background worker has no pass running or pending."""
+    def wait(self) -> bool:
+        """Block until the background worker has no pass running or pending (or the deadline of
+        :meth:`set_deadline` passes); True when it has none."""
         while True:
             with self._lock:
                 worker = self._worker
             if worker is None:
-                return
-            worker.join()
+                return True
+            left = None if self._deadline is None else self._deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            worker.join(left)
 
     def _drain(self) -> None:
         while True:
@@ -165,15 +169,8 @@ class S3SyncCallback(TrainerCallback):
         if not self.output_dir.is_dir():  # training ended before its first save: nothing to mirror
             logger.info("S3 sync skipped: %s does not exist yet", self.output_dir)
             return
-        with self._lock:  # only checkpoints noted before this pass listed the folder
-            manifests = dict(self._manifests)
         try:
             result = self.mirror.sync()
-            for name, files in manifests.items():
-                self._upload_manifest(name, files)
-                with self._lock:
-                    if self._manifests.get(name) is files:
-                        del self._manifests[name]
         except Exception as exc:  # never let S3 stop training
             self.last_error = str(exc)
             logger.error("S3 sync of %s to %s failed; training goes on, checkpoints stay on local disk: %s",
@@ -181,31 +178,3 @@ class S3SyncCallback(TrainerCallback):
             return
         self.last_result, self.last_error = result, None
         logger.info("S3 sync %s -> %s: %s", self.output_dir, self.s3_save_path, result.summary())
-
-    def _upload_manifest(self, name: str, files: dict[str, int]) -> None:
-        """This node's manifest of checkpoint ``name``, once its files are on S3: written locally, uploaded last."""
-        folder = self.output_dir / name
-        if not all((folder / rel).is_file() and (folder / rel).stat().st_size == size for rel, size in files.items()):
-            logger.info("no manifest for %s: pruned or changed since the save", folder)
-            return
-        topo = self.topology
-        record = {"checkpoint": name, "node_rank": topo.node_rank, "num_machines": topo.num_machines,
-                  "world_size": topo.world_size, "engine": topo.engine, "files": files}
-        rel = manifest_name(topo.node_rank)
-        path = folder / rel
-        write_json_atomic(path, record, indent=1, sort_keys=True)
-        try:
-            s3.make_s3_client().upload_file(str(path), self.mirror.bucket, f"{self.mirror.folder}{name}/{rel}")
-        except Exception as exc:
-            raise explain(exc, f"uploading the manifest of {name} to", self.s3_save_path) from exc
-        self.mirror.note_uploaded(f"{name}/{rel}", path)
-
-
-def _barrier() -> None:
-    """torch.distributed's barrier when several processes train; nothing otherwise."""
-    try:
-        import torch.distributed as dist
-    except ImportError:
-        return
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()

@@ -1,15 +1,18 @@
-"""Checkpoints and resume: which ``checkpoint-<N>`` folders are whole, node manifests, pulls from S3.
+"""Checkpoints: which ``checkpoint-<N>`` folders are whole, node manifests, layouts, pulls from S3, the history.
 
-* ``find_latest_checkpoint(output_dir)`` -> the newest complete local checkpoint;
-* ``pull_latest_checkpoint_from_s3(s3_uri, output_dir)`` -> the newest complete one on S3, downloaded;
-* ``resolve_resume_checkpoint(output_dir, s3_save_path)`` -> local, else pulled from S3, else None;
-* ``resume_checkpoint(flag, output_dir, s3_save_path)`` -> what ``--resume_from_checkpoint`` resumes from,
-  with the run's metrics.jsonl history restored to end at that checkpoint.
+* ``local_checkpoint_problem(folder)`` -> why a checkpoint on disk cannot be resumed from (None: it can);
+* ``find_latest_checkpoint(output_dir)`` -> the newest local checkpoint that verifies;
+* ``remote_checkpoints`` / ``check_remote_checkpoint`` -> S3's checkpoints, newest first, and whether one is whole;
+* ``pull_latest_checkpoint_from_s3(s3_uri, output_dir)`` -> the newest whole one on S3, downloaded;
+* ``missing_training_state(files)`` -> the optimizer/scheduler files a checkpoint lacks;
+* ``restore_history`` / ``trim_history`` -> the run's metrics.jsonl made to end at a checkpoint's step.
 
-A checkpoint's per-node manifests (``checkpoint-N/olmocr_rl_manifest/node-R.json``) are written and
-uploaded by node R's local main process after every file of its ranks reached S3 (storage.callback). A
-checkpoint that has manifests counts as complete on S3 only when all of its nodes' manifests are there and
-every file they list is there with its size.
+Which checkpoint a run resumes from is decided in storage.resume. A checkpoint's per-node manifests
+(``checkpoint-N/olmocr_rl_manifest/node-R.json``, storage.verify) are written by node R's local main
+process once every file of its ranks is on its disk, and go to S3 after those files. A checkpoint that has
+manifests counts as complete on S3 only when all of its nodes' manifests are there and every file they list
+is there with its size; on disk, when every listed file has its size and checksum and no file's own format
+says it was cut short.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from olmocr_rl.ranks import global_rank, is_main_process
+from olmocr_rl.ranks import global_rank
 from olmocr_rl.storage import s3
 from olmocr_rl.storage.files import folder_lock
 from olmocr_rl.storage.s3 import (
@@ -37,11 +40,18 @@ from olmocr_rl.storage.s3 import (
     parse_s3_uri,
     safe_relative,
 )
+from olmocr_rl.storage.verify import (  # noqa: F401  (manifest_name: re-exported)
+    MANIFEST_DIR,
+    TRAINER_STATE,
+    checksum,
+    local_files,
+    manifest_name,
+    read_manifests,
+    verify_folder,
+)
 
 logger = logging.getLogger(__name__)
 
-TRAINER_STATE = "trainer_state.json"
-MANIFEST_DIR = "olmocr_rl_manifest"
 HISTORY_FILE = "metrics.jsonl"  # the run's log records (telemetry.history.MetricsFileCallback)
 
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
@@ -49,6 +59,10 @@ _SINGLE_WEIGHTS = frozenset(
     {"model.safetensors", "pytorch_model.bin", "adapter_model.safetensors", "adapter_model.bin"}
 )
 _SHARD_RE = re.compile(r"^(model|pytorch_model)-(\d+)-of-(\d+)\.(safetensors|bin)$")
+#: What a resume needs beyond the weights to go on as the run would have: the optimizer's moments and the
+#: learning-rate schedule (transformers' file names; DeepSpeed and FSDP keep them in their own layouts).
+OPTIMIZER_FILES = ("optimizer.pt", "optimizer.bin")
+SCHEDULER_FILE = "scheduler.pt"
 
 
 def checkpoint_step(name: str) -> int | None:
@@ -86,12 +100,38 @@ def is_complete_checkpoint(files: Iterable[str]) -> bool:
     return TRAINER_STATE in names and has_model_weights(names)
 
 
+def missing_training_state(files: Iterable[str]) -> list[str]:
+    """The optimizer and scheduler files a checkpoint lacks (``[]`` when it has both, or keeps them in a DeepSpeed
+    or FSDP layout of its own). Without them a resume restarts Adam's moments and the learning-rate schedule."""
+    names = set(files)
+    if "latest" in names and any(name.startswith("global_step") and "/" in name for name in names):
+        return []  # DeepSpeed: its global_step*/ folder holds the optimizer (and scheduler) state
+    missing = []
+    if not names & set(OPTIMIZER_FILES) and not any(name.startswith("optimizer_") for name in names):  # FSDP
+        missing.append(OPTIMIZER_FILES[0])
+    if SCHEDULER_FILE not in names:
+        missing.append(SCHEDULER_FILE)
+    return missing
+
+
 def local_checkpoint_files(folder: Path) -> set[str]:
-    return {
-        p.relative_to(folder).as_posix()
-        for p in folder.rglob("*")
-        if p.is_file() and not p.name.endswith(PARTIAL_SUFFIX)
-    }
+    return set(local_files(folder))
+
+
+def local_checkpoint_problem(folder: Path) -> str | None:
+    """Why the checkpoint folder cannot be resumed from, None when it can: trainer_state.json and weights
+    present, every file as its manifests list it (size and checksum), none cut short by its own format, and
+    trainer_state.json naming its step."""
+    files = local_checkpoint_files(folder)
+    if not is_complete_checkpoint(files):
+        return f"needs {TRAINER_STATE} and model weights"
+    problem = verify_folder(folder)
+    if problem:
+        return problem
+    state = json.loads((folder / TRAINER_STATE).read_text())  # parses: verify_folder checked it
+    if not isinstance(state, dict) or not isinstance(state.get("global_step"), int):
+        return f"{TRAINER_STATE} has no global_step"
+    return None
 
 
 def marks_whole(rel: str) -> bool:
@@ -106,23 +146,24 @@ def state_last(rel: str) -> tuple[bool, str]:
     return (marks_whole(rel), rel)
 
 
-def find_latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
-    """The complete ``checkpoint-<N>`` folder with the largest N in ``output_dir``, or None.
-
-    Incomplete folders (no trainer_state.json or no weights, e.g. a save killed half-way) are skipped
-    with a log line, so a resume never loads a half-written checkpoint.
-    """
+def local_checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """``(step, folder)`` of every ``checkpoint-<N>`` folder in ``output_dir``, newest first."""
     root = Path(output_dir)
     if not root.is_dir():
-        return None
-    candidates = sorted(
-        ((step, path) for path in root.iterdir() if path.is_dir() and (step := checkpoint_step(path.name)) is not None),
-        reverse=True,
-    )
-    for _step, path in candidates:
-        if is_complete_checkpoint(local_checkpoint_files(path)):
+        return []
+    return sorted(((step, path) for path in root.iterdir()
+                   if path.is_dir() and (step := checkpoint_step(path.name)) is not None), reverse=True)
+
+
+def find_latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
+    """The newest ``checkpoint-<N>`` folder in ``output_dir`` that verifies (:func:`local_checkpoint_problem`),
+    or None. Each newer one that does not is skipped with a log line saying why, so a resume never loads a
+    half-written or damaged checkpoint."""
+    for _step, path in local_checkpoints(output_dir):
+        problem = local_checkpoint_problem(path)
+        if problem is None:
             return path
-        logger.warning("skipping incomplete checkpoint %s (needs %s and model weights)", path, TRAINER_STATE)
+        logger.warning("skipping checkpoint %s: %s", path, problem)
     return None
 
 
@@ -181,11 +222,6 @@ def current_topology() -> Topology:
                     engine=current_engine())
 
 
-def manifest_name(node_rank: int) -> str:
-    """A node's manifest, relative to its checkpoint folder."""
-    return f"{MANIFEST_DIR}/node-{node_rank}.json"
-
-
 def _manifest_topology(manifest: dict) -> Topology:
     return Topology(world_size=int(manifest.get("world_size", 1)), num_machines=int(manifest.get("num_machines", 1)),
                     node_rank=int(manifest.get("node_rank", 0)), engine=str(manifest.get("engine", "?")))
@@ -238,13 +274,7 @@ def check_layout(checkpoint: str, manifests: list[dict], current: Topology) -> N
 
 
 def _local_manifests(folder: Path) -> list[dict]:
-    manifests = []
-    for path in sorted((folder / MANIFEST_DIR).glob("node-*.json")):
-        try:
-            manifests.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue
-    return manifests
+    return read_manifests(folder)[0]
 
 
 def _remote_manifests(client, bucket: str, files: dict[str, RemoteObject]) -> list[dict]:
@@ -259,146 +289,154 @@ def _remote_manifests(client, bucket: str, files: dict[str, RemoteObject]) -> li
     return manifests
 
 
-def pull_latest_checkpoint_from_s3(
-    s3_uri: str, output_dir: str | os.PathLike, *, topology: Topology | None = None, prefer_remote: bool = False,
-) -> Path | None:
-    """Download the newest complete ``checkpoint-<N>/`` under ``s3_uri`` into ``output_dir``.
+@dataclass(frozen=True)
+class RemoteCheckpoint:
+    """A checkpoint on S3 that is whole: its URI, its files (by path inside it), manifests and trainer state."""
 
-    Returns the local checkpoint when ``output_dir`` already has one (nothing is fetched; with
-    ``prefer_remote``, used by multi-machine runs, S3's newest complete checkpoint wins instead and only
-    the files the local copy lacks are fetched), the pulled checkpoint's path, or None when S3 holds no
-    complete checkpoint. Complete means :func:`checkpoint_problem` finds nothing: with node manifests,
-    every node's files are there. Every file of the checkpoint comes down (each node then has every
-    rank's shards), the older checkpoints stay on S3, files arrive under temporary names, with S3's
-    modification times, and trainer_state.json and the manifests come last, so an interrupted pull is
-    never taken for a whole checkpoint and a rerun finishes it. Raises CheckpointMismatchError when the
-    checkpoint's manifests name another world size or engine than ``topology``, and StorageError naming
-    the URI when S3 cannot be listed or read.
-    """
-    output = Path(output_dir)
-    current = topology or current_topology()
-    if not prefer_remote:
-        local = find_latest_checkpoint(output)
-        if local is not None:
-            return local
-    bucket, prefix = parse_s3_uri(s3_uri)
-    client = None
-    try:
-        client = s3.make_s3_client()
-        newest, files, manifests = _newest_remote_checkpoint(client, s3_uri, bucket, folder_prefix(prefix), current)
-    except Exception as exc:
-        raise explain(exc, "listing checkpoints in", s3_uri, client) from exc
-    if newest is None:
-        logger.info("no complete checkpoint-<N>/ under %s", s3_uri)
-        return None
-    source = f"s3://{bucket}/{folder_prefix(prefix)}{newest}/"
-    check_layout(source, manifests, current)
-    started = time.monotonic()
-    with folder_lock(output / ".olmocr_rl-pull.lock"):
-        try:
-            fetched = _download_checkpoint(client, bucket, files, output / newest, source)
-        except Exception as exc:
-            raise explain(exc, "downloading checkpoint from", source, client) from exc
-    logger.info(
-        "pulled %s (%d files, %s; %d fetched) into %s in %.1f s", source, len(files),
-        human_bytes(sum(o.size for o in files.values())), fetched, output / newest, time.monotonic() - started,
-    )
-    return output / newest
+    uri: str  # s3://bucket/prefix/checkpoint-N/
+    bucket: str
+    name: str
+    files: dict[str, RemoteObject]
+    manifests: list[dict]
+    state: dict
+    state_body: bytes  # trainer_state.json as read: written as is when pulled (no second download)
+
+    @property
+    def step(self) -> int:
+        return int(checkpoint_step(self.name) or 0)
 
 
-def _newest_remote_checkpoint(
-    client, s3_uri: str, bucket: str, folder: str, current: Topology,
-) -> tuple[str | None, dict[str, RemoteObject], list[dict]]:
-    """The newest complete checkpoint under ``folder``: its name, its files (by path inside it), its manifests."""
+def remote_checkpoints(client, bucket: str, folder: str) -> dict[str, dict[str, RemoteObject]]:
+    """Every ``checkpoint-<N>/`` under ``folder`` on S3 and its files (by path inside it)."""
     by_checkpoint: dict[str, dict[str, RemoteObject]] = {}
     for rel, obj in list_objects(client, bucket, folder).items():
         top, _, rest = rel.partition("/")
         if rest and checkpoint_step(top) is not None:
             by_checkpoint.setdefault(top, {})[rest] = obj
-    for name in sorted(by_checkpoint, key=checkpoint_step, reverse=True):
-        manifests = _remote_manifests(client, bucket, by_checkpoint[name])
-        problem = checkpoint_problem({rel: obj.size for rel, obj in by_checkpoint[name].items()}, manifests,
-                                     need_manifests=current.num_machines > 1)
-        if problem is None:
-            return name, by_checkpoint[name], manifests
-        logger.warning("skipping incomplete checkpoint %s/%s on S3: %s", s3_uri.rstrip("/"), name, problem)
-    return None, {}, []
+    return by_checkpoint
 
 
-def _download_checkpoint(client, bucket: str, files: dict[str, RemoteObject], destination: Path, source: str) -> int:
-    """Fetch the files ``destination`` lacks, trainer_state.json and manifests last; returns how many came down."""
+def check_remote_checkpoint(client, uri: str, bucket: str, name: str, files: dict[str, RemoteObject],
+                            need_manifests: bool) -> tuple[RemoteCheckpoint | None, str | None]:
+    """``(checkpoint, None)`` when S3's ``name`` is whole (:func:`checkpoint_problem`, and a trainer_state.json
+    that parses), else ``(None, why not)``."""
+    manifests = _remote_manifests(client, bucket, files)
+    problem = checkpoint_problem({rel: obj.size for rel, obj in files.items()}, manifests,
+                                 need_manifests=need_manifests)
+    if problem:
+        return None, problem
+    body = client.get_object(Bucket=bucket, Key=files[TRAINER_STATE].key)["Body"].read()
+    try:
+        state = json.loads(body)
+    except ValueError as exc:
+        return None, f"{TRAINER_STATE} is not valid JSON ({exc}): written only in part"
+    if not isinstance(state, dict) or not isinstance(state.get("global_step"), int):
+        return None, f"{TRAINER_STATE} has no global_step"
+    return RemoteCheckpoint(uri, bucket, name, files, manifests, state, body), None
+
+
+def newest_remote_checkpoint(s3_uri: str, topology: Topology | None = None, *,
+                             newer_than: int = -1) -> RemoteCheckpoint | None:
+    """S3's newest whole checkpoint with a step above ``newer_than``, or None; each newer one that is not whole
+    is skipped with a log line saying why. StorageError naming the URI when S3 cannot be listed or read."""
+    current = topology or current_topology()
+    bucket, prefix = parse_s3_uri(s3_uri)
+    folder = folder_prefix(prefix)
+    client = None
+    try:
+        client = s3.make_s3_client()
+        listing = remote_checkpoints(client, bucket, folder)
+        for name in sorted(listing, key=checkpoint_step, reverse=True):
+            if checkpoint_step(name) <= newer_than:
+                break
+            uri = f"s3://{bucket}/{folder}{name}/"
+            found, problem = check_remote_checkpoint(client, uri, bucket, name, listing[name],
+                                                     need_manifests=current.num_machines > 1)
+            if found is not None:
+                return found
+            logger.warning("skipping checkpoint %s/%s on S3: %s", s3_uri.rstrip("/"), name, problem)
+    except Exception as exc:
+        raise explain(exc, "listing checkpoints in", s3_uri, client) from exc
+    return None
+
+
+def pull_checkpoint(remote: RemoteCheckpoint, output_dir: str | os.PathLike) -> Path:
+    """Download ``remote`` into ``output_dir/<name>``: only the files the local copy lacks or has damaged (size,
+    or checksum where a manifest gives one), under temporary names, with S3's modification times, manifests and
+    trainer_state.json last, so an interrupted pull is never taken for a whole checkpoint and a rerun finishes
+    it. Every file comes down (each node then has every rank's shards). StorageError naming the URI on failure."""
+    output = Path(output_dir)
+    started = time.monotonic()
+    client = None
+    with folder_lock(output / ".olmocr_rl-pull.lock"):
+        try:
+            client = s3.make_s3_client()
+            fetched = _download_checkpoint(client, remote, output / remote.name)
+        except Exception as exc:
+            raise explain(exc, "downloading checkpoint from", remote.uri, client) from exc
+    logger.info(
+        "pulled %s (%d files, %s; %d fetched) into %s in %.1f s", remote.uri, len(remote.files),
+        human_bytes(sum(o.size for o in remote.files.values())), fetched, output / remote.name,
+        time.monotonic() - started,
+    )
+    return output / remote.name
+
+
+def pull_latest_checkpoint_from_s3(
+    s3_uri: str, output_dir: str | os.PathLike, *, topology: Topology | None = None, prefer_remote: bool = False,
+) -> Path | None:
+    """Download the newest whole ``checkpoint-<N>/`` under ``s3_uri`` into ``output_dir`` (:func:`pull_checkpoint`).
+
+    Returns the local checkpoint when ``output_dir`` already has one that verifies (nothing is fetched; with
+    ``prefer_remote``, used by multi-machine runs, S3's newest whole checkpoint wins instead), the pulled
+    checkpoint's path, or None when S3 holds no whole checkpoint. Raises CheckpointMismatchError when the
+    checkpoint's manifests name another world size or engine than ``topology``, and StorageError naming the
+    URI when S3 cannot be listed or read.
+    """
+    current = topology or current_topology()
+    if not prefer_remote:
+        local = find_latest_checkpoint(output_dir)
+        if local is not None:
+            return local
+    remote = newest_remote_checkpoint(s3_uri, current)
+    if remote is None:
+        logger.info("no complete checkpoint-<N>/ under %s", s3_uri)
+        return None
+    check_layout(remote.uri, remote.manifests, current)
+    return pull_checkpoint(remote, output_dir)
+
+
+def _download_checkpoint(client, remote: RemoteCheckpoint, destination: Path) -> int:
+    """Fetch the files ``destination`` lacks or has damaged, trainer_state.json and manifests last; returns how
+    many came down."""
+    sums: dict[str, str] = {}
+    for manifest in remote.manifests:
+        sums.update(dict(manifest.get("checksums", {}) or {}))
     fetched = 0
-    for rest in sorted(files, key=state_last):
-        local_path = destination / safe_relative(rest, source)
-        if local_path.is_file() and local_path.stat().st_size == files[rest].size:
+    for rest in sorted(remote.files, key=state_last):
+        obj = remote.files[rest]
+        local_path = destination / safe_relative(rest, remote.uri)
+        if local_path.is_file() and local_path.stat().st_size == obj.size and (
+                rest not in sums or checksum(local_path, obj.size) == sums[rest]):
             continue  # finished by an earlier, interrupted pull (files are renamed only when whole)
-        s3.download_object(client, bucket, files[rest].key, local_path)
+        if rest == TRAINER_STATE:
+            _write_whole(local_path, remote.state_body)
+        else:
+            s3.download_object(client, remote.bucket, obj.key, local_path)
         # S3's time: the mirror then sees the file as sent, not as a newer file to upload again.
-        os.utime(local_path, (files[rest].last_modified, files[rest].last_modified))
+        os.utime(local_path, (obj.last_modified, obj.last_modified))
         fetched += 1
     return fetched
 
 
-def resolve_resume_checkpoint(
-    output_dir: str | os.PathLike, s3_save_path: str | None = None, topology: Topology | None = None,
-) -> Path | None:
-    """The checkpoint to resume from: newest complete local one, else the newest pulled from S3, else None.
-
-    A run on several machines with ``s3_save_path`` takes S3's newest complete checkpoint first (every
-    node's files there, per its manifests), so all machines agree whatever their local disks hold; its
-    local disk is the fallback. None means "nothing to resume, start fresh" (launchers pass
-    --resume_from_checkpoint on every restart). StorageError when ``s3_save_path`` is given but S3
-    cannot be read: resuming was asked for, so silently starting over would be wrong;
-    CheckpointMismatchError when the checkpoint was saved by another world size or engine.
-    """
-    topology = topology or current_topology()
-    if s3_save_path and topology.num_machines > 1:
-        pulled = pull_latest_checkpoint_from_s3(s3_save_path, output_dir, topology=topology, prefer_remote=True)
-        if pulled is not None:
-            logger.info("resuming from %s, pulled from %s", pulled, s3_save_path)
-            return pulled
-    local = find_latest_checkpoint(output_dir)
-    if local is not None:
-        check_layout(str(local), _local_manifests(local), topology)
-        logger.info("resuming from local checkpoint %s", local)
-        return local
-    if s3_save_path and topology.num_machines == 1:
-        pulled = pull_latest_checkpoint_from_s3(s3_save_path, output_dir, topology=topology)
-        if pulled is not None:
-            logger.info("resuming from %s, pulled from %s", pulled, s3_save_path)
-        return pulled
-    return None
+def _write_whole(path: Path, body: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{os.getpid()}{PARTIAL_SUFFIX}")
+    partial.write_bytes(body)
+    os.replace(partial, path)
 
 
-# ---- --resume_from_checkpoint ----------------------------------------------------------------------
-
-
-def resume_checkpoint(
-    flag: bool | str | os.PathLike | None, output_dir: str | os.PathLike, s3_save_path: str | None = None,
-) -> str | None:
-    """What ``--resume_from_checkpoint`` resumes from: None (start fresh) or a checkpoint folder.
-
-    ``flag`` is the flag's value: falsy (do not resume), True (:func:`resolve_resume_checkpoint`: the
-    newest local checkpoint, else one pulled from ``s3_save_path``; none found starts fresh) or a path
-    (taken as given, its node manifests checked against this run's layout like any other). On the main process the run's metrics.jsonl is then made to end at the checkpoint's
-    step (:func:`restore_history`). Raises what :func:`resolve_resume_checkpoint` raises.
-    """
-    if not flag:
-        return None
-    if flag is not True:
-        checkpoint = Path(flag)
-        # Another world size or engine: one line here, not a failure deep inside the Trainer's load.
-        check_layout(str(checkpoint), _local_manifests(checkpoint), current_topology())
-    else:
-        checkpoint = resolve_resume_checkpoint(output_dir, s3_save_path)
-        if checkpoint is None:
-            where = f"{output_dir}" + (f" or {s3_save_path}" if s3_save_path else "")
-            logger.info("--resume_from_checkpoint: no checkpoint in %s, starting fresh", where)
-            return None
-    logger.info("resuming from %s", checkpoint)
-    if is_main_process():
-        restore_history(checkpoint, output_dir, s3_save_path)
-    return str(checkpoint)
+# ---- the run's history -------------------------------------------------------------------------------
 
 
 def restore_history(checkpoint: str | os.PathLike, output_dir: str | os.PathLike, s3_save_path: str | None = None) -> None:

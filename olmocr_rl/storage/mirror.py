@@ -151,6 +151,14 @@ class S3Mirror:
         self._sent[rel] = (stat.st_size, stat.st_mtime)
         self._seen.add(rel)
 
+    def unsent(self) -> list[str]:
+        """Local files (excludes applied) not known to be on S3 as they are now: neither uploaded nor found there
+        unchanged by a pass of this mirror, or changed since."""
+        if not self.local_dir.is_dir():
+            return []
+        return sorted(rel for rel, file in scan_local(self.local_dir, self.exclude).items()
+                      if self._sent.get(rel) != (file.size, file.mtime))
+
     def sync(self) -> SyncResult:
         """Run one mirror pass (with retries); returns what it did, raises StorageError on final failure."""
         if not self.local_dir.is_dir():
@@ -188,6 +196,7 @@ class S3Mirror:
             sent_as_is = obj is not None and obj.size == file.size and self._sent.get(rel) == (file.size, file.mtime)
             if sent_as_is or not needs_upload(file, obj):
                 result.unchanged += 1
+                self._sent[rel] = (file.size, file.mtime)  # on S3 as it is here
                 continue
             try:
                 client.upload_file(str(file.path), self.bucket, self.folder + rel)

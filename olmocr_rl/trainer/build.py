@@ -10,7 +10,9 @@ The callback order is written out in :func:`add_callbacks`, one slot per job:
 2. the metrics file and the console table, after the Trainer's callbacks (they read the finished logs);
 3. with W&B, transformers' ``WandbCallback`` is replaced in place by olmOCR's naming of it, and the run-id
    writer is added before the S3 mirror, so the id reaches S3 with the checkpoint;
-4. the S3 mirror last: it uploads what every callback before it wrote into the checkpoint.
+4. the stop-signal handler (trainer.preemption): a SIGTERM, SIGUSR1 or SIGINT saves the step it arrived in
+   and stops; it bounds the mirror's last upload;
+5. the S3 mirror last: it uploads what every callback before it wrote into the checkpoint.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-__all__ = ["add_callbacks", "build_trainer", "rollout_backend", "trainer_class"]
+__all__ = ["add_callbacks", "build_trainer", "preemption_of", "rollout_backend", "trainer_class"]
 
 
 def trainer_class(cfg):
@@ -78,7 +80,20 @@ def add_callbacks(trainer, cfg, reward_names: list[str], reward_logger) -> None:
             if type(callback) is WandbCallback:
                 callbacks[index] = olmocr_wandb_callback()
         trainer.add_callback(wandb_run_id_callback())
+    from olmocr_rl.trainer.preemption import PreemptionCallback
+
+    uploads = []
     if cfg.s3_save_path:
         from olmocr_rl.storage import S3SyncCallback
 
-        trainer.add_callback(S3SyncCallback(cfg.s3_save_path, cfg.output_dir))  # never fatal to training
+        uploads.append(S3SyncCallback(cfg.s3_save_path, cfg.output_dir))  # never fatal to training
+    trainer.add_callback(PreemptionCallback(uploads=uploads, upload_timeout_s=cfg.preempt_upload_timeout))
+    for upload in uploads:
+        trainer.add_callback(upload)
+
+
+def preemption_of(trainer):
+    """The trainer's PreemptionCallback (added by :func:`add_callbacks`), or None."""
+    from olmocr_rl.trainer.preemption import PreemptionCallback
+
+    return next((c for c in trainer.callback_handler.callbacks if isinstance(c, PreemptionCallback)), None)

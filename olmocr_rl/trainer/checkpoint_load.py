@@ -12,7 +12,9 @@ trainer built directly (not through grpo_train) resumes correctly too.
   (``from_pretrained`` applies the key conversion) and copies its weights in, refusing any mismatch.
   DeepSpeed and FSDP checkpoints (their own, live-layout files) keep the Trainer's path.
 - :func:`load_optimizer_and_scheduler`: several CPU processes could not load ``optimizer.pt`` (the
-  Trainer's map_location ``cpu:0`` is not one torch.load can restore to).
+  Trainer's map_location ``cpu:0`` is not one torch.load can restore to); and a checkpoint without
+  ``scheduler.pt`` (resumed only with ``--allow_partial_resume``) gets its learning-rate schedule moved on to
+  the checkpoint's step, where the Trainer would restart it at step 0 (warmup again).
 """
 
 from __future__ import annotations
@@ -72,7 +74,9 @@ def load_optimizer_and_scheduler(trainer, checkpoint: str | None, original) -> N
 
     device = getattr(trainer.args, "device", None)
     if checkpoint is None or getattr(device, "type", None) != "cpu" or getattr(device, "index", None) is None:
-        return original(checkpoint)
+        original(checkpoint)
+        _advance_schedule(trainer, checkpoint)
+        return None
     real_load = torch.load
 
     def load(*args, **kwargs):
@@ -83,9 +87,33 @@ def load_optimizer_and_scheduler(trainer, checkpoint: str | None, original) -> N
 
     torch.load = load
     try:
-        return original(checkpoint)
+        original(checkpoint)
     finally:
         torch.load = real_load
+    _advance_schedule(trainer, checkpoint)
+    return None
+
+
+def _advance_schedule(trainer, checkpoint: str | None) -> None:
+    """No scheduler.pt in ``checkpoint``: step the fresh schedule to the checkpoint's step (it is a function of the
+    step alone), so the learning rate goes on where it was instead of starting over."""
+    import json
+    import warnings
+
+    scheduler = getattr(trainer, "lr_scheduler", None)
+    if checkpoint is None or scheduler is None or os.path.isfile(os.path.join(checkpoint, "scheduler.pt")):
+        return
+    try:
+        with open(os.path.join(checkpoint, "trainer_state.json")) as handle:
+            step = int(json.load(handle)["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "lr_scheduler.step() before optimizer.step()": on purpose here
+        for _ in range(step):
+            scheduler.step()
+    logger.warning("%s has no scheduler.pt: the learning-rate schedule was moved on to step %d (lr %.3g)",
+                   checkpoint, step, scheduler.get_last_lr()[0])
 
 
 class CheckpointLoadMixin:

@@ -18,7 +18,7 @@ It overrides two private methods of ``GRPOTrainer``, both by wrapping the parent
                                      (TRL's per-token loss mask, 1 = trained on) and recounts
                                      ``num_items_in_batch``; logs ``olmorl/*`` metrics.
 
-Everything else comes from the mixins it shares with the plain trainer (checkpoint loading, the
+Everything else comes from the mixins it shares with the plain trainer (checkpoint loading and saving, the
 epoch-seeded page order, the completions table) and from :class:`~olmocr_rl.trainer.active_sampling.
 ActiveSamplingMixin`; ``trainer/compat.py`` lists every private name they rely on.
 
@@ -53,6 +53,7 @@ from olmocr_rl.olmorl.settings import (  # noqa: F401  (re-exported: the trainer
 )
 from olmocr_rl.trainer.active_sampling import ActiveSamplingMixin
 from olmocr_rl.trainer.checkpoint_load import CheckpointLoadMixin
+from olmocr_rl.trainer.checkpoint_save import CheckpointSaveMixin
 from olmocr_rl.trainer.completions import CompletionsLogMixin
 from olmocr_rl.trainer.page_order import EpochSeededOrderMixin
 
@@ -88,8 +89,8 @@ def olmorl_group_plan(
     return advantages, keep_rows
 
 
-class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, ActiveSamplingMixin, CompletionsLogMixin,
-                        GRPOTrainer):
+class OlmoRLGRPOTrainer(CheckpointLoadMixin, CheckpointSaveMixin, EpochSeededOrderMixin, ActiveSamplingMixin,
+                        CompletionsLogMixin, GRPOTrainer):
     """``trl.GRPOTrainer`` with the OlmoRL objective (see the module docstring).
 
     Build its ``args`` with ``GRPOConfig(..., **olmorl_config_overrides())``; any contradicting value

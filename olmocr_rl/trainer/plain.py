@@ -2,6 +2,8 @@
 
 - :class:`~olmocr_rl.trainer.checkpoint_load.CheckpointLoadMixin`: a resume loads the checkpoint's weights
   (whatever key layout they were saved in) and its optimizer state on any device;
+- :class:`~olmocr_rl.trainer.checkpoint_save.CheckpointSaveMixin`: a checkpoint is written whole (trainer_state.json
+  atomically), its node manifest last, and a full disk is one line;
 - :class:`~olmocr_rl.trainer.page_order.EpochSeededOrderMixin`: every epoch's page order comes from
   (seed, epoch), so a resumed run sees the pages it would have seen;
 - :class:`~olmocr_rl.trainer.completions.CompletionsLogMixin`: the completions table works with page prompts.
@@ -12,11 +14,13 @@ from __future__ import annotations
 from trl import GRPOTrainer
 
 from olmocr_rl.trainer.checkpoint_load import CheckpointLoadMixin
+from olmocr_rl.trainer.checkpoint_save import CheckpointSaveMixin
 from olmocr_rl.trainer.completions import CompletionsLogMixin
 from olmocr_rl.trainer.page_order import EpochSeededOrderMixin
 
 __all__ = ["PlainGRPOTrainer"]
 
 
-class PlainGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer):
-    """``trl.GRPOTrainer`` (plain GRPO) with the three mixins of the module docstring."""
+class PlainGRPOTrainer(CheckpointLoadMixin, CheckpointSaveMixin, EpochSeededOrderMixin, CompletionsLogMixin,
+                       GRPOTrainer):
+    """``trl.GRPOTrainer`` (plain GRPO) with the four mixins of the module docstring."""

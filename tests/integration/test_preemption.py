@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fault_helpers import safetensors_bytes
 from s3_server import moto_s3  # noqa: F401  (pytest fixture)
 from test_cli_e2e import REPO, cli_env, failure, offline_runs, read_metrics, run_cli, tiny_run_flags
 from test_cli_s3 import remote_files
@@ -231,7 +232,7 @@ def test_two_machines_without_shared_disk_resume_from_s3_with_every_rank_file(mo
         proc.wait(timeout=540)
     logs = [log.read_text() for _, log in nodes]
     assert all(proc.returncode == 0 for proc, _ in nodes), "\n".join(log[-6000:] for log in logs)
-    assert f"skipping incomplete checkpoint {save_uri}/checkpoint-{broken} on S3: rng_state_1.pth is missing" in logs[0]
+    assert f"skipping checkpoint {save_uri}/checkpoint-{broken} on S3: rng_state_1.pth is missing" in logs[0]
     assert f"pulled {save_uri}/checkpoint-{step}/" in logs[0]
     for folder in folders:  # each machine pulled every rank's files
         assert (folder / f"checkpoint-{step}" / "rng_state_1.pth").is_file()
@@ -336,12 +337,15 @@ def test_resume_on_two_machines_skips_a_checkpoint_missing_a_node_and_refuses_an
     for step, nodes in ((2, (0, 1)), (4, (0,))):  # checkpoint-4: machine 1's upload never finished
         for node in nodes:
             disk = tmp_path / f"saved{node}"
-            files = {"rng_state_1.pth": b"r1"} if node else {"trainer_state.json": b"{}", "model.safetensors": b"w"}
+            files = {"rng_state_1.pth": b"r1"} if node else {
+                "trainer_state.json": json.dumps({"global_step": step}).encode(),
+                "model.safetensors": safetensors_bytes(b"w")}
             write_checkpoint(disk / f"checkpoint-{step}", files)
             S3SyncCallback(uri, disk, background=False, topology=Topology(node_rank=node, **TWO_NODES)).on_save(
                 None, NodeState(step, node == 0), None)
     fresh = tmp_path / "fresh"
-    write_checkpoint(fresh / "checkpoint-6", {"trainer_state.json": b"{}", "model.safetensors": b"w"})  # local only
+    write_checkpoint(fresh / "checkpoint-6", {"trainer_state.json": json.dumps({"global_step": 6}).encode(),
+                                              "model.safetensors": safetensors_bytes(b"w")})  # local only
     resumed = resolve_resume_checkpoint(fresh, uri, Topology(node_rank=1, **TWO_NODES))
     assert resumed == fresh / "checkpoint-2"  # S3 decides for every machine; checkpoint-4 lacks node 1
     assert (resumed / "rng_state_1.pth").read_bytes() == b"r1" and (resumed / "trainer_state.json").is_file()

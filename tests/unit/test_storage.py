@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fault_helpers import safetensors_bytes
 from s3_server import moto_s3  # noqa: F401  (pytest fixture)
 
 from olmocr_rl import storage
@@ -43,7 +44,7 @@ def write_files(root: Path, files: dict[str, bytes]) -> None:
 
 def fake_checkpoint(root: Path, step: int, complete: bool = True) -> Path:
     """A checkpoint-<step> folder; incomplete = weights without trainer_state.json (a killed save)."""
-    files = {"model.safetensors": f"weights {step}".encode(), "optimizer.pt": b"opt" * step}
+    files = {"model.safetensors": safetensors_bytes(f"weights {step}".encode()), "optimizer.pt": b"opt" * step}
     if complete:
         files["trainer_state.json"] = json.dumps({"global_step": step}).encode()
     write_files(root / f"checkpoint-{step}", files)
@@ -492,7 +493,7 @@ def test_pull_latest_checkpoint_downloads_only_the_newest_complete_one(moto_s3, 
     assert pulled == out / "checkpoint-20"
     assert [p.name for p in out.iterdir() if not p.name.endswith(".lock")] == ["checkpoint-20"]
     assert json.loads((pulled / "trainer_state.json").read_text()) == {"global_step": 20}
-    assert (pulled / "model.safetensors").read_bytes() == b"weights 20"
+    assert (pulled / "model.safetensors").read_bytes() == safetensors_bytes(b"weights 20")
     assert s3_calls.count("GetObject") == 3
     assert find_latest_checkpoint(out) == pulled
 

@@ -1,0 +1,24 @@
+"""The training CLI's exit statuses, which the launchers act on (docs/storage.md, "Exit statuses").
+
+``python -m olmocr_rl.grpo_train`` exits with:
+
+- ``OK`` (0): trained to the end, the final model saved (and mirrored), or already finished at a resume;
+- ``ERROR`` (1): a problem it names in one ``error:`` line (a bad bench folder, a full disk, ...);
+- ``BAD_FLAGS`` (2): a flag or flag combination to change;
+- ``UNSYNCED`` (74, sysexits' EX_IOERR): trained to the end, but the final mirror to ``--s3_save_path`` failed
+  after its retries; the message lists what is only on local disk;
+- ``PREEMPTED`` (75, sysexits' EX_TEMPFAIL): stopped by SIGTERM, SIGUSR1 or SIGINT after saving a checkpoint of
+  the step the signal arrived in (or before training began, with nothing to save): start it again with
+  ``--resume_from_checkpoint``. The Slurm job requeues itself on it; the Beaker task exits with it;
+- ``128 + N``: a second stop signal N, which exits at once without saving.
+"""
+
+from __future__ import annotations
+
+OK = 0
+ERROR = 1
+BAD_FLAGS = 2
+UNSYNCED = 74
+PREEMPTED = 75
+
+__all__ = ["BAD_FLAGS", "ERROR", "OK", "PREEMPTED", "UNSYNCED"]

@@ -1,0 +1,280 @@
+"""What a run resumes from, whether it has anything left to do, and whether its output folder is its own.
+
+* ``choose_checkpoint(output_dir, s3_save_path)`` -> the newest checkpoint that verifies, on this disk or on
+  S3, whichever is newer (read only: nothing is downloaded yet); ``fetch(choice)`` pulls it when it is on S3;
+* ``plan_resume(flag, ...)`` -> what ``--resume_from_checkpoint`` (bare, or a path) points at, checked;
+* ``finished_at(state, max_steps, num_train_epochs)`` -> whether that checkpoint already ends the run;
+* ``missing_state_problem(choice)`` -> a checkpoint without optimizer or scheduler state, said in one line;
+* ``previous_run(output_dir)`` / ``clear_previous_run(output_dir)`` -> another run's files in the folder;
+* ``resolve_resume_checkpoint`` / ``resume_checkpoint``: the same decisions in one call (the library's API).
+
+Verification is storage.checkpoints' (``local_checkpoint_problem``: manifests with sizes and checksums, each
+file's own format) and, on S3, ``check_remote_checkpoint`` (manifests and sizes, a trainer_state.json that
+parses). Every checkpoint skipped on the way is logged with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from olmocr_rl.ranks import is_main_process
+from olmocr_rl.storage import s3
+from olmocr_rl.storage.checkpoints import (
+    HISTORY_FILE,
+    TRAINER_STATE,
+    RemoteCheckpoint,
+    Topology,
+    check_layout,
+    checkpoint_step,
+    current_topology,
+    local_checkpoint_files,
+    local_checkpoint_problem,
+    local_checkpoints,
+    missing_training_state,
+    newest_remote_checkpoint,
+    pull_checkpoint,
+    restore_history,
+    trim_history,
+)
+from olmocr_rl.storage.s3 import StorageError, explain, folder_prefix, parse_s3_uri
+from olmocr_rl.storage.verify import read_manifests
+
+logger = logging.getLogger(__name__)
+
+#: What a run leaves in its output folder besides checkpoint-<N>/ (what --overwrite_output_dir removes).
+RUN_FILES = (HISTORY_FILE, "run_summary.json", "completions")
+
+
+@dataclass(frozen=True)
+class ResumeChoice:
+    """The checkpoint a run resumes from: where it is (or will be, once pulled) here, its step and trainer state,
+    its files, and the S3 checkpoint to pull (None when it is on this disk)."""
+
+    folder: Path
+    step: int
+    state: dict
+    files: frozenset[str]
+    remote: RemoteCheckpoint | None = None
+
+    def where(self) -> str:
+        return self.remote.uri if self.remote is not None else str(self.folder)
+
+
+def _local_choice(folder: Path) -> ResumeChoice:
+    state = json.loads((folder / TRAINER_STATE).read_text())
+    return ResumeChoice(folder, int(state["global_step"]), state, frozenset(local_checkpoint_files(folder)))
+
+
+def _newest_local(output_dir: Path) -> tuple[ResumeChoice | None, list[str]]:
+    """The newest local checkpoint that verifies, and a line for each newer one skipped (each also logged)."""
+    skipped = []
+    for _step, path in local_checkpoints(output_dir):
+        problem = local_checkpoint_problem(path)
+        if problem is None:
+            return _local_choice(path), skipped
+        skipped.append(f"{path.name}: {problem}")
+        logger.warning("skipping checkpoint %s: %s", path, problem)
+    return None, skipped
+
+
+def choose_checkpoint(output_dir: str | os.PathLike, s3_save_path: str | None = None,
+                      topology: Topology | None = None) -> ResumeChoice | None:
+    """The newest checkpoint that verifies, here or on S3, or None (nothing to resume: start fresh).
+
+    One machine: the newest local checkpoint that verifies, unless S3 holds a newer one that is whole (then
+    that one; at the same step the local copy, nothing to download). When S3 cannot be read it is the local
+    checkpoint, with a warning, and a StorageError when there is none. Several machines with ``s3_save_path``:
+    S3's newest whole checkpoint (every node's manifest and files there), so all machines take the same
+    one whatever their disks hold, else the local disk's. Raises CheckpointMismatchError for a checkpoint
+    saved by another world size or engine, and StorageError when every local checkpoint fails to verify
+    and S3 has none either (starting over would silently throw the run away).
+    """
+    output, topology = Path(output_dir), topology or current_topology()
+    local, skipped = _newest_local(output)
+    remote = None
+    if s3_save_path:
+        several = topology.num_machines > 1
+        newer_than = -1 if several or local is None else local.step
+        try:
+            remote = newest_remote_checkpoint(s3_save_path, topology, newer_than=newer_than)
+        except StorageError as exc:
+            if local is None or several:
+                raise
+            logger.warning("%s; resuming from the local %s (S3 may hold a newer checkpoint)", exc, local.folder)
+    if remote is not None:
+        check_layout(remote.uri, remote.manifests, topology)
+        return ResumeChoice(output / remote.name, remote.step, remote.state, frozenset(remote.files), remote)
+    if local is not None:
+        check_layout(str(local.folder), read_manifests(local.folder)[0], topology)
+        return local
+    if skipped:
+        where = f"{output}" + (f" (nor on {s3_save_path})" if s3_save_path else "")
+        raise StorageError(f"no checkpoint in {where} can be resumed from ({'; '.join(skipped)}): restore one, or "
+                           "start over with --overwrite_output_dir")
+    return None
+
+
+def fetch(choice: ResumeChoice) -> Path:
+    """The chosen checkpoint on this disk: pulled from S3 first when it is there (then verified here)."""
+    if choice.remote is None:
+        return choice.folder
+    path = pull_checkpoint(choice.remote, choice.folder.parent)
+    problem = local_checkpoint_problem(path)
+    if problem:
+        raise StorageError(f"{choice.remote.uri} was pulled into {path} but does not verify there ({problem}); "
+                           "pull it again (rerun), or resume from another checkpoint (--resume_from_checkpoint PATH)")
+    return path
+
+
+def plan_resume(flag, output_dir: str | os.PathLike, s3_save_path: str | None = None,
+                topology: Topology | None = None) -> ResumeChoice | None:
+    """What ``--resume_from_checkpoint`` points at: None (falsy flag, or nothing found), the choice of
+    :func:`choose_checkpoint` (bare flag), or the checkpoint PATH given, verified and its layout checked
+    (StorageError with the reason when it does not verify)."""
+    if not flag:
+        return None
+    if flag is True:
+        return choose_checkpoint(output_dir, s3_save_path, topology)
+    folder = Path(flag)
+    # Another world size or engine: one line here, not a failure deep inside the Trainer's load.
+    check_layout(str(folder), read_manifests(folder)[0], topology or current_topology())
+    problem = local_checkpoint_problem(folder)
+    if problem:
+        raise StorageError(f"{folder} cannot be resumed from: {problem}; pick another checkpoint, or pass the bare "
+                           "flag to take the newest one that verifies")
+    return _local_choice(folder)
+
+
+def finished_at(state: dict, max_steps: int, num_train_epochs: float) -> bool:
+    """Whether a checkpoint's trainer state already ends this run: ``max_steps`` reached (when > 0), else the last
+    of ``num_train_epochs`` epochs done (the checkpoint's own step count for them reached)."""
+    step = int(state.get("global_step", 0))
+    if max_steps > 0:
+        return step >= max_steps
+    epoch = float(state.get("epoch") or 0.0)
+    planned = int(state.get("max_steps") or 0)
+    return planned > 0 and step >= planned and epoch + 1e-6 >= num_train_epochs
+
+
+def missing_state_problem(choice: ResumeChoice) -> str | None:
+    """One line when the checkpoint has no optimizer or scheduler state (a resume would restart Adam's moments and
+    the learning-rate schedule), else None."""
+    missing = missing_training_state(choice.files)
+    if not missing:
+        return None
+    return (f"{choice.where()} has no {' or '.join(missing)} (saved with save_only_model, or deleted): resuming "
+            "from it would restart the optimizer's state" + (" and the learning-rate schedule" if
+                                                               "scheduler.pt" in missing else ""))
+
+
+def start(choice: ResumeChoice, output_dir: str | os.PathLike, s3_save_path: str | None = None) -> str:
+    """Pull the chosen checkpoint when it is on S3, make the run's history end at its step (main process); its path."""
+    path = fetch(choice)
+    logger.info("resuming from %s", path)
+    if is_main_process():
+        restore_history(path, output_dir, s3_save_path)
+    return str(path)
+
+
+def previous_run(output_dir: str | os.PathLike, s3_save_path: str | None = None) -> str | None:
+    """What an earlier run left where a new run (not resuming) would write, in words; None when nothing.
+
+    Locally: checkpoint-<N>/ folders, or the run's history and summary. On S3: checkpoint-<N>/ prefixes under
+    ``s3_save_path`` (a later resume would take them for this run's). StorageError when S3 cannot be listed.
+    """
+    output = Path(output_dir)
+    found = [path.name for _step, path in local_checkpoints(output)]
+    found += [name for name in RUN_FILES[:2] if (output / name).is_file()]
+    if found:
+        return f"--output_dir {output} already holds an earlier run's {_names(found)}"
+    if s3_save_path:
+        names = remote_checkpoint_names(s3_save_path)
+        if names:
+            return f"--s3_save_path {s3_save_path} already holds an earlier run's {_names(names)}"
+    return None
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
+def remote_checkpoint_names(s3_save_path: str) -> list[str]:
+    """The ``checkpoint-<N>`` prefixes right under ``s3_save_path``, newest first (one listing request)."""
+    bucket, prefix = parse_s3_uri(s3_save_path)
+    folder = folder_prefix(prefix)
+    client = None
+    try:
+        client = s3.make_s3_client()
+        response = client.list_objects_v2(Bucket=bucket, Prefix=folder, Delimiter="/")
+    except Exception as exc:
+        raise explain(exc, "listing", s3_save_path, client) from exc
+    names = [entry["Prefix"][len(folder):].rstrip("/") for entry in response.get("CommonPrefixes", [])]
+    return sorted((n for n in names if checkpoint_step(n) is not None), key=checkpoint_step, reverse=True)
+
+
+def clear_previous_run(output_dir: str | os.PathLike) -> list[str]:
+    """Remove an earlier run's checkpoints, history, summary and completions from ``output_dir``; what went."""
+    output = Path(output_dir)
+    removed = []
+    for _step, path in local_checkpoints(output):
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path.name)
+    for name in RUN_FILES:
+        path = output / name
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.exists():
+            path.unlink()
+        else:
+            continue
+        removed.append(name)
+    return removed
+
+
+def drop_stale_history(output_dir: str | os.PathLike) -> int:
+    """A fresh start after ``--resume_from_checkpoint`` found nothing: records an earlier start logged before it
+    saved any checkpoint are trained again now, so they go (else each step would appear twice)."""
+    _kept, dropped = trim_history(Path(output_dir) / HISTORY_FILE, 0)
+    if dropped:
+        logger.info("%s: dropped %d records of an earlier start that saved no checkpoint", HISTORY_FILE, dropped)
+    return dropped
+
+
+# ---- the library's one-call API ------------------------------------------------------------------------
+
+
+def resolve_resume_checkpoint(
+    output_dir: str | os.PathLike, s3_save_path: str | None = None, topology: Topology | None = None,
+) -> Path | None:
+    """The checkpoint to resume from, on this disk (pulled from S3 when that is where the newest one is), or None
+    (start fresh): :func:`choose_checkpoint`, then :func:`fetch`."""
+    choice = choose_checkpoint(output_dir, s3_save_path, topology)
+    if choice is None:
+        return None
+    where = f", pulled from {s3_save_path}" if choice.remote is not None else " (local)"
+    path = fetch(choice)
+    logger.info("resuming from %s%s", path, where)
+    return path
+
+
+def resume_checkpoint(
+    flag, output_dir: str | os.PathLike, s3_save_path: str | None = None,
+) -> str | None:
+    """What ``--resume_from_checkpoint`` resumes from: None (start fresh) or a checkpoint folder on this disk.
+
+    ``flag`` is the flag's value: falsy (do not resume), True (:func:`choose_checkpoint`; none found starts
+    fresh) or a path (verified, its layout checked). On the main process the run's metrics.jsonl is then made
+    to end at the checkpoint's step (:func:`restore_history`). Raises what :func:`plan_resume` raises.
+    """
+    choice = plan_resume(flag, output_dir, s3_save_path)
+    if choice is None:
+        if flag:
+            where = f"{output_dir}" + (f" or {s3_save_path}" if s3_save_path else "")
+            logger.info("--resume_from_checkpoint: no checkpoint in %s, starting fresh", where)
+        return None
+    return start(choice, output_dir, s3_save_path)

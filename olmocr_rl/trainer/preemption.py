@@ -1,0 +1,159 @@
+"""Preemption: SIGTERM, SIGUSR1 and SIGINT end a run with a checkpoint of the step they arrived in.
+
+Slurm and Beaker preempt with SIGTERM (our sbatch asks for SIGUSR1 300 s before the time limit), and Ctrl-C is
+SIGINT. Without this a run died at once and lost up to ``--save_steps`` steps.
+
+- Before training begins (flags, data, model loading) :func:`install_early` makes SIGTERM and SIGUSR1 raise
+  :class:`Preempted` (SIGINT raises Python's KeyboardInterrupt): nothing to save, the CLI exits with one line.
+- During training :class:`StopRequest` (installed by :class:`PreemptionCallback` when training begins)
+  records the first signal and logs one line. At the end of the optimizer step every rank agrees (an
+  all-reduce: the signal may have reached only some of them) and the Trainer saves a checkpoint of that step
+  and stops; a signal that arrives during a save stops the run right after it. With ``--s3_save_path`` the
+  upload gets until ``upload_timeout_s`` after the signal (S3SyncCallback.set_deadline).
+- A second signal exits at once (status 128 + its number), without saving. A second SIGTERM or SIGUSR1 less
+  than :data:`DUPLICATE_WINDOW_S` after the first counts as the same request: a cluster that signals every
+  process of a job, and a launcher (torchrun) that forwards the signal it got, deliver it twice.
+
+The CLI turns a stopped run into exit status 75 (olmocr_rl.launch.status.PREEMPTED), which the launchers
+map to a requeue (Slurm) or a preempted task (Beaker).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+from transformers import TrainerCallback
+
+from olmocr_rl.ranks import is_main_process
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DUPLICATE_WINDOW_S", "PreemptionCallback", "Preempted", "StopRequest", "install_early"]
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+DUPLICATE_WINDOW_S = 5.0
+
+
+class Preempted(BaseException):
+    """SIGTERM or SIGUSR1 arrived before training began (a BaseException, like KeyboardInterrupt)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_preempted(signum, frame):
+    raise Preempted(signum)
+
+
+def install_early() -> None:
+    """SIGTERM and SIGUSR1 raise :class:`Preempted` until training begins (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(sig, _raise_preempted)
+
+
+def _say(message: str) -> None:
+    (logger.warning if is_main_process() else logger.info)(message)
+
+
+class StopRequest:
+    """The first stop signal of a run: which, when, and during which step; then the step all ranks stopped at."""
+
+    def __init__(self):
+        self.signal_name: str | None = None
+        self.received_at: float | None = None
+        self.agreed_step: int | None = None  # the step every rank saved and stopped at
+        self.state = None  # the TrainerState, for the step a signal arrived in
+        self.in_step = False  # between the Trainer's step begin and step end (else: logging, saving, evaluating)
+
+    @property
+    def asked(self) -> bool:
+        return self.signal_name is not None
+
+    def install(self) -> bool:
+        """Handle SIGTERM, SIGUSR1 and SIGINT from now on (main thread only); False when it could not."""
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning("stop signals are not handled: training runs outside the main thread")
+            return False
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self._handle)
+        return True
+
+    def _handle(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.signal_name is None:
+            self.signal_name, self.received_at = name, time.monotonic()
+            done = self.state.global_step if self.state is not None else 0
+            when = (f"during step {done + 1}: finishing it, then saving checkpoint-{done + 1}" if self.in_step else
+                    f"after step {done}: saving checkpoint-{done} if that save is under way, else finishing step "
+                    f"{done + 1} and saving it")
+            _say(f"{name} received {when}, then stopping (a second signal exits at once, without saving)")
+            return
+        if signum != signal.SIGINT and time.monotonic() - self.received_at < DUPLICATE_WINDOW_S:
+            return  # the same request delivered twice (the cluster and the launcher both forward it)
+        sys.stdout.flush()
+        print(f"second stop signal ({name}): exiting at once, without saving", file=sys.stderr, flush=True)
+        os._exit(128 + signum)
+
+
+def _anyone(flag: bool, args) -> bool:
+    """True on every rank when ``flag`` is true on any (an all-reduce when several processes train)."""
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        return flag
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return flag
+    device = getattr(args, "device", None)
+    if dist.get_backend() != "nccl" or device is None:
+        device = "cpu"
+    value = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+class PreemptionCallback(TrainerCallback):
+    """Save and stop at the end of the step a stop signal arrived in (every rank at the same step).
+
+    ``uploads``: the S3SyncCallbacks whose last upload gets ``upload_timeout_s`` from the signal, no more.
+    """
+
+    def __init__(self, request: StopRequest | None = None, uploads=(), upload_timeout_s: float = 240.0):
+        self.request = request or StopRequest()
+        self.uploads = list(uploads)
+        self.upload_timeout_s = upload_timeout_s
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.request.state = state
+        self.request.install()
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.request.in_step = True
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.request.in_step = False
+        if self.request.agreed_step is None and _anyone(self.request.asked, args):
+            control.should_save = True
+            control.should_training_stop = True
+            self._agree(state)
+
+    def on_save(self, args, state, control, **kwargs):
+        if self.request.agreed_step is None and _anyone(self.request.asked, args):  # arrived during this save
+            control.should_training_stop = True
+            self._agree(state)
+
+    def _agree(self, state) -> None:
+        self.request.agreed_step = state.global_step
+        if not self.request.asked:  # another rank got the signal
+            self.request.signal_name, self.request.received_at = "a stop signal (on another rank)", time.monotonic()
+        left = self.upload_timeout_s - (time.monotonic() - self.request.received_at)
+        for upload in self.uploads:
+            upload.set_deadline(max(left, 0.0))
