@@ -217,6 +217,7 @@ def _train_and_save(cfg: ResolvedConfig, trainer, processor, resume: str | None)
     from olmocr_rl.data.render import RenderError
     from olmocr_rl.storage import CheckpointMismatchError, StorageError
     from olmocr_rl.trainer.build import preemption_of
+    from olmocr_rl.trainer.preemption import finish_preempted, save_after_failure
 
     try:
         trainer.train(resume_from_checkpoint=resume)
@@ -225,10 +226,12 @@ def _train_and_save(cfg: ResolvedConfig, trainer, processor, resume: str | None)
     except StorageError as exc:  # a save the disk refused (trainer.checkpoint_save): one line
         raise _Stop(str(exc)) from None
     except RenderError as exc:
-        raise _Stop(f"{exc}; {_save_after_failure(trainer)}") from None
+        raise _Stop(f"{exc}; {save_after_failure(trainer)}") from None
     request = preemption_of(trainer).request
     if request.agreed_step is not None and trainer.state.global_step < trainer.state.max_steps:
-        return _finish_preempted(trainer, cfg, request)
+        from olmocr_rl.launch import status
+
+        return finish_preempted(trainer, request, cfg.s3_save_path, cfg.preempt_upload_timeout, status.PREEMPTED)
     try:
         trainer.save_model(cfg.output_dir)
     except Exception as exc:
@@ -247,127 +250,19 @@ def _final_save_failure(exc: Exception, cfg: ResolvedConfig) -> str:
     return f"saving the final model in {cfg.output_dir} failed: {line}; the checkpoints are intact"
 
 
-def _save_after_failure(trainer) -> str:
-    """Save the steps done so far after a failure outside the model (the weights are those of the last whole step)."""
-    from olmocr_rl.ranks import world_size
-
-    step = trainer.state.global_step
-    folder = Path(trainer.args.output_dir) / f"checkpoint-{step}"
-    if step == 0:
-        return "no step was done, nothing to save"
-    if world_size() > 1:
-        return f"not saved (several processes cannot join a save from here): resume from the last checkpoint"
-    if folder.is_dir():
-        return f"{folder.name} (saved before) holds every step done: fix the data and resume with --resume_from_checkpoint"
-    trainer._save_checkpoint(trainer.model, trial=None)
-    trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
-    _wait_for_uploads(trainer)
-    return f"saved {folder.name}: fix the data and resume with --resume_from_checkpoint"
-
-
-def _uploads(trainer):
-    from olmocr_rl.ranks import is_local_main_process
-    from olmocr_rl.storage import S3SyncCallback
-
-    if not is_local_main_process(trainer.state):
-        return []
-    return [c for c in trainer.callback_handler.callbacks if isinstance(c, S3SyncCallback)]
-
-
-def _wait_for_uploads(trainer) -> bool:
-    """Every node's mirror done (its deadline, if a stop signal set one, honoured); True when all finished."""
-    done = True
-    for callback in _uploads(trainer):
-        callback.sync(wait=False)
-        done = callback.wait() and done
-    return done
-
-
-def _finish_preempted(trainer, cfg: ResolvedConfig, request) -> int:
-    """A stop signal saved checkpoint-N: mirror it (bounded), say so in one line, exit 'preempted'."""
-    from olmocr_rl.launch import status
-
-    step = request.agreed_step
-    uploaded = _wait_for_uploads(trainer)
-    where = f"checkpoint-{step} saved in {cfg.output_dir}"
-    if cfg.s3_save_path:
-        failed = [c.last_error for c in _uploads(trainer) if c.last_error]
-        if not uploaded:
-            where += f"; its upload to {cfg.s3_save_path} did not finish within --preempt_upload_timeout " \
-                     f"{cfg.preempt_upload_timeout:g} s, so it is only on local disk"
-        elif failed:
-            where += f"; its upload to {cfg.s3_save_path} failed ({failed[0]}), so it is only on local disk"
-        else:
-            where += f" and uploaded to {cfg.s3_save_path}"
-    if is_main_process(trainer.state) or not uploaded:
-        logger.warning("stopped by %s after step %d: %s; exiting with status %d (--resume_from_checkpoint goes on "
-                       "from step %d)", request.signal_name, step, where, status.PREEMPTED, step)
-    if not uploaded:  # the upload thread would hold the process: leave now, as the bound promises
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status.PREEMPTED)
-    return status.PREEMPTED
-
-
 def _resume_checkpoint(cfg: ResolvedConfig) -> str | None:
-    """The checkpoint to resume from (pulled from S3 on a fresh machine), after the checks a run's start needs.
-
-    Raises _Done when that checkpoint already ends the run (nothing is written, S3 is left as it is), and
-    _Stop for a checkpoint that is damaged or lacks optimizer state (without --allow_partial_resume), an output
-    folder another run holds (its lock) or used (a new run without --resume_from_checkpoint), or S3 that
-    cannot be read while resuming."""
-    from olmocr_rl import storage
+    """The checkpoint to resume from (pulled from S3 on a fresh machine), after the checks a run's start needs
+    (storage.resume.prepare_start): _Done when it already ends the run, _Stop for a start that cannot go on."""
+    from olmocr_rl.storage.resume import AlreadyFinished, StartError, prepare_start
 
     try:
-        choice = storage.plan_resume(cfg.resume_from_checkpoint, cfg.output_dir, cfg.s3_save_path)
-        if choice is not None and storage.finished_at(choice.state, cfg.max_steps, cfg.num_train_epochs):
-            raise _Done(f"already finished at step {choice.step} ({choice.where()}): nothing to train, nothing "
-                        "written; raise --max_steps (or --num_train_epochs) to train further")
-        if is_main_process():
-            storage.hold_run_lock(cfg.output_dir)
-        if choice is None:
-            _fresh_start(cfg)
-            return None
-        problem = storage.resume.missing_state_problem(choice)
-        if problem and not cfg.allow_partial_resume:
-            raise _Stop(f"--resume_from_checkpoint: {problem}; pass --allow_partial_resume to resume the weights "
-                        "anyway, or resume from another checkpoint (--resume_from_checkpoint PATH)")
-        if problem:
-            logger.warning("--allow_partial_resume: %s", problem)
-        return storage.resume.start(choice, cfg.output_dir, cfg.s3_save_path)
-    except storage.FolderInUseError as exc:
-        raise _Stop(f"--output_dir {exc}: wait for it to end, or choose another --output_dir") from None
-    except storage.StorageError as exc:  # resuming was asked for and cannot be done as asked: starting over is wrong
-        raise _Stop(f"--resume_from_checkpoint: {exc}") from None
-
-
-def _fresh_start(cfg: ResolvedConfig) -> None:
-    """A start with nothing to resume: the folder (and S3 prefix) must hold no earlier run, unless asked to resume
-    (an earlier start that saved nothing: its history goes) or to overwrite (--overwrite_output_dir)."""
-    from olmocr_rl import storage
-    from olmocr_rl.ranks import is_local_main_process
-
-    if cfg.resume_from_checkpoint:
-        logger.info("--resume_from_checkpoint: no checkpoint in %s%s, starting fresh", cfg.output_dir,
-                    f" or {cfg.s3_save_path}" if cfg.s3_save_path else "")
-        if is_main_process():
-            storage.resume.drop_stale_history(cfg.output_dir)
-        return
-    if cfg.overwrite_output_dir:
-        if is_local_main_process():
-            removed = storage.clear_previous_run(cfg.output_dir)
-            if removed:
-                logger.info("--overwrite_output_dir: removed %s from %s", ", ".join(removed), cfg.output_dir)
-        found = storage.previous_run(cfg.output_dir, cfg.s3_save_path) if cfg.s3_save_path else None
-        if found and found.startswith("--s3_save_path"):
-            raise _Stop(f"{found}: choose another --s3_save_path (--overwrite_output_dir never deletes on S3)")
-        return
-    found = storage.previous_run(cfg.output_dir, cfg.s3_save_path)
-    if found:
-        raise _Stop(f"{found}: pass --resume_from_checkpoint to continue it, choose another --output_dir"
-                    f"{' and --s3_save_path' if cfg.s3_save_path else ''}, or pass --overwrite_output_dir to "
-                    "start over")
+        return prepare_start(cfg.resume_from_checkpoint, cfg.output_dir, cfg.s3_save_path, max_steps=cfg.max_steps,
+                             num_train_epochs=cfg.num_train_epochs, allow_partial_resume=cfg.allow_partial_resume,
+                             overwrite_output_dir=cfg.overwrite_output_dir)
+    except AlreadyFinished as done:
+        raise _Done(str(done)) from None
+    except StartError as exc:
+        raise _Stop(str(exc)) from None
 
 
 def _finish(trainer, cfg: ResolvedConfig) -> int:
@@ -382,15 +277,13 @@ def _finish(trainer, cfg: ResolvedConfig) -> int:
     # on_train_end fired before the final save; mirror the final model (and the summary) too: every node's
     # own files. A mirror that still fails after its retries is the run's failure: the machine's disk may not
     # outlive the job.
-    code = status.OK
-    for callback in _uploads(trainer):
+    from olmocr_rl.trainer.preemption import uploads
+
+    failed = []
+    for callback in uploads(trainer):
         callback.sync(wait=True)
         if callback.last_error:
-            only = callback.only_local()
-            code = _fail(f"the final mirror of {cfg.output_dir} to {cfg.s3_save_path} failed after its retries "
-                         f"({callback.last_error}); only on local disk: {_tops(only)} ({len(only)} files): copy "
-                         f"them (e.g. `aws s3 sync {cfg.output_dir} {cfg.s3_save_path}`) before this disk goes",
-                         status.UNSYNCED)
+            failed.append(callback)
     if is_main_process(trainer.state):
         logger.info("done: %d steps, model and processor saved in %s", trainer.state.global_step, cfg.output_dir)
         if "wandb" in cfg.report_to:
@@ -398,7 +291,13 @@ def _finish(trainer, cfg: ResolvedConfig) -> int:
 
             if wandb.run is not None:
                 wandb.finish()
-    return code
+    for callback in failed:
+        only = callback.only_local()
+        return _fail(f"the final mirror of {cfg.output_dir} to {cfg.s3_save_path} failed after its retries "
+                     f"({callback.last_error}); only on local disk: {_tops(only)} ({len(only)} files): copy them "
+                     f"(e.g. `aws s3 sync {cfg.output_dir} {cfg.s3_save_path}`) before this disk goes",
+                     status.UNSYNCED)
+    return status.OK
 
 
 def _tops(rels: list[str]) -> str:

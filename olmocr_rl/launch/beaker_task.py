@@ -8,7 +8,10 @@ scripts/beaker/task.sh, which execs this; nobody needs to call it by hand):
      so passing it on every start is what makes a preempted and restarted job resume);
   3. on GPUs TRAIN..TRAIN+VLLM-1 start `trl vllm-serve`, wait until /health answers (bounded,
      failing clearly), and stop it on exit;
-  4. on GPUs 0..TRAIN-1 run `accelerate launch ... -m olmocr_rl.grpo_train <trainer args>`.
+  4. on GPUs 0..TRAIN-1 run `accelerate launch ... -m olmocr_rl.grpo_train <trainer args>`; a SIGTERM
+     (Beaker stopping or preempting the job) is passed on to it, it saves a checkpoint of its step
+     (uploaded to --s3_save_path), and the task exits with status 75 (olmocr_rl.launch.status.PREEMPTED;
+     Beaker restarts a preempted preemptible job itself, and the restart resumes).
 
 Usage: task.sh --train-gpus M --vllm-gpus K --nodes N --accelerate-config FILE --output-dir DIR
          --s3-save-path URI|"" --data-root DIR --run-name NAME --main-process-port P
@@ -26,9 +29,11 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from olmocr_rl.launch import status as exit_status
 from olmocr_rl.launch.plan import Hints, LaunchError, Plan, flag_value, plan
-from olmocr_rl.launch.runtime import (SERVER_OPTIONS, env_dry_run, guarded, log, port, require_sync_tool, run_or_show,
-                                      say, server_settings, start_server, sync_tool, wait_for_server, whole_number)
+from olmocr_rl.launch.runtime import (SERVER_OPTIONS, StopForwarder, env_dry_run, guarded, log, port,
+                                      require_sync_tool, run_or_show, say, server_settings, start_server, sync_tool,
+                                      wait_for_server, whole_number)
 
 #: task.sh's options, all required, in the order the spec writes them.
 OPTIONS = ("--train-gpus", "--vllm-gpus", "--nodes", "--accelerate-config", "--output-dir", "--s3-save-path",
@@ -116,7 +121,10 @@ def execute(the_plan: Plan, output_dir: str, env: Mapping[str, str], dry_run: bo
                 say(cmd.shown())
             status = 0
             return status
-        status = run_or_show(the_plan.train(env.get("BEAKER_REPLICA_RANK") or "0"), dry_run)
+        trainer = StopForwarder(exit_status.STOP_GRACE_S)
+        status = trainer.run(the_plan.train(env.get("BEAKER_REPLICA_RANK") or "0"), dry_run)
+        if trainer.forwarded:
+            status = exit_status.PREEMPTED  # accelerate/torchrun report their own status for a signalled trainer
         return status
     finally:
         if server is not None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from olmocr_rl.config import default_vllm_max_model_length, explicit_flags, parse_args
+from olmocr_rl.launch.status import STOP_GRACE_S
 
 #: ``--accelerate-config`` short names and the files they stand for (paths relative to the repository).
 ENGINES = {name: f"configs/accelerate/{name}.yaml" for name in ("zero2", "zero3", "fsdp")}
@@ -236,9 +237,12 @@ class Plan:
         return f"http://{self.layout.server_host}:{port}" if self.server else None
 
     def train(self, rank: int | str, label: str | None = None) -> Command:
-        """The training command of machine ``rank`` (any string, e.g. :data:`RANK_PLACEHOLDER`)."""
+        """The training command of machine ``rank`` (any string, e.g. :data:`RANK_PLACEHOLDER`). torchrun (inside
+        accelerate launch) gets :data:`~olmocr_rl.launch.status.STOP_GRACE_S` seconds between passing a stop
+        signal to the trainers and killing them: they save a checkpoint meanwhile."""
         argv = tuple(str(rank) if w == "{rank}" else w for w in self.accelerate) + self.trainer_args
-        return Command(label or f"train rank {rank}", argv, (("CUDA_VISIBLE_DEVICES", self.layout.train_visible),))
+        return Command(label or f"train rank {rank}", argv, (("CUDA_VISIBLE_DEVICES", self.layout.train_visible),
+                                                            ("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(STOP_GRACE_S))))
 
 
 def settle_trainer_args(args: Sequence[str], layout: Layout, server: ServerSettings,

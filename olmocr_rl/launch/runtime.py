@@ -1,5 +1,6 @@
-"""Running a plan's commands: print-or-run, the ``trl vllm-serve`` server (start in its own process
-group, bounded health check, stop), and the launchers' one-line messages.
+"""Running a plan's commands: print-or-run, the training command with stop signals passed on to it, the
+``trl vllm-serve`` server (start in its own process group, bounded health check, stop), and the launchers'
+one-line messages.
 
 In a dry run (``--dry-run`` or ``GRPO_DRY_RUN=1``) every command is printed as ``[label] <argv>``,
 shell-quoted, and nothing starts.
@@ -42,6 +43,68 @@ def run_or_show(cmd: Command, dry_run: bool) -> int:
     if dry_run:
         return 0
     return subprocess.call(cmd.words)
+
+
+#: The stop signals a launcher passes on to its training command, and what it sends for each: torchrun (inside
+#: accelerate launch) handles SIGTERM and SIGINT by passing them to the trainers, but SIGUSR1 would kill it.
+FORWARDED = {signal.SIGTERM: signal.SIGTERM, signal.SIGUSR1: signal.SIGTERM, signal.SIGINT: signal.SIGINT}
+
+
+class StopForwarder:
+    """Run a training command in its own process group; a stop signal this process gets goes to that group.
+
+    The trainer then saves a checkpoint of its step and exits 75 (olmocr_rl.launch.status.PREEMPTED);
+    :meth:`run` waits for every process of the group (accelerate's one-process launcher dies of the signal
+    at once, its trainer goes on saving) up to ``grace_s`` after the signal. ``forwarded`` names the first
+    signal passed on (None: none came).
+    """
+
+    def __init__(self, grace_s: float):
+        self.grace_s = grace_s
+        self.forwarded: str | None = None
+        self.proc: subprocess.Popen | None = None
+        self._at: float | None = None
+
+    def run(self, cmd: Command, dry_run: bool) -> int:
+        say(cmd.shown())
+        if dry_run:
+            return 0
+        self.proc = subprocess.Popen(cmd.words, start_new_session=True)
+        previous = {sig: signal.signal(sig, self._forward) for sig in FORWARDED}
+        try:
+            status = self.proc.wait()
+            while self._at is not None and _group_alive(self.proc.pid) and time.monotonic() - self._at < self.grace_s:
+                time.sleep(0.5)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return status
+
+    def _forward(self, signum, frame) -> None:
+        if self.forwarded is None:
+            self.forwarded, self._at = signal.Signals(signum).name, time.monotonic()
+            log(f"{self.forwarded}: passed on to the trainer (pid {self.proc.pid}), which saves a checkpoint of its "
+                f"step; waiting for it up to {self.grace_s:g}s")
+        _killpg(self.proc.pid, FORWARDED[signum])
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies, dead but unreaped, do not count)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def split_options(argv: Sequence[str], values: set[str], switches: set[str],

@@ -42,10 +42,13 @@ Examples:
   scripts/slurm/submit.sh --nodes 5 --vllm-node --vllm-gpus 1 -- --config configs/x.yaml  # 4 x 8 train
   scripts/slurm/submit.sh --nodes 4 -- --config configs/x.yaml --vllm_mode colocate   # 32 GPUs, colocated
 
-Preemption: the job is requeueable; 300 s before its time limit Slurm sends USR1, on which it
-requeues itself. Either way the restarted job has the same job id, hence the same output dir, and
-the trainer (always given --resume_from_checkpoint) resumes from the newest checkpoint there (or
-from --s3_save_path), or starts fresh when there is none.
+Preemption: the job is requeueable; 300 s before its time limit Slurm sends USR1 to this script, which
+passes SIGTERM to the training step: the trainers finish their step, save a checkpoint (and upload it)
+and exit; then the job requeues itself (at the latest 270 s after USR1, before the limit). A training step
+that exits with status 75 (the trainer was stopped by a signal of its own: olmocr_rl.launch.status) is
+requeued too. Either way the restarted job has the same job id, hence the same output dir, and the trainer
+(always given --resume_from_checkpoint) resumes from the newest checkpoint there (or from --s3_save_path),
+or starts fresh when there is none; a run that had finished says so and exits.
 """
 
 from __future__ import annotations
@@ -55,10 +58,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from olmocr_rl.launch import status as exit_status
 from olmocr_rl.launch.plan import (RANK_PLACEHOLDER, LaunchError, Plan, ServerSettings, engine_config, flag_value,
                                    gpu_layout, plan, settings, show)
 from olmocr_rl.launch.runtime import (SERVER_OPTIONS, env_dry_run, guarded, log, port, require_sync_tool, run_or_show,
@@ -174,25 +179,44 @@ def srun_train(the_plan: Plan) -> list[str]:
 
 
 class Requeue:
-    """USR1 (the time limit is near): requeue the job, then stop the training step so the script ends."""
+    """USR1 (the time limit is near): stop the training step (SIGTERM: the trainers save a checkpoint of their step),
+    then requeue the job once the step has ended, or ``deadline_s`` after USR1 at the latest."""
 
-    def __init__(self, job_id: str, output_dir: str):
-        self.job_id, self.output_dir = job_id, output_dir
+    def __init__(self, job_id: str, output_dir: str, deadline_s: float = exit_status.STOP_GRACE_S):
+        self.job_id, self.output_dir, self.deadline_s = job_id, output_dir, deadline_s
         self.asked = False
+        self.requeued = False
         self.train: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
 
     def __call__(self, signum, frame) -> None:
+        if self.asked:
+            return
         self.asked = True
-        log(f"USR1 (time limit near): requeueing; the next start resumes from {self.output_dir}")
+        log(f"USR1 (time limit near): stopping the training step (it saves a checkpoint), then requeueing; the "
+            f"next start resumes from {self.output_dir}")
+        self._timer = threading.Timer(self.deadline_s, self.requeue)
+        self._timer.daemon = True
+        self._timer.start()
+        if self.train is not None:
+            # srun passes SIGTERM on to the tasks; torchrun (in accelerate launch) passes it to the trainers.
+            self.train.terminate()
+
+    def requeue(self) -> None:
+        """``scontrol requeue`` once (Slurm then ends whatever still runs and queues the job again)."""
+        with self._lock:
+            if self.requeued:
+                return
+            self.requeued = True
+        if self._timer is not None:
+            self._timer.cancel()
         try:
             ok = subprocess.call(["scontrol", "requeue", self.job_id]) == 0
         except OSError:
             ok = False
         if not ok:
             log("warning: scontrol requeue failed")
-        if self.train is not None:
-            # Slurm ends the steps itself when it requeues; stopping ours just makes the exit prompt.
-            self.train.terminate()
 
 
 def run_job(the_plan: Plan, output_dir: str, job_id: str, dry_run: bool) -> int:
@@ -217,12 +241,14 @@ def run_job(the_plan: Plan, output_dir: str, job_id: str, dry_run: bool) -> int:
                 say(the_plan.train(rank, f"train node {rank} {host}").shown())
             status = 0
             return status
-        if requeue.asked:
+        if not requeue.asked:
+            requeue.train = subprocess.Popen(srun_train(the_plan))
+            status = requeue.train.wait()
+        if requeue.asked or status == exit_status.PREEMPTED:
+            if not requeue.asked:
+                log(f"the training step was stopped by a signal (status {status}): requeueing")
+            requeue.requeue()
             status = 0
-            return status
-        requeue.train = subprocess.Popen(srun_train(the_plan))
-        status = requeue.train.wait()
-        status = 0 if requeue.asked else status
         return status
     finally:
         signal.signal(signal.SIGUSR1, previous)

@@ -21,4 +21,10 @@ BAD_FLAGS = 2
 UNSYNCED = 74
 PREEMPTED = 75
 
-__all__ = ["BAD_FLAGS", "ERROR", "OK", "PREEMPTED", "UNSYNCED"]
+#: Seconds the trainers get to finish their step, save and upload after a launcher passed them a stop signal:
+#: torchrun's wait before it kills its workers (TORCH_ELASTIC_SHUTDOWN_TIMEOUT, 30 s by default, too short for
+#: a 7B checkpoint), and the latest a Slurm job requeues itself after USR1, which sbatch asks for 300 s before
+#: the time limit. The trainer's own upload bound, --preempt_upload_timeout, is 240 s by default.
+STOP_GRACE_S = 270
+
+__all__ = ["BAD_FLAGS", "ERROR", "OK", "PREEMPTED", "STOP_GRACE_S", "UNSYNCED"]

@@ -6,7 +6,8 @@
 * ``finished_at(state, max_steps, num_train_epochs)`` -> whether that checkpoint already ends the run;
 * ``missing_state_problem(choice)`` -> a checkpoint without optimizer or scheduler state, said in one line;
 * ``previous_run(output_dir)`` / ``clear_previous_run(output_dir)`` -> another run's files in the folder;
-* ``resolve_resume_checkpoint`` / ``resume_checkpoint``: the same decisions in one call (the library's API).
+* ``prepare_start(...)`` -> all of it for the training CLI, in order, with the run's lock on its folder;
+* ``resolve_resume_checkpoint`` / ``resume_checkpoint``: the choice in one call (the library's API).
 
 Verification is storage.checkpoints' (``local_checkpoint_problem``: manifests with sizes and checksums, each
 file's own format) and, on S3, ``check_remote_checkpoint`` (manifests and sizes, a trainer_state.json that
@@ -41,6 +42,7 @@ from olmocr_rl.storage.checkpoints import (
     restore_history,
     trim_history,
 )
+from olmocr_rl.storage.files import FolderInUseError, hold_run_lock
 from olmocr_rl.storage.s3 import StorageError, explain, folder_prefix, parse_s3_uri
 from olmocr_rl.storage.verify import read_manifests
 
@@ -243,6 +245,86 @@ def drop_stale_history(output_dir: str | os.PathLike) -> int:
     if dropped:
         logger.info("%s: dropped %d records of an earlier start that saved no checkpoint", HISTORY_FILE, dropped)
     return dropped
+
+
+# ---- a training run's start -----------------------------------------------------------------------------
+
+
+class AlreadyFinished(Exception):
+    """The checkpoint to resume from already ends the run; the message says so (nothing was written)."""
+
+
+class StartError(StorageError):
+    """A run cannot start as asked; the message is the whole line (it names the flag and the fix)."""
+
+
+def prepare_start(flag, output_dir: str | os.PathLike, s3_save_path: str | None = None, *, max_steps: int = -1,
+                  num_train_epochs: float = 1.0, allow_partial_resume: bool = False,
+                  overwrite_output_dir: bool = False) -> str | None:
+    """Everything a training run checks before it loads anything, in order; the checkpoint to resume from or None.
+
+    1. what ``--resume_from_checkpoint`` points at (:func:`plan_resume`); AlreadyFinished when that checkpoint
+       ends the run (:func:`finished_at`): nothing is written, locally or on S3;
+    2. the run's lock on ``output_dir`` (global main process): another live run there is a StartError naming it;
+    3. nothing to resume: a new run must find no earlier run's files (:func:`previous_run`), unless resuming
+       was asked (an earlier start that saved nothing: its history goes) or ``overwrite_output_dir`` (the local
+       files go; S3 is never deleted from, so a prefix holding checkpoints is still an error);
+    4. a checkpoint without optimizer or scheduler state is a StartError unless ``allow_partial_resume``;
+    5. the checkpoint pulled when it is on S3, the history made to end at its step (:func:`start`).
+    """
+    try:
+        choice = plan_resume(flag, output_dir, s3_save_path)
+        if choice is not None and finished_at(choice.state, max_steps, num_train_epochs):
+            raise AlreadyFinished(f"already finished at step {choice.step} ({choice.where()}): nothing to train, "
+                                  "nothing written; raise --max_steps (or --num_train_epochs) to train further")
+        if is_main_process():
+            hold_run_lock(output_dir)
+        if choice is None:
+            _fresh_start(flag, output_dir, s3_save_path, overwrite_output_dir)
+            return None
+        problem = missing_state_problem(choice)
+        if problem and not allow_partial_resume:
+            raise StartError(f"--resume_from_checkpoint: {problem}; pass --allow_partial_resume to resume the weights "
+                             "anyway, or resume from another checkpoint (--resume_from_checkpoint PATH)")
+        if problem:
+            logger.warning("--allow_partial_resume: %s", problem)
+        return start(choice, output_dir, s3_save_path)
+    except FolderInUseError as exc:
+        raise StartError(f"--output_dir {exc}: wait for it to end, or choose another --output_dir") from None
+    except StartError:
+        raise
+    except StorageError as exc:  # resuming was asked for and cannot be done as asked: starting over is wrong
+        raise StartError(f"--resume_from_checkpoint: {exc}") from None
+
+
+def _fresh_start(flag, output_dir, s3_save_path: str | None, overwrite: bool) -> None:
+    from olmocr_rl.ranks import is_local_main_process
+
+    if flag:
+        where = f"{output_dir}" + (f" or {s3_save_path}" if s3_save_path else "")
+        logger.info("--resume_from_checkpoint: no checkpoint in %s, starting fresh", where)
+        if is_main_process():
+            drop_stale_history(output_dir)
+        return
+    try:
+        if overwrite:
+            if is_local_main_process():
+                removed = clear_previous_run(output_dir)
+                if removed:
+                    logger.info("--overwrite_output_dir: removed %s from %s", ", ".join(removed), output_dir)
+            found = previous_run(output_dir, s3_save_path) if s3_save_path else None
+            if found:
+                raise StartError(f"{found}: choose another --s3_save_path (--overwrite_output_dir never deletes on S3)")
+            return
+        found = previous_run(output_dir, s3_save_path)
+    except StartError:
+        raise
+    except StorageError as exc:
+        raise StartError(f"--s3_save_path: {exc}") from None
+    if found:
+        raise StartError(f"{found}: pass --resume_from_checkpoint to continue it, choose another --output_dir"
+                         f"{' and --s3_save_path' if s3_save_path else ''}, or pass --overwrite_output_dir to "
+                         "start over")
 
 
 # ---- the library's one-call API ------------------------------------------------------------------------

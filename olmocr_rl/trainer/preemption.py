@@ -33,7 +33,8 @@ from olmocr_rl.ranks import is_main_process
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DUPLICATE_WINDOW_S", "PreemptionCallback", "Preempted", "StopRequest", "install_early"]
+__all__ = ["DUPLICATE_WINDOW_S", "PreemptionCallback", "Preempted", "StopRequest", "finish_preempted", "install_early",
+           "save_after_failure", "uploads", "wait_for_uploads"]
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 DUPLICATE_WINDOW_S = 5.0
@@ -157,3 +158,74 @@ class PreemptionCallback(TrainerCallback):
         left = self.upload_timeout_s - (time.monotonic() - self.request.received_at)
         for upload in self.uploads:
             upload.set_deadline(max(left, 0.0))
+
+
+# ---- the end of a stopped run (the training CLI's) -------------------------------------------------------
+
+
+def uploads(trainer) -> list:
+    """This machine's S3 mirrors (S3SyncCallback) on its main process, else none."""
+    from olmocr_rl.ranks import is_local_main_process
+    from olmocr_rl.storage import S3SyncCallback
+
+    if not is_local_main_process(trainer.state):
+        return []
+    return [c for c in trainer.callback_handler.callbacks if isinstance(c, S3SyncCallback)]
+
+
+def wait_for_uploads(trainer) -> bool:
+    """This machine's mirror passes done (a stop signal's deadline honoured); True when all finished in time."""
+    done = True
+    for callback in uploads(trainer):
+        callback.sync(wait=False)
+        done = callback.wait() and done
+    return done
+
+
+def finish_preempted(trainer, request: StopRequest, s3_save_path: str | None, upload_timeout_s: float,
+                     exit_status: int) -> int:
+    """A stop signal saved checkpoint-N: its upload waited for (bounded), one line, ``exit_status`` returned; when
+    the upload is still running at the deadline the process exits at once with it (the thread would hold it)."""
+    step = request.agreed_step
+    uploaded = wait_for_uploads(trainer)
+    where = f"checkpoint-{step} saved in {trainer.args.output_dir}"
+    if s3_save_path:
+        failed = [c.last_error for c in uploads(trainer) if c.last_error]
+        if not uploaded:
+            where += (f"; its upload to {s3_save_path} did not finish within --preempt_upload_timeout "
+                      f"{upload_timeout_s:g} s, so it is only on local disk")
+        elif failed:
+            where += f"; its upload to {s3_save_path} failed ({failed[0]}), so it is only on local disk"
+        else:
+            where += f" and uploaded to {s3_save_path}"
+    if is_main_process(trainer.state) or not uploaded:
+        logger.warning("stopped by %s after step %d: %s; exiting with status %d (--resume_from_checkpoint goes on "
+                       "from step %d)", request.signal_name, step, where, exit_status, step)
+    if not uploaded:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_status)
+    return exit_status
+
+
+def save_after_failure(trainer) -> str:
+    """After a failure outside the model (a page's PDF gone), save the steps done so far, on one process (several
+    cannot join a save from here); what was done, in words. The weights are those of the last whole step: the
+    data of a step is read before any of its updates."""
+    from pathlib import Path
+
+    from olmocr_rl.ranks import world_size
+
+    step = trainer.state.global_step
+    folder = Path(trainer.args.output_dir) / f"checkpoint-{step}"
+    if step == 0:
+        return "no step was done, nothing to save"
+    if world_size() > 1:
+        return "not saved (several processes cannot join a save from here): resume from the last checkpoint"
+    if folder.is_dir():
+        return f"{folder.name} (saved before) holds every step done: fix the data and resume with --resume_from_checkpoint"
+    trainer._save_checkpoint(trainer.model, trial=None)
+    trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
+    wait_for_uploads(trainer)
+    return f"saved {folder.name}: fix the data and resume with --resume_from_checkpoint"

@@ -58,7 +58,8 @@ def test_one_node_7_train_1_vllm():
     assert p.server.env == (("CUDA_VISIBLE_DEVICES", "7"),)
     assert p.server.argv[:2] == ("trl", "vllm-serve") and flag(p.server.argv, "--tensor_parallel_size") == "1"
     (train,) = p.trains
-    assert train.label == "train rank 0" and train.env == (("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6"),)
+    assert train.label == "train rank 0" and train.env == (("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6"),
+                                                           ("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "270"))
     assert flag(train.argv, "--num_processes") == "7" and flag(train.argv, "--num_machines") == "1"
     assert "--main_process_ip" not in train.argv
     t = trainer_args(train.argv)
@@ -91,7 +92,7 @@ def test_multi_node_colocate_ranks_and_rendezvous():
     for c in p.trains:
         assert flag(c.argv, "--num_processes") == "16" and flag(c.argv, "--num_machines") == "4"
         assert flag(c.argv, "--main_process_ip") == "n1" and flag(c.argv, "--main_process_port") == "20077"
-        assert c.env == (("CUDA_VISIBLE_DEVICES", "0,1,2,3"),)
+        assert c.env == (("CUDA_VISIBLE_DEVICES", "0,1,2,3"), ("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "270"))
         assert "--vllm_mode" not in trainer_args(c.argv)  # the trainer's own default
 
 
