@@ -1,8 +1,12 @@
-"""Shared fixtures: the tiny local Qwen2.5-VL model (built once per session) and sample-data paths."""
+"""Shared fixtures: the tiny local Qwen2.5-VL model (built once per session) and sample-data paths; and the
+session's last check: no olmocr_rl process the suite started is left running (an orphaned reward worker after a
+SIGKILL test, a trainer a test forgot)."""
 
 from __future__ import annotations
 
 import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# Every process the suite starts inherits this mark (a test's subprocess gets os.environ): how the last check
+# tells this session's processes from those of other sessions on the machine.
+SESSION_MARK = "OLMOCR_RL_TEST_SESSION"
+os.environ.setdefault(SESSION_MARK, f"{os.getpid()}-{time.time_ns()}")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_SAMPLE = REPO_ROOT.parent / "shared" / "olmocr-bench-sample"
@@ -64,3 +73,47 @@ def shared_sample() -> Path:
     if not SHARED_SAMPLE.is_dir():
         pytest.skip(f"real olmOCR-bench sample absent: {SHARED_SAMPLE} (it lives beside the repo in ../shared)")
     return SHARED_SAMPLE
+
+
+def leftover_processes() -> list[tuple[int, str]]:
+    """(pid, command line) of every running olmocr_rl process of this session that is not below pytest: what
+    outlived the process that started it."""
+    from fault_helpers import alive, descendants
+
+    mark = f"{SESSION_MARK}={os.environ[SESSION_MARK]}".encode()
+    ours = {os.getpid(), *descendants(os.getpid())}
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        pid = int(environ.parent.name)
+        try:
+            marked = mark in environ.read_bytes().split(b"\0")
+            command = (environ.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone, or another user's
+            continue
+        if marked and pid not in ours and "olmocr_rl" in command and alive(pid):
+            found.append((pid, command.strip()))
+    return found
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run when an olmocr_rl process it started still runs (each one is killed, and named)."""
+    if not Path("/proc").is_dir():
+        return
+    deadline = time.monotonic() + 10  # a process that is ending gets a moment
+    left = leftover_processes()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = leftover_processes()
+    if not left:
+        return
+    for pid, _command in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"{len(left)} olmocr_rl process(es) of this session outlived the test that started them (killed now):"]
+    lines += [f"  pid {pid}: {command[:200]}" for pid, command in left]
+    if reporter is not None:
+        reporter.write_line("\n".join(lines), red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

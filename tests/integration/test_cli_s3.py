@@ -2,7 +2,8 @@
 
 A run on a "first machine" loads the tiny model from ``s3://``, mirrors its checkpoints and final model
 to ``--s3_save_path``; a "second machine" (a new, empty output dir) resumes from what S3 holds; and a
-run whose S3 server disappears after the first checkpoint upload still finishes, with the failure logged.
+run whose S3 server disappears after the first checkpoint upload still trains to the end, with the failures
+logged, and exits 74 naming what is only on local disk.
 The CLI runs as a subprocess; the moto fixture points both this process and the child at the server.
 """
 
@@ -87,7 +88,7 @@ def test_model_from_s3_checkpoints_mirrored_then_resumed_on_a_fresh_machine(moto
 
 
 @pytest.mark.slow
-def test_training_finishes_when_the_s3_server_goes_away_mid_run(moto_s3, tmp_path, tiny_model_dir):
+def test_training_finishes_when_the_s3_server_goes_away_mid_run_and_exits_74(moto_s3, tmp_path, tiny_model_dir):
     save_uri = f"s3://{moto_s3.bucket}/runs/gone"
     out = tmp_path / "out"
     # A checkpoint every step: checkpoint-1's upload succeeds, the server is stopped then, and the uploads
@@ -114,10 +115,17 @@ def test_training_finishes_when_the_s3_server_goes_away_mid_run(moto_s3, tmp_pat
                 proc.kill()
     log = log_path.read_text()
     assert uploaded_first, "checkpoint-1 never reached S3 while the run was going:\n" + log[-6000:]
-    assert returncode == 0, log[-8000:]
+    assert returncode == 74, log[-8000:]  # trained, but the final model never reached S3: not a success
     assert f"to {save_uri}/ failed; training goes on, checkpoints stay on local disk" in log
     assert "cannot reach the S3 endpoint" in log
     assert "Traceback" not in log
+    (line,) = [line for line in log.splitlines() if line.startswith("error:")]
+    assert line.startswith(f"error: the final mirror of {out} to {save_uri} failed after its retries (")
+    only_local = line.split("only on local disk: ")[1]
+    for name in ("checkpoint-4/", "model.safetensors", "run_summary.json", "metrics.jsonl"):
+        assert name in only_local, line
+    assert "checkpoint-1/" not in only_local  # it reached S3 before the server went
+    assert f"`aws s3 sync {out} {save_uri}`" in line
     # Training went on to the end, everything on local disk.
     assert json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())["global_step"] == 4
     assert (out / "model.safetensors").is_file()

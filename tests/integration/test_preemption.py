@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fault_helpers import safetensors_bytes
+from fault_helpers import descendants, safetensors_bytes, survivors
 from s3_server import moto_s3  # noqa: F401  (pytest fixture)
 from test_cli_e2e import REPO, cli_env, failure, offline_runs, read_metrics, run_cli, tiny_run_flags
 from test_cli_s3 import remote_files
@@ -60,6 +60,7 @@ def test_sigkill_after_checkpoint_4_then_resume_from_s3_continues_exactly(moto_s
                                 env=cli_env(tmp_path), stdout=log_file, stderr=subprocess.STDOUT)
         try:
             on_s3 = wait_for_remote(moto_s3, "runs/b", "checkpoint-4/trainer_state.json", proc)
+            children = descendants(proc.pid)  # the reward workers (and W&B's service)
             proc.kill()
             proc.wait(timeout=60)
         finally:
@@ -67,6 +68,7 @@ def test_sigkill_after_checkpoint_4_then_resume_from_s3_continues_exactly(moto_s
                 proc.kill()
     assert on_s3, "checkpoint-4 never reached S3 while run B was going:\n" + log_path.read_text()[-6000:]
     assert proc.returncode == -9
+    assert survivors(children) == []  # no reward worker lives on under PID 1
     remote = remote_files(moto_s3, "runs/b")
     assert "checkpoint-8/trainer_state.json" not in remote  # killed between the two checkpoints
     wandb_record = moto_s3.client().get_object(Bucket=moto_s3.bucket, Key="runs/b/checkpoint-4/wandb_run.json")
@@ -143,23 +145,6 @@ def start_nodes(tmp_path: Path, folders: list[Path], tag: str, **command) -> lis
     return nodes
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (torchrun starts its workers in sessions of their own)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def kill_tree(proc: subprocess.Popen) -> None:
     """SIGKILL a launcher and every process it started, as a preempted machine loses them all."""
     import os
@@ -200,8 +185,10 @@ def test_two_machines_without_shared_disk_resume_from_s3_with_every_rank_file(mo
                 break
             time.sleep(0.1)
     finally:
+        processes = [pid for proc, _ in nodes for pid in (proc.pid, *descendants(proc.pid))]
         for proc, _ in nodes:
             kill_tree(proc)
+    assert survivors(processes) == []  # launchers, trainers and their reward workers: all gone with the machine
     logs = "\n".join(log.read_text()[-4000:] for _, log in nodes)
     assert whole, "no checkpoint became whole on S3 while both nodes ran:\n" + logs
     step = max(step for step, ranks in manifests_on_s3(moto_s3, "runs/mn").items() if ranks == {0, 1})

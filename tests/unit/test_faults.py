@@ -1,0 +1,400 @@
+"""Faults without training (fast): checkpoint verification and the choice of checkpoint, a finished run, disk
+errors in words, the run lock, stop signals, uploads bounded by a deadline, reward workers that die with the
+trainer, and the launchers passing stop signals on. The same faults in real training runs:
+tests/integration/test_faults.py."""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+from fault_helpers import alive, descendants, safetensors_bytes, survivors
+from s3_server import moto_s3  # noqa: F401  (pytest fixture)
+
+from olmocr_rl import storage
+from olmocr_rl.storage import Topology, choose_checkpoint, finished_at, missing_training_state, sync_dir_to_s3
+from olmocr_rl.storage import verify
+
+REPO = Path(__file__).resolve().parents[2]
+SINGLE = Topology()
+
+
+def torch_zip(path: Path, payload: bytes = b"state") -> None:
+    """A zip archive like torch.save's (what optimizer.pt, scheduler.pt and rng_state.pth are)."""
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", payload)
+
+
+def real_checkpoint(root: Path, step: int, manifest: bool = True, *, max_steps: int = 8) -> Path:
+    """A checkpoint-<step> folder with whole files of each kind a real one has, and its manifest."""
+    folder = root / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(safetensors_bytes(f"weights {step}".encode() * 50))
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):
+        torch_zip(folder / name, f"{name} {step}".encode())
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "max_steps": max_steps,
+                                                           "epoch": step / max_steps, "log_history": []}, indent=2))
+    if manifest:
+        verify.write_manifest(folder, SINGLE)
+    return folder
+
+
+# ---- verification --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("damage, reason", [
+    (lambda f: os.truncate(f / "model.safetensors", 40), "model.safetensors has 40 bytes, its manifest says"),
+    (lambda f: (f / "optimizer.pt").unlink(), "optimizer.pt is missing (its manifest lists it)"),
+    (lambda f: (f / "rng_state.pth").write_bytes(b"x" * (f / "rng_state.pth").stat().st_size),
+     "rng_state.pth does not match its manifest's checksum"),
+    (lambda f: (f / "olmocr_rl_manifest" / "node-0.json").write_text("{\"files\": "),
+     "its manifest olmocr_rl_manifest/node-0.json is unreadable"),
+])
+def test_a_checkpoint_whose_files_disagree_with_its_manifest_does_not_verify(tmp_path, damage, reason):
+    folder = real_checkpoint(tmp_path, 4)
+    assert storage.local_checkpoint_problem(folder) is None
+    damage(folder)
+    assert reason in storage.local_checkpoint_problem(folder)
+
+
+@pytest.mark.parametrize("damage, reason", [
+    (lambda f: os.truncate(f / "model.safetensors", 300), "has 300 bytes, its safetensors header says"),
+    (lambda f: os.truncate(f / "model.safetensors", 5), "too few for a safetensors header"),
+    (lambda f: os.truncate(f / "trainer_state.json", 30), "trainer_state.json is not valid JSON"),
+    (lambda f: os.truncate(f / "optimizer.pt", 30), "optimizer.pt is not a whole torch archive"),
+    (lambda f: (f / "trainer_state.json").write_text("{\"epoch\": 1}"), "trainer_state.json has no global_step"),
+    (lambda f: (f / "model.safetensors").unlink(), "needs trainer_state.json and model weights"),
+])
+def test_without_a_manifest_each_files_own_format_is_checked(tmp_path, damage, reason):
+    """A checkpoint from before manifests (or cut off before its manifest): a file cut short is still caught."""
+    folder = real_checkpoint(tmp_path, 4, manifest=False)
+    assert storage.local_checkpoint_problem(folder) is None
+    damage(folder)
+    assert reason in storage.local_checkpoint_problem(folder)
+
+
+def test_big_files_are_checksummed_by_their_ends(tmp_path, monkeypatch):
+    monkeypatch.setattr(verify, "FULL_CHECKSUM_BYTES", 1000)
+    monkeypatch.setattr(verify, "EDGE_BYTES", 100)
+    path = tmp_path / "big.bin"
+    path.write_bytes(bytes(range(256)) * 10)
+    first = verify.checksum(path)
+    assert first.startswith("crc32-ends:")
+    data = bytearray(path.read_bytes())
+    data[1000] ^= 1  # the middle: not read
+    path.write_bytes(bytes(data))
+    assert verify.checksum(path) == first
+    data[-1] ^= 1  # the end: read
+    path.write_bytes(bytes(data))
+    assert verify.checksum(path) != first
+
+
+def test_the_newest_checkpoint_that_verifies_is_chosen_and_each_skip_says_why(tmp_path, caplog):
+    for step in (2, 4, 6):
+        real_checkpoint(tmp_path, step)
+    os.truncate(tmp_path / "checkpoint-6" / "model.safetensors", 100)
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text("{\"global_step\": 4, ")  # half-written
+    with caplog.at_level(logging.WARNING, logger="olmocr_rl.storage"):
+        choice = choose_checkpoint(tmp_path, topology=SINGLE)
+    assert choice.folder == tmp_path / "checkpoint-2" and choice.step == 2 and choice.remote is None
+    skipped = [r.getMessage() for r in caplog.records]
+    assert any("checkpoint-6: model.safetensors has 100 bytes, its manifest says" in m for m in skipped), skipped
+    assert any("checkpoint-4: trainer_state.json has" in m for m in skipped), skipped  # size differs from manifest
+
+
+def test_only_damaged_checkpoints_is_an_error_not_a_fresh_start(tmp_path):
+    real_checkpoint(tmp_path, 2)
+    os.truncate(tmp_path / "checkpoint-2" / "model.safetensors", 10)
+    with pytest.raises(storage.StorageError, match=r"no checkpoint in .* can be resumed from \(checkpoint-2: model"):
+        choose_checkpoint(tmp_path, topology=SINGLE)
+    assert choose_checkpoint(tmp_path / "empty", topology=SINGLE) is None  # nothing at all: start fresh
+
+
+def test_s3_wins_when_newer_the_local_copy_when_as_new_and_a_damaged_local_copy_is_repaired(moto_s3, tmp_path,
+                                                                                         caplog):
+    uri = f"s3://{moto_s3.bucket}/run"
+    remote = tmp_path / "remote"
+    for step in (4, 6):
+        real_checkpoint(remote, step)
+    sync_dir_to_s3(remote, uri)
+    out = tmp_path / "out"
+    real_checkpoint(out, 4)
+    choice = choose_checkpoint(out, uri, SINGLE)
+    assert choice.step == 6 and choice.remote is not None and not (out / "checkpoint-6").exists()  # read only
+    real_checkpoint(out, 6)
+    assert choose_checkpoint(out, uri, SINGLE).remote is None  # the same step here: nothing to download
+
+    # The local checkpoint-6 is damaged (its own manifest gives the right sizes): S3's good copy is pulled.
+    os.truncate(out / "checkpoint-6" / "model.safetensors", 100)
+    choice = choose_checkpoint(out, uri, SINGLE)
+    assert choice.step == 6 and choice.remote is not None
+    assert storage.resume.fetch(choice) == out / "checkpoint-6"
+    assert storage.local_checkpoint_problem(out / "checkpoint-6") is None
+
+    moto_s3.stop()  # S3 gone: the local checkpoint, with a warning; none here: an error
+    with caplog.at_level(logging.WARNING, logger="olmocr_rl.storage"):
+        assert choose_checkpoint(out, uri, SINGLE).folder == out / "checkpoint-6"
+    assert "S3 may hold a newer checkpoint" in caplog.text
+    with pytest.raises(storage.StorageError, match="cannot reach the S3 endpoint"):
+        choose_checkpoint(tmp_path / "fresh", uri, SINGLE)
+
+
+def test_a_half_written_trainer_state_on_s3_is_skipped(moto_s3, tmp_path, caplog):
+    uri = f"s3://{moto_s3.bucket}/run"
+    remote = tmp_path / "remote"
+    real_checkpoint(remote, 2, manifest=False)
+    real_checkpoint(remote, 4, manifest=False)
+    os.truncate(remote / "checkpoint-4" / "trainer_state.json", 20)
+    sync_dir_to_s3(remote, uri)
+    with caplog.at_level(logging.WARNING, logger="olmocr_rl.storage"):
+        choice = choose_checkpoint(tmp_path / "out", uri, SINGLE)
+    assert choice.step == 2
+    assert f"skipping checkpoint {uri}/checkpoint-4 on S3: trainer_state.json is not valid JSON" in caplog.text
+
+
+def test_an_explicit_damaged_checkpoint_is_refused_with_the_reason(tmp_path):
+    folder = real_checkpoint(tmp_path, 4)
+    os.truncate(folder / "model.safetensors", 50)
+    with pytest.raises(storage.StorageError, match=rf"{folder} cannot be resumed from: model.safetensors has 50 bytes"):
+        storage.plan_resume(str(folder), tmp_path)
+
+
+@pytest.mark.parametrize("files, missing", [
+    ({"optimizer.pt", "scheduler.pt", "model.safetensors"}, []),
+    ({"scheduler.pt", "model.safetensors"}, ["optimizer.pt"]),
+    ({"model.safetensors"}, ["optimizer.pt", "scheduler.pt"]),
+    ({"latest", "global_step8/mp_rank_00_model_states.pt"}, []),  # DeepSpeed keeps them in its own folder
+    ({"pytorch_model_fsdp_0/x", "optimizer_0/y", "scheduler.pt"}, []),  # FSDP
+])
+def test_missing_training_state(files, missing):
+    assert missing_training_state(files) == missing
+
+
+def test_a_checkpoint_at_the_runs_end_is_finished_and_one_before_it_is_not():
+    assert finished_at({"global_step": 8, "max_steps": 8, "epoch": 0.8}, max_steps=8, num_train_epochs=1)
+    assert not finished_at({"global_step": 8, "max_steps": 8}, max_steps=10, num_train_epochs=1)  # raised: go on
+    # Epochs: the checkpoint's own step count reached and the last epoch done.
+    assert finished_at({"global_step": 10, "max_steps": 10, "epoch": 1.0}, max_steps=-1, num_train_epochs=1)
+    assert not finished_at({"global_step": 10, "max_steps": 10, "epoch": 1.0}, max_steps=-1, num_train_epochs=2)
+    assert not finished_at({"global_step": 7, "max_steps": 10, "epoch": 0.7}, max_steps=-1, num_train_epochs=1)
+
+
+# ---- disk errors, the folder -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("exc, words", [
+    (OSError(errno.ENOSPC, "No space left on device"), "no space left on device: it needs about 1.0 GB, "),
+    (OSError(errno.EROFS, "Read-only file system"), "the file system is read-only"),
+    (PermissionError(errno.EACCES, "Permission denied"), "permission denied: user id"),
+    (RuntimeError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: \"No space left on "
+                  "device\" })"), "no space left on device"),
+])
+def test_disk_errors_are_said_in_words(tmp_path, exc, words):
+    line = storage.describe_write_failure(exc, tmp_path / "checkpoint-4", 1 << 30)
+    assert line is not None and line.startswith(words), line
+
+
+def test_torchs_bare_runtime_error_is_a_full_disk_only_when_the_disk_is_full(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    error = RuntimeError("basic_ios::clear: iostream error")
+    assert storage.describe_write_failure(error, tmp_path / "checkpoint-4", 1 << 20) is None  # room to spare
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(12 << 20, 12 << 20, 4096))
+    line = storage.describe_write_failure(error, tmp_path / "checkpoint-4", 9 << 20)
+    assert line == f"no space left on device: it needs about 9.0 MB, 4.0 KB free on the file system of {tmp_path}"
+    assert storage.describe_write_failure(KeyError("x"), tmp_path, 9 << 20) is None  # not the disk's doing
+
+
+def test_the_run_lock_names_its_holder_and_dies_with_it(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from olmocr_rl.storage import hold_run_lock; "
+         f"hold_run_lock({str(tmp_path)!r}); print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(storage.FolderInUseError, match=rf"is in use by another run \(pid {holder.pid} on "):
+            storage.hold_run_lock(tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert storage.hold_run_lock(tmp_path) == tmp_path / ".olmocr_rl-run.lock"  # the kernel dropped a killed holder's
+
+
+def test_an_earlier_runs_files_are_found_and_cleared(tmp_path):
+    assert storage.previous_run(tmp_path) is None
+    real_checkpoint(tmp_path, 2)
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
+    (tmp_path / "notes.txt").write_text("mine")
+    assert storage.previous_run(tmp_path) == f"--output_dir {tmp_path} already holds an earlier run's checkpoint-2, " \
+                                             "metrics.jsonl"
+    assert storage.clear_previous_run(tmp_path) == ["checkpoint-2", "metrics.jsonl"]
+    assert storage.previous_run(tmp_path) is None and (tmp_path / "notes.txt").is_file()
+
+
+def test_an_s3_prefix_with_checkpoints_is_an_earlier_run(moto_s3, tmp_path):
+    uri = f"s3://{moto_s3.bucket}/run"
+    assert storage.previous_run(tmp_path, uri) is None
+    real_checkpoint(tmp_path / "remote", 3)
+    sync_dir_to_s3(tmp_path / "remote", uri)
+    assert storage.previous_run(tmp_path / "out", uri) == f"--s3_save_path {uri} already holds an earlier run's " \
+                                                          "checkpoint-3"
+
+
+# ---- stop signals ----------------------------------------------------------------------------------------------
+
+
+def run_python(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_stop_signals_before_and_during_training():
+    """Before training SIGTERM raises Preempted; during it a repeated SIGTERM counts once (the cluster and the
+    launcher both pass it on) and a second, different signal exits at once without a traceback."""
+    result = run_python("""
+        import os, signal, time
+        from olmocr_rl.trainer.preemption import Preempted, StopRequest, install_early
+        install_early()
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        except Preempted as stop:
+            print("before training:", stop, flush=True)
+        request = StopRequest()
+        request.install()
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+        print("still here:", request.signal_name, flush=True)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+        print("not reached")
+    """)
+    assert result.returncode == 128 + signal.SIGINT, result.stderr
+    assert result.stdout.splitlines() == ["before training: SIGTERM", "still here: SIGTERM"]
+    assert "SIGTERM received after step 0" in result.stderr
+    assert result.stderr.rstrip().splitlines()[-1] == "second stop signal (SIGINT): exiting at once, without saving"
+    assert "Traceback" not in result.stderr
+
+
+def test_upload_waits_end_at_the_deadline(tmp_path, monkeypatch):
+    import threading
+
+    from olmocr_rl.storage import S3SyncCallback, SyncResult
+    from olmocr_rl.storage import mirror as storage_mirror
+
+    (tmp_path / "model.safetensors").write_bytes(b"w")
+    callback = S3SyncCallback("s3://bucket/run", tmp_path, backoff_s=0.01)
+    release = threading.Event()
+
+    def hung_server(self):
+        release.wait(30)
+        return SyncResult()
+
+    monkeypatch.setattr(storage_mirror.S3Mirror, "sync", hung_server)
+    callback.sync(wait=False)
+    callback.set_deadline(0.3)
+    started = time.monotonic()
+    try:
+        assert callback.wait() is False
+        assert time.monotonic() - started < 5
+        assert callback.only_local() == ["model.safetensors"]  # never reached S3
+    finally:
+        release.set()
+        callback._deadline = None
+        callback.wait()
+
+
+# ---- children die with the trainer ------------------------------------------------------------------------------
+
+
+def test_reward_workers_die_with_a_killed_trainer_and_leave_its_process_group():
+    trainer = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import os, time
+        from olmocr_rl.rewards.evaluator import BenchEvaluator
+        evaluator = BenchEvaluator(workers=2, start_method="fork")
+        evaluator._run_in_pool([], False)  # starts the pool
+        pool = evaluator._pool
+        list(pool.map(abs, range(4)))  # every worker up
+        print(" ".join(str(pid) for pid in pool._processes), os.getpgrp(), flush=True)
+        time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        *workers, group = map(int, trainer.stdout.readline().split())
+        assert len(workers) == 2 and all(alive(pid) for pid in workers)
+        assert all(os.getpgid(pid) != group for pid in workers)  # a Ctrl-C to the trainer's group misses them
+        assert sorted(descendants(trainer.pid)) == sorted(workers)
+    finally:
+        trainer.kill()
+        trainer.wait()
+    assert survivors(workers, timeout=10) == []
+
+
+# ---- launchers pass stop signals on -----------------------------------------------------------------------------
+
+
+def test_the_beaker_task_passes_sigterm_to_the_trainer_waits_for_it_and_exits_75(tmp_path):
+    """A trainer that takes 1 s to save after SIGTERM: the task waits for it (its launcher died at once) and
+    reports "preempted"."""
+    trainer = tmp_path / "trainer.py"
+    trainer.write_text(textwrap.dedent(f"""
+        import signal, sys, time
+        def stop(signum, frame):
+            time.sleep(1)
+            open({str(tmp_path / 'saved')!r}, "w").write(signal.Signals(signum).name)
+            sys.exit(75)
+        signal.signal(signal.SIGTERM, stop)
+        open({str(tmp_path / 'started')!r}, "w").close()
+        time.sleep(60)
+    """))
+    launcher = f"import subprocess, sys; sys.exit(subprocess.call([sys.executable, {str(trainer)!r}]))"
+    code = textwrap.dedent(f"""
+        import sys
+        from olmocr_rl.launch import status
+        from olmocr_rl.launch.plan import Command
+        from olmocr_rl.launch.runtime import StopForwarder
+        forwarder = StopForwarder(30)
+        code = forwarder.run(Command("train", (sys.executable, "-c", {launcher!r})), False)
+        sys.exit(status.PREEMPTED if forwarder.forwarded else code)
+    """)
+    task = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "started").exists():
+            assert time.monotonic() < deadline and task.poll() is None, task.communicate()
+            time.sleep(0.05)
+        task.send_signal(signal.SIGTERM)
+        _, err = task.communicate(timeout=30)
+    finally:
+        task.kill()
+    assert task.returncode == 75, err
+    assert (tmp_path / "saved").read_text() == "SIGTERM"  # the trainer saved before the task ended
+    assert "SIGTERM: passed on to the trainer" in err
+
+
+def test_the_suites_last_check_finds_an_orphaned_olmocr_rl_process():
+    """conftest's session-end check: a process this session started that outlived its parent is found."""
+    from conftest import leftover_processes
+
+    subprocess.run([sys.executable, "-c", "import subprocess, sys; subprocess.Popen([sys.executable, '-c', "
+                    "'import time; time.sleep(60)', 'olmocr_rl-orphan'])"], check=True)  # the parent exits at once
+    deadline = time.monotonic() + 10
+    found = []
+    while not found and time.monotonic() < deadline:
+        found = [pid for pid, command in leftover_processes() if "olmocr_rl-orphan" in command]
+        time.sleep(0.1)
+    assert len(found) == 1
+    assert survivors(found, timeout=0) == found  # killed here, so the session itself ends clean
