@@ -279,10 +279,11 @@ def _finish(trainer, cfg: ResolvedConfig) -> int:
     # outlive the job.
     from olmocr_rl.trainer.preemption import uploads
 
-    failed = []
+    failed, cut = [], False
     for callback in uploads(trainer):
-        callback.sync(wait=True)
-        if callback.last_error:
+        callback.sync(wait=False)
+        cut = not callback.wait() or cut  # False only past a stop signal's deadline
+        if callback.last_error or cut:
             failed.append(callback)
     if is_main_process(trainer.state):
         logger.info("done: %d steps, model and processor saved in %s", trainer.state.global_step, cfg.output_dir)
@@ -293,10 +294,16 @@ def _finish(trainer, cfg: ResolvedConfig) -> int:
                 wandb.finish()
     for callback in failed:
         only = callback.only_local()
-        return _fail(f"the final mirror of {cfg.output_dir} to {cfg.s3_save_path} failed after its retries "
-                     f"({callback.last_error}); only on local disk: {_tops(only)} ({len(only)} files): copy them "
-                     f"(e.g. `aws s3 sync {cfg.output_dir} {cfg.s3_save_path}`) before this disk goes",
-                     status.UNSYNCED)
+        why = ("was cut short by a stop signal (--preempt_upload_timeout)" if cut else
+               f"failed after its retries ({callback.last_error})")
+        code = _fail(f"the final mirror of {cfg.output_dir} to {cfg.s3_save_path} {why}; only on local disk: "
+                     f"{_tops(only)} ({len(only)} files): copy them (e.g. `aws s3 sync {cfg.output_dir} "
+                     f"{cfg.s3_save_path}`) before this disk goes", status.UNSYNCED)
+        if cut:  # the upload thread would hold the process past the deadline
+            logging.shutdown()
+            sys.stderr.flush()
+            os._exit(code)
+        return code
     return status.OK
 
 

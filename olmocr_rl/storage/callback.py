@@ -149,7 +149,7 @@ class S3SyncCallback(TrainerCallback):
             left = None if self._deadline is None else self._deadline - time.monotonic()
             if left is not None and left <= 0:
                 return False
-            worker.join(left)
+            worker.join(1.0 if left is None else min(left, 1.0))  # a deadline may be set meanwhile (a signal)
 
     def _drain(self) -> None:
         while True:

@@ -416,9 +416,11 @@ def _download_checkpoint(client, remote: RemoteCheckpoint, destination: Path) ->
     for rest in sorted(remote.files, key=state_last):
         obj = remote.files[rest]
         local_path = destination / safe_relative(rest, remote.uri)
-        if local_path.is_file() and local_path.stat().st_size == obj.size and (
+        if not marks_whole(rest) and local_path.is_file() and local_path.stat().st_size == obj.size and (
                 rest not in sums or checksum(local_path, obj.size) == sums[rest]):
             continue  # finished by an earlier, interrupted pull (files are renamed only when whole)
+        # trainer_state.json and the manifests (small) always come down: a local copy of the same size may be
+        # another save's, and it is what the pulled files are verified against.
         if rest == TRAINER_STATE:
             _write_whole(local_path, remote.state_body)
         else:

@@ -73,15 +73,18 @@ def _local_choice(folder: Path) -> ResumeChoice:
 
 
 def _newest_local(output_dir: Path) -> tuple[ResumeChoice | None, list[str]]:
-    """The newest local checkpoint that verifies, and a line for each newer one skipped (each also logged)."""
-    skipped = []
+    """The newest local checkpoint that verifies, and a line for each newer damaged one skipped (every skip is
+    logged). Damaged: it has the trainer_state.json that only a whole save writes (last), yet fails; a folder
+    without one is a save cut short (or another machine's share of a checkpoint), not damage."""
+    damaged = []
     for _step, path in local_checkpoints(output_dir):
         problem = local_checkpoint_problem(path)
         if problem is None:
-            return _local_choice(path), skipped
-        skipped.append(f"{path.name}: {problem}")
+            return _local_choice(path), damaged
+        if (path / TRAINER_STATE).is_file():
+            damaged.append(f"{path.name}: {problem}")
         logger.warning("skipping checkpoint %s: %s", path, problem)
-    return None, skipped
+    return None, damaged
 
 
 def choose_checkpoint(output_dir: str | os.PathLike, s3_save_path: str | None = None,
@@ -93,8 +96,8 @@ def choose_checkpoint(output_dir: str | os.PathLike, s3_save_path: str | None = 
     checkpoint, with a warning, and a StorageError when there is none. Several machines with ``s3_save_path``:
     S3's newest whole checkpoint (every node's manifest and files there), so all machines take the same
     one whatever their disks hold, else the local disk's. Raises CheckpointMismatchError for a checkpoint
-    saved by another world size or engine, and StorageError when every local checkpoint fails to verify
-    and S3 has none either (starting over would silently throw the run away).
+    saved by another world size or engine, and StorageError when the local checkpoints that were saved whole
+    are all damaged and S3 has none either (starting over would silently throw the run away).
     """
     output, topology = Path(output_dir), topology or current_topology()
     local, skipped = _newest_local(output)

@@ -73,6 +73,7 @@ class StopRequest:
         self.agreed_step: int | None = None  # the step every rank saved and stopped at
         self.state = None  # the TrainerState, for the step a signal arrived in
         self.in_step = False  # between the Trainer's step begin and step end (else: logging, saving, evaluating)
+        self.hooks: list = []  # called (no arguments) when the first signal arrives, in the signal handler
 
     @property
     def asked(self) -> bool:
@@ -96,6 +97,8 @@ class StopRequest:
                     f"after step {done}: saving checkpoint-{done} if that save is under way, else finishing step "
                     f"{done + 1} and saving it")
             _say(f"{name} received {when}, then stopping (a second signal exits at once, without saving)")
+            for hook in self.hooks:
+                hook()
             return
         if signum != signal.SIGINT and time.monotonic() - self.received_at < DUPLICATE_WINDOW_S:
             return  # the same request delivered twice (the cluster and the launcher both forward it)
@@ -131,6 +134,7 @@ class PreemptionCallback(TrainerCallback):
         self.request = request or StopRequest()
         self.uploads = list(uploads)
         self.upload_timeout_s = upload_timeout_s
+        self.request.hooks.append(self._bound_uploads)  # also an upload under way when the signal comes
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.request.state = state
@@ -155,6 +159,9 @@ class PreemptionCallback(TrainerCallback):
         self.request.agreed_step = state.global_step
         if not self.request.asked:  # another rank got the signal
             self.request.signal_name, self.request.received_at = "a stop signal (on another rank)", time.monotonic()
+        self._bound_uploads()
+
+    def _bound_uploads(self) -> None:
         left = self.upload_timeout_s - (time.monotonic() - self.request.received_at)
         for upload in self.uploads:
             upload.set_deadline(max(left, 0.0))

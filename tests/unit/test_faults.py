@@ -119,6 +119,9 @@ def test_only_damaged_checkpoints_is_an_error_not_a_fresh_start(tmp_path):
     with pytest.raises(storage.StorageError, match=r"no checkpoint in .* can be resumed from \(checkpoint-2: model"):
         choose_checkpoint(tmp_path, topology=SINGLE)
     assert choose_checkpoint(tmp_path / "empty", topology=SINGLE) is None  # nothing at all: start fresh
+    cut = real_checkpoint(tmp_path / "first-save-killed", 2, manifest=False)
+    (cut / "trainer_state.json").unlink()  # killed during the very first save: nothing was lost, start fresh
+    assert choose_checkpoint(cut.parent, topology=SINGLE) is None
 
 
 def test_s3_wins_when_newer_the_local_copy_when_as_new_and_a_damaged_local_copy_is_repaired(moto_s3, tmp_path,
