@@ -66,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     for notice in cfg.notices:  # each logged once, here
         (logger.warning if notice.startswith("WARNING:") else logger.info)(notice)
     from olmocr_rl.launch import status
-    from olmocr_rl.trainer.preemption import Preempted, install_early
+    from olmocr_rl.trainer.stop_signals import Preempted, install_early, restore
 
-    install_early()  # SIGTERM/SIGUSR1 before training: one line, status 75 (nothing to save yet)
+    previous = install_early()  # SIGTERM/SIGUSR1 before training: one line, status 75 (nothing to save yet)
     try:
         resume, scans = _check_before_loading(cfg)
         train_dataset, eval_dataset = _build_datasets(cfg, scans)
@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted (SIGINT) before training began: nothing saved", file=sys.stderr)
         return 128 + 2
+    finally:
+        restore(previous)
 
 
 def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
@@ -308,9 +310,10 @@ def _finish(trainer, cfg: ResolvedConfig) -> int:
 
 
 def _tops(rels: list[str]) -> str:
-    """``model.safetensors, checkpoint-8/, ...``: the top-level entries of relative paths."""
-    tops = sorted({rel.split("/")[0] + ("/" if "/" in rel else "") for rel in rels})
-    return ", ".join(tops[:8]) + (f" and {len(tops) - 8} more" if len(tops) > 8 else "")
+    """``model.safetensors, ..., checkpoint-8/``: the top-level entries of relative paths, files first."""
+    tops = sorted({rel.split("/")[0] + ("/" if "/" in rel else "") for rel in rels},
+                  key=lambda top: (top.endswith("/"), top))
+    return ", ".join(tops[:16]) + (f" and {len(tops) - 16} more" if len(tops) > 16 else "")
 
 
 if __name__ == "__main__":

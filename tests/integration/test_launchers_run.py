@@ -1,6 +1,7 @@
 """The launchers run: each user-facing script in --dry-run (its printed commands parse back with shlex), the
-Slurm job requeued on USR1, a Beaker submission and task against fake cluster tools (vLLM health check, the
-server stopped after training), and a real 2-process CPU run of the CLI through accelerate launch.
+Slurm job requeued on USR1 (after its training step saved) and on a step that exits 75, a Beaker submission and
+task against fake cluster tools (vLLM health check, the server stopped after training, SIGTERM passed on to
+training and status 75), and a real 2-process CPU run of the CLI through accelerate launch.
 
 The pure plan and the front-ends in-process: tests/unit/test_launchers.py.
 """
@@ -123,6 +124,69 @@ def test_slurm_requeues_on_usr1_and_resumes_in_same_dir(tmp_path, fake_bin):
     second = (tmp_path / "srun.1").read_text().splitlines()
     assert flag(first, "--output_dir") == flag(second, "--output_dir") == str(REPO / "checkpoints" / "grpo-test-4242")
     assert "--resume_from_checkpoint" in first and "--resume_from_checkpoint" in second
+
+
+def start_sbatch(tmp_path: Path, fake_bin: Path, srun_body: str) -> tuple[subprocess.Popen, dict]:
+    """The job script (real, not dry) with a fake srun and scontrol that log what they are asked."""
+    fake_tool(fake_bin, "srun", srun_body)
+    fake_tool(fake_bin, "scontrol", 'echo "scontrol $*" >> "$FAKE_LOG"; [[ "$1" != show ]] || echo "$3"\n')
+    env = {**slurm_env("gpu01", 1), "PATH": f"{fake_bin}:{os.environ['PATH']}", "FAKE_LOG": str(tmp_path / "fake.log"),
+           "FAKE_DIR": str(tmp_path), "SLURM_RESTART_COUNT": "0"}
+    proc = subprocess.Popen(["bash", str(SBATCH), "--gpus-per-node", "2", "--", "--reward_bench"], cwd=REPO,
+                            env={**os.environ, "PYTHON": sys.executable, **env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    return proc, env
+
+
+def test_slurm_usr1_lets_the_training_step_save_before_the_job_requeues(tmp_path, fake_bin):
+    """USR1: the step gets SIGTERM and takes 1 s to save; the requeue comes after it ended, not before (a requeue
+    would make Slurm kill the step within KillWait)."""
+    proc, _env = start_sbatch(tmp_path, fake_bin, textwrap.dedent("""\
+        trap 'echo "step got TERM" >> "$FAKE_LOG"; sleep 1; echo "step saved" >> "$FAKE_LOG"; kill $! 2>/dev/null; exit 1' TERM
+        touch "$FAKE_DIR/srun.started"; sleep 30 >/dev/null 2>&1 & wait
+    """))
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "srun.started").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGUSR1)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert (tmp_path / "fake.log").read_text().splitlines() == ["step got TERM", "step saved", "scontrol requeue 4242"]
+    assert "job script exiting with status 0" in err
+
+
+def test_slurm_requeues_a_training_step_that_exits_preempted(tmp_path, fake_bin):
+    proc, _env = start_sbatch(tmp_path, fake_bin, "exit 75\n")  # the trainers were stopped by a signal of their own
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert (tmp_path / "fake.log").read_text().splitlines() == ["scontrol requeue 4242"]
+    assert "the training step was stopped by a signal (status 75): requeueing" in err
+
+
+def test_the_beaker_task_passes_sigterm_to_training_and_exits_75(tmp_path, fake_bin):
+    fake_tool(fake_bin, "accelerate", textwrap.dedent("""\
+        trap 'sleep 1; echo "saved after TERM" > "$FAKE_DIR/train"; exit 1' TERM
+        touch "$FAKE_DIR/train.started"; sleep 30 & wait
+    """))
+    env = {"PATH": f"{fake_bin}:{os.environ['PATH']}", "FAKE_DIR": str(tmp_path)}
+    proc = subprocess.Popen(task_cmd(tmp_path / "out", vllm_gpus=0), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHON": sys.executable, **env})
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "train.started").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)  # Beaker stopping or preempting the job
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 75, err
+    assert (tmp_path / "train").read_text().strip() == "saved after TERM"
+    assert "SIGTERM: passed on to the trainer" in err and "task exiting with status 75" in err
 
 
 def beaker_dry_run(*args: str, env: dict | None = None) -> tuple[dict, list[tuple[str, list[str]]], str]:

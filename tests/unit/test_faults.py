@@ -269,7 +269,7 @@ def test_stop_signals_before_and_during_training():
     launcher both pass it on) and a second, different signal exits at once without a traceback."""
     result = run_python("""
         import os, signal, time
-        from olmocr_rl.trainer.preemption import Preempted, StopRequest, install_early
+        from olmocr_rl.trainer.stop_signals import Preempted, StopRequest, install_early
         install_early()
         try:
             os.kill(os.getpid(), signal.SIGTERM)

@@ -1,0 +1,107 @@
+"""Stop signals, the part that needs no ML library: what SIGTERM, SIGUSR1 and SIGINT do before and during training.
+
+- Before training begins (flags, data, model loading) :func:`install_early` makes SIGTERM and SIGUSR1 raise
+  :class:`Preempted` (SIGINT raises Python's KeyboardInterrupt): nothing to save, the CLI exits with one line;
+  :func:`restore` puts the handlers back when the run is over.
+- During training :class:`StopRequest` records the first signal and logs one line; trainer.preemption's
+  callback saves the step it arrived in and stops. A second signal exits at once (status 128 + its number),
+  without saving. A second SIGTERM or SIGUSR1 less than :data:`DUPLICATE_WINDOW_S` after the first counts as
+  the same request: a cluster that signals every process of a job, and a launcher (torchrun) that forwards
+  the signal it got, deliver it twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+from olmocr_rl.ranks import is_main_process
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DUPLICATE_WINDOW_S", "STOP_SIGNALS", "Preempted", "StopRequest", "install_early", "restore"]
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+DUPLICATE_WINDOW_S = 5.0
+
+
+class Preempted(BaseException):
+    """SIGTERM or SIGUSR1 arrived before training began (a BaseException, like KeyboardInterrupt)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_preempted(signum, frame):
+    raise Preempted(signum)
+
+
+def install_early() -> dict:
+    """SIGTERM and SIGUSR1 raise :class:`Preempted` until training begins (main thread only; elsewhere a no-op).
+
+    Returns the handlers of every stop signal as they were, for :func:`restore` when the run is over (a run
+    inside another program, a test, must not leave its handlers behind)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(sig, _raise_preempted)
+    return previous
+
+
+def restore(previous: dict) -> None:
+    """Put back the handlers :func:`install_early` returned."""
+    for sig, handler in previous.items():
+        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def _say(message: str) -> None:
+    (logger.warning if is_main_process() else logger.info)(message)
+
+
+class StopRequest:
+    """The first stop signal of a run: which, when, and during which step; then the step all ranks stopped at."""
+
+    def __init__(self):
+        self.signal_name: str | None = None
+        self.received_at: float | None = None
+        self.agreed_step: int | None = None  # the step every rank saved and stopped at
+        self.state = None  # the TrainerState, for the step a signal arrived in
+        self.in_step = False  # between the Trainer's step begin and step end (else: logging, saving, evaluating)
+        self.hooks: list = []  # called (no arguments) when the first signal arrives, in the signal handler
+
+    @property
+    def asked(self) -> bool:
+        return self.signal_name is not None
+
+    def install(self) -> bool:
+        """Handle SIGTERM, SIGUSR1 and SIGINT from now on (main thread only); False when it could not."""
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning("stop signals are not handled: training runs outside the main thread")
+            return False
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self._handle)
+        return True
+
+    def _handle(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.signal_name is None:
+            self.signal_name, self.received_at = name, time.monotonic()
+            done = self.state.global_step if self.state is not None else 0
+            when = (f"during step {done + 1}: finishing it, then saving checkpoint-{done + 1}" if self.in_step else
+                    f"after step {done}: saving checkpoint-{done} if that save is under way, else finishing step "
+                    f"{done + 1} and saving it")
+            _say(f"{name} received {when}, then stopping (a second signal exits at once, without saving)")
+            for hook in self.hooks:
+                hook()
+            return
+        if signum != signal.SIGINT and time.monotonic() - self.received_at < DUPLICATE_WINDOW_S:
+            return  # the same request delivered twice (the cluster and the launcher both forward it)
+        sys.stdout.flush()
+        print(f"second stop signal ({name}): exiting at once, without saving", file=sys.stderr, flush=True)
+        os._exit(128 + signum)
