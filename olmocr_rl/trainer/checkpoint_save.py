@@ -45,8 +45,12 @@ def atomic_state_json(state):
 
     def save_to_json(json_path: str) -> None:
         partial = f"{json_path}{PARTIAL_SUFFIX}"
-        original(state, partial)
-        os.replace(partial, json_path)
+        try:
+            original(state, partial)
+            os.replace(partial, json_path)
+        finally:
+            if os.path.exists(partial):
+                os.unlink(partial)
 
     state.save_to_json = save_to_json  # an instance attribute: dataclasses.asdict(state) sees only the fields
     try:

@@ -154,11 +154,14 @@ def test_sigterm_to_torchrun_saves_every_ranks_step_and_the_resume_equals_the_un
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stop", [signal.SIGUSR1, signal.SIGINT])
-def test_usr1_and_ctrl_c_save_and_stop_in_one_line(tmp_path, tiny_model_dir, stop):
-    """Slurm's USR1 before the time limit, and Ctrl-C: a checkpoint of the step, a line, status 75, no traceback."""
+@pytest.mark.parametrize("stop", [signal.SIGUSR1, signal.SIGINT], ids=["SIGUSR1", "SIGINT"])
+def test_usr1_and_ctrl_c_save_upload_and_stop_in_one_line(moto_s3, tmp_path, tiny_model_dir, stop):
+    """Slurm's USR1 before the time limit, and Ctrl-C: a checkpoint of the step, uploaded to --s3_save_path
+    (within --preempt_upload_timeout), a line, status 75, no traceback."""
+    uri = f"s3://{moto_s3.bucket}/runs/stop"
     out, log = tmp_path / "out", tmp_path / "run.log"
-    proc = start_cli(flags(tiny_model_dir, out, 200), tmp_path, log)
+    proc = start_cli([*flags(tiny_model_dir, out, 200), "--s3_save_path", uri, "--cache_dir", tmp_path / "cache"],
+                     tmp_path, log)
     try:
         assert wait_for_record(proc, out / "metrics.jsonl", 1), log.read_text()[-4000:]
         proc.send_signal(stop)
@@ -169,7 +172,10 @@ def test_usr1_and_ctrl_c_save_and_stop_in_one_line(tmp_path, tiny_model_dir, sto
     assert "Traceback" not in text and "KeyboardInterrupt" not in text
     assert len([line for line in text.splitlines() if f"{signal.Signals(stop).name} received" in line]) == 1
     step = saved_step(text)
+    assert f"checkpoint-{step} saved in {out} and uploaded to {uri}; exiting with status 75" in text
     assert local_checkpoint_problem(out / f"checkpoint-{step}") is None
+    remote = moto_s3.client().list_objects_v2(Bucket=moto_s3.bucket, Prefix=f"runs/stop/checkpoint-{step}/")
+    assert f"runs/stop/checkpoint-{step}/olmocr_rl_manifest/node-0.json" in {o["Key"] for o in remote["Contents"]}
 
 
 def test_sigterm_before_training_began_is_one_line(tmp_path, tiny_model_dir):

@@ -401,3 +401,39 @@ def test_the_suites_last_check_finds_an_orphaned_olmocr_rl_process():
         time.sleep(0.1)
     assert len(found) == 1
     assert survivors(found, timeout=0) == found  # killed here, so the session itself ends clean
+
+
+def test_trainer_state_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A write cut off half-way (a full disk) leaves the previous trainer_state.json as it was, and no partial."""
+    import transformers.trainer_callback as trainer_callback
+    from transformers import TrainerState
+
+    from olmocr_rl.trainer.checkpoint_save import atomic_state_json
+
+    path = tmp_path / "trainer_state.json"
+    state = TrainerState(global_step=4)
+    with atomic_state_json(state):
+        state.save_to_json(str(path))
+    before = path.read_text()
+    assert json.loads(before)["global_step"] == 4 and "save_to_json" not in vars(state)
+
+    def full_disk_open(file, mode="r", **kwargs):
+        handle = open(file, mode, **kwargs)
+        if "w" in mode:
+            real_write = handle.write
+
+            def write(text):
+                real_write(text[: len(text) // 2])
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            handle.write = write
+        return handle
+
+    monkeypatch.setattr(trainer_callback, "open", full_disk_open, raising=False)
+    state.global_step = 6
+    with atomic_state_json(state), pytest.raises(OSError):
+        state.save_to_json(str(path))
+    assert path.read_text() == before and [p.name for p in tmp_path.iterdir()] == ["trainer_state.json"]
+    with pytest.raises(OSError):
+        state.save_to_json(str(path))  # transformers' own write, in place: what happened before
+    assert path.read_text() != before
