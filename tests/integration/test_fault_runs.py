@@ -4,7 +4,7 @@ and the resumed run equals the uninterrupted one bit for bit (also under torchru
 damaged checkpoints are skipped for the newest one that verifies (here or on S3) or refused in one line; a
 finished run resumed twice writes nothing and leaves S3 as it was; a full disk, a second run in the same folder,
 a new run into a used folder, a PDF that vanishes, and a SIGKILL (no reward worker outlives it) each end in
-one line with nothing corrupted. The same rules without training: tests/unit/test_faults.py.
+one line with nothing corrupted. The same rules without training: tests/unit/test_fault_handling.py.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def test_sigterm_to_torchrun_saves_every_ranks_step_and_the_resume_equals_the_un
     text = log.read_text()
     assert survivors(processes) == []
     step = saved_step(text)  # logged once, by rank 0
-    assert f"exiting with status 75" in text
+    assert "exiting with status 75" in text
     checkpoint = out / f"checkpoint-{step}"
     assert {"rng_state_0.pth", "rng_state_1.pth"} <= {p.name for p in checkpoint.iterdir()}
     assert local_checkpoint_problem(checkpoint) is None
@@ -219,7 +219,7 @@ DAMAGE = {
     "half-written trainer state": (lambda c: (shutil.rmtree(c / "olmocr_rl_manifest"),  # as before manifests
                                              truncate(c / "trainer_state.json", (c / "trainer_state.json").stat().st_size - 99)),
                                    "trainer_state.json is not valid JSON"),
-}  # a file its manifest lists but that is missing, or another checksum: tests/unit/test_faults.py
+}  # a file its manifest lists but that is missing, or another checksum: tests/unit/test_fault_handling.py
 
 
 @pytest.mark.slow
@@ -408,7 +408,7 @@ def test_one_folder_one_run_and_a_new_run_needs_resume_or_overwrite(tmp_path, ti
 
     over = run_cli([*flags(tiny_model_dir, out, 2), "--overwrite_output_dir"], tmp_path)
     assert over.returncode == 0, failure(over)
-    assert f"--overwrite_output_dir: removed checkpoint-" in over.stdout + over.stderr
+    assert "--overwrite_output_dir: removed checkpoint-" in over.stdout + over.stderr
     assert [r["step"] for r in read_metrics(out) if "reward" in r] == [1, 2]
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]
 

@@ -1,7 +1,7 @@
 """Faults without training (fast): checkpoint verification and the choice of checkpoint, a finished run, disk
 errors in words, the run lock, stop signals, uploads bounded by a deadline, reward workers that die with the
 trainer, and the launchers passing stop signals on. The same faults in real training runs:
-tests/integration/test_faults.py."""
+tests/integration/test_fault_runs.py."""
 
 from __future__ import annotations
 
