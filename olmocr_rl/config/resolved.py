@@ -101,6 +101,8 @@ def validate(args: argparse.Namespace, env: Environment | None = None) -> Resolv
     _first(checks.check_olmorl(args, explicit))
     if args.olmorl:
         notices.append("--olmorl: advantages without std, zero-signal groups dropped, eps 0.2/0.272, token-level loss")
+    _first(checks.check_adapters(args, _chosen(args)))
+    notices += checks.adapter_notices(args, _chosen(args))
     _first(checks.check_geometry(args, env.num_processes))
     backend = checks.resolve_backend(args, env)
     notices += backend.notices
