@@ -150,13 +150,13 @@ def _load_model(cfg: ResolvedConfig):
     from olmocr_rl.model.loading import ModelLoadError, load_model_and_processor
     from olmocr_rl.model.vision_speedups import apply_vision_speedups
 
+    peft_config = _adapter_config(cfg)
     if cfg.vllm_mode == "colocate":
         from olmocr_rl.model.colocate_memory import colocate_memory_problem
 
         problem = colocate_memory_problem(cfg)
         if problem:
             raise _Stop(problem)
-    peft_config = _adapter_config(cfg)
     try:
         model, processor = load_model_and_processor(cfg.model_name, cache_dir=cfg.cache_dir)
     except ModelLoadError as exc:
