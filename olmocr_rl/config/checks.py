@@ -175,9 +175,11 @@ def check_adapters(a: Namespace, chosen: frozenset[str] | set[str]) -> Problems:
             if not _MODULE_NAME.match(name):
                 problems.append(f"--{flag} {name!r}: expected a module name such as q_proj (one name per value, "
                                 "no dots or patterns)" + (" or all-linear" if flag == "lora_target_modules" else ""))
-    if "lm_head" in (a.lora_target_modules or ()):
-        problems.append("--lora_target_modules lm_head: TRL computes log-probs from lm_head's weight directly, so "
-                        "an adapter there would never train; use --lora_modules_to_save lm_head to train it in full")
+    for flag in ("lora_target_modules", "lora_modules_to_save"):
+        if "lm_head" in (getattr(a, flag) or ()):
+            problems.append(f"--{flag} lm_head: TRL computes log-probs from lm_head's own weight directly, so "
+                            "neither an adapter nor a trained copy of it would ever train; drop lm_head (a full "
+                            "fine-tune without --use_peft trains it)")
     if a.freeze_vision_merger and "merger" in (a.lora_modules_to_save or ()):
         problems.append("--freeze_vision_merger and --lora_modules_to_save merger contradict each other; drop one")
     return problems

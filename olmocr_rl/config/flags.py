@@ -177,7 +177,8 @@ def _add_adapter_flags(parser: argparse.ArgumentParser) -> None:
                         "for every one of them; never the vision tower, nor lm_head (TRL reads its weight directly)")
     g.add_argument("--lora_modules_to_save", nargs="+", default=None, metavar="NAME",
                    help="modules trained in full beside the adapters and saved with them (--use_peft), e.g. merger "
-                        "(the vision-language projector) or embed_tokens")
+                        "(the vision-language projector), or embed_tokens where it is not tied to lm_head (lm_head "
+                        "itself cannot: TRL reads its weight directly)")
     g.add_argument("--save_merged", action=_BoolFlag, default=True,
                    help="with --use_peft, the final output folder holds the adapter merged into the base model at its "
                         "root (a full model, as a full fine-tune leaves it: evaluate, soup and vLLM take it as is) "

@@ -90,6 +90,11 @@ def _modules_to_save(model, names: Sequence[str] | None) -> list[str] | None:
     if not names:
         return None
     module_names = [name for name, _ in model.named_modules()]
+    tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
+    if tied and "embed_tokens" in names:
+        raise AdapterError("--lora_modules_to_save embed_tokens: this model ties its input embedding to lm_head, whose "
+                           "weight TRL reads directly for the log-probs, so the trained copy would part from it; "
+                           "drop embed_tokens")
     for wanted in names:
         if not any(name == wanted or name.endswith("." + wanted) for name in module_names):
             raise AdapterError(f"--lora_modules_to_save {wanted}: the model has no module of that name "

@@ -60,7 +60,10 @@ def test_lora_lists_in_a_config_file(tmp_path):
     (dict(use_peft=True, lora_target_modules=["model.layers.0.q_proj"]),
      "--lora_target_modules 'model.layers.0.q_proj': expected a module name such as q_proj"),
     (dict(use_peft=True, lora_target_modules=["q_proj", "lm_head"]),
-     "--lora_target_modules lm_head: TRL computes log-probs from lm_head's weight directly"),
+     "--lora_target_modules lm_head: TRL computes log-probs from lm_head's own weight directly"),
+    (dict(use_peft=True, lora_modules_to_save=["lm_head"]),
+     "--lora_modules_to_save lm_head: TRL computes log-probs from lm_head's own weight directly, so neither an "
+     "adapter nor a trained copy of it would ever train"),
     (dict(use_peft=True, freeze_vision_merger=True, lora_modules_to_save=["merger"]),
      "--freeze_vision_merger and --lora_modules_to_save merger contradict each other"),
 ])
@@ -109,6 +112,10 @@ def test_adapters_go_on_the_language_model_only(tiny):
         adapter_plan(model, r=4, alpha=8, dropout=0.0, target_modules=["q_proj"], modules_to_save=["projector"])
     saved = adapter_plan(model, r=4, alpha=8, dropout=0.0, target_modules=["q_proj"], modules_to_save=["merger"])
     assert saved.saved_parameters == sum(p.numel() for p in model.model.visual.merger.parameters())
+    tied = copy.deepcopy(model)
+    tied.config.tie_word_embeddings = True  # the 3B model ties them
+    with pytest.raises(AdapterError, match="--lora_modules_to_save embed_tokens: this model ties its input embedding"):
+        adapter_plan(tied, r=4, alpha=8, dropout=0.0, target_modules=["q_proj"], modules_to_save=["embed_tokens"])
 
 
 def _peft(model, dtype, modules_to_save=None, seed=0):
@@ -192,7 +199,11 @@ def test_an_adapter_folder_loads_merged_onto_its_base(tiny, tiny_model_dir, tmp_
     from olmocr_rl.model.loading import ModelLoadError, load_model_and_processor
 
     wrapped = _adapter_folder(tiny, tiny_model_dir, tmp_path / "adapter", seed=1)
-    check_model_path(str(tmp_path / "adapter"))  # evaluate takes it
+    check_model_path(str(tmp_path / "adapter"))  # evaluate takes it, and loads it merged
+    from olmocr_rl.evaluate import load_model
+
+    evaluated, _ = load_model(str(tmp_path / "adapter"), "cpu")
+    assert type(evaluated).__name__ == "Qwen2_5_VLForConditionalGeneration" and not evaluated.training
     merged, processor = load_policy(str(tmp_path / "adapter"))
     assert type(merged).__name__ == "Qwen2_5_VLForConditionalGeneration" and processor.tokenizer is not None
     ids = torch.tensor([[1, 5, 9, 14, 3]])
@@ -200,6 +211,7 @@ def test_an_adapter_folder_loads_merged_onto_its_base(tiny, tiny_model_dir, tmp_
     folder = write_merged(tmp_path / "adapter", tmp_path / "merged")
     again, _ = load_model_and_processor(str(folder))
     assert torch.equal(again(input_ids=ids).logits, merged(input_ids=ids).logits)
+    assert torch.equal(evaluated(input_ids=ids).logits, merged(input_ids=ids).logits)
     with pytest.raises(ModelLoadError, match="holds a LoRA adapter, not a model; train from a full model folder"):
         load_model_and_processor(str(tmp_path / "adapter"))
     (tmp_path / "orphan").mkdir()
