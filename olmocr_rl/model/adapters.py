@@ -98,7 +98,7 @@ def _modules_to_save(model, names: Sequence[str] | None) -> list[str] | None:
     for wanted in names:
         if not any(name == wanted or name.endswith("." + wanted) for name in module_names):
             raise AdapterError(f"--lora_modules_to_save {wanted}: the model has no module of that name "
-                               "(e.g. merger, embed_tokens, lm_head)")
+                               "(e.g. merger, embed_tokens)")
     return list(dict.fromkeys(names))
 
 

@@ -134,7 +134,8 @@ def _cached_forward(self, hidden_states, grid_thw=None, **kwargs):
     from transformers.modeling_outputs import BaseModelOutputWithPooling
 
     cache: FeatureCache = self._olmocr_rl_feature_cache
-    if grid_thw is None or kwargs.get("output_hidden_states") or kwargs.get("output_attentions"):
+    if (grid_thw is None or kwargs.get("output_hidden_states") or kwargs.get("output_attentions")
+            or torch.is_inference_mode_enabled()):  # inference tensors could not feed a later backward
         return type(self).forward(self, hidden_states, grid_thw=grid_thw, **kwargs)
     grids = grid_thw.tolist()
     per_image = torch.split(hidden_states, [t * h * w for t, h, w in grids])

@@ -96,6 +96,10 @@ def test_a_new_page_in_a_later_forward_is_encoded_and_the_rest_reused(loaded):
     stock = copy.deepcopy(model)
     freeze_vision(stock, tower=True, merger=False)
     assert torch.equal(cached(**second).logits, stock(**second).logits)
+    with torch.inference_mode():  # features made here could never feed a backward: not cached
+        cache.clear()
+        cached(**first)
+    assert cache.entries == [] and cache.encoded == 2
 
 
 def test_no_cache_where_the_tower_trains_or_for_another_tower(loaded):
