@@ -18,6 +18,7 @@ from typing import Any, Callable
 import yaml
 
 from olmocr_rl.config.rewards import REWARD_FLAGS, REWARD_HELP, parse_reward_value
+from olmocr_rl.model.adapters import LORA_TARGET_MODULES  # the default of --lora_target_modules
 from olmocr_rl.olmorl.settings import ACTIVE_SAMPLING_MAX_ROUNDS
 
 # TRL 1.16's loss formulations (GRPOConfig.loss_type).
@@ -29,8 +30,6 @@ VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
 PROMPT_TEXT_TOKENS = 512
 #: Flag aliases (another name for the same value), accepted on the command line and as YAML keys.
 ALIASES = {"num_completions": "num_generations"}
-#: --lora_target_modules' default: the language model's attention and MLP projections (Qwen2-VL family names).
-LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 #: Flags that take one or more values (nargs="+"), given as a YAML list or a single string in --config files.
 LIST_FLAGS = ("bench_type_filter", "lora_target_modules", "lora_modules_to_save")
 

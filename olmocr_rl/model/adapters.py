@@ -36,6 +36,8 @@ ADAPTER_DIR = "adapter"
 LANGUAGE_MODEL = "language_model"
 #: --lora_target_modules value for every linear layer of the language model.
 ALL_LINEAR = "all-linear"
+#: --lora_target_modules' default: the language model's attention and MLP projections (Qwen2-VL family names).
+LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 class AdapterError(ValueError):

@@ -84,8 +84,7 @@ def model_facts(config, lora: dict | None = None) -> ModelFacts:
 
     ``lora``: the run's ``r``, ``target_modules`` and ``modules_to_save`` (olmocr_rl.model.adapters.adapter_plan);
     default: the --lora_* defaults."""
-    from olmocr_rl.config.flags import LORA_TARGET_MODULES
-    from olmocr_rl.model.adapters import adapter_plan
+    from olmocr_rl.model.adapters import LORA_TARGET_MODULES, adapter_plan
     from olmocr_rl.model.loading import head_dim, meta_model
 
     model = meta_model(config)
