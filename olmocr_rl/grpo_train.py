@@ -32,6 +32,9 @@ def setup_logging() -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     for noisy in ("httpx", "urllib3", "botocore", "filelock", "PIL"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    from olmocr_rl.telemetry.console import filter_startup_noise
+
+    filter_startup_noise()
 
 
 class _Stop(Exception):
