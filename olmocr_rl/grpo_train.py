@@ -32,9 +32,6 @@ def setup_logging() -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     for noisy in ("httpx", "urllib3", "botocore", "filelock", "PIL"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from olmocr_rl.telemetry.console import filter_startup_noise
-
-    filter_startup_noise()
 
 
 class _Stop(Exception):
@@ -183,7 +180,10 @@ def _build_rewards(cfg: ResolvedConfig, processor):
 
 def _build_trainer(cfg: ResolvedConfig, model, processor, rewards, train_dataset, eval_dataset, resume):
     """Plain TRL GRPO or OlmoRL (olmocr_rl.trainer.build), with W&B started first when asked for."""
+    from olmocr_rl.telemetry.console import filter_startup_noise
     from olmocr_rl.trainer.build import build_trainer
+
+    filter_startup_noise()  # before the Trainer logs its start-up messages (the fail-fast paths never import it)
 
     reward_funcs, reward_weights, reward_names, reward_logger = rewards
     grpo_config = build_grpo_config(cfg, reward_weights, tokenizer=processor.tokenizer)

@@ -234,10 +234,14 @@ def check_trl_knobs(a: Namespace) -> Problems:
         problems.append(f"--min_p must be in [0, 1] (got {a.min_p}); none = off")
     if a.repetition_penalty <= 0:
         problems.append(f"--repetition_penalty must be > 0 (got {a.repetition_penalty}); 1.0 = off")
-    problems += _check_is_bounds(a)
+    return problems + _check_is_bounds(a)
+
+
+def check_console(a: Namespace) -> Problems:
+    """--console_detail_steps is a step count (0 = only at the end)."""
     if a.console_detail_steps is not None and a.console_detail_steps < 0:
-        problems.append(f"--console_detail_steps must be >= 0 (got {a.console_detail_steps}); 0 = only at the end")
-    return problems
+        return [f"--console_detail_steps must be >= 0 (got {a.console_detail_steps}); 0 = only at the end"]
+    return []
 
 
 def _check_is_bounds(a: Namespace) -> Problems:

@@ -93,6 +93,7 @@ def validate(args: argparse.Namespace, env: Environment | None = None) -> Resolv
     loss_type, scale_rewards = checks.resolve_loss(args)
     _first(checks.check_ranges(args))
     _first(checks.check_trl_knobs(args))
+    _first(checks.check_console(args))
     notices = checks.schedule_notices(args)
     _first(checks.check_filters(args))
     reward_spec, reward_notices = checks.resolve_rewards(args)
