@@ -217,7 +217,10 @@ def _build_rewards(cfg: ResolvedConfig, processor):
 def _build_trainer(cfg: ResolvedConfig, model, processor, rewards, train_dataset, eval_dataset, resume,
                    peft_config=None):
     """Plain TRL GRPO or OlmoRL (olmocr_rl.trainer.build), with W&B started first when asked for."""
+    from olmocr_rl.telemetry.console import filter_startup_noise
     from olmocr_rl.trainer.build import build_trainer
+
+    filter_startup_noise()  # before the Trainer logs its start-up messages (the fail-fast paths never import it)
 
     reward_funcs, reward_weights, reward_names, reward_logger = rewards
     grpo_config = build_grpo_config(cfg, reward_weights, tokenizer=processor.tokenizer)
