@@ -6,7 +6,9 @@
   atomically), its node manifest last, and a full disk is one line;
 - :class:`~olmocr_rl.trainer.page_order.EpochSeededOrderMixin`: every epoch's page order comes from
   (seed, epoch), so a resumed run sees the pages it would have seen;
-- :class:`~olmocr_rl.trainer.completions.CompletionsLogMixin`: the completions table works with page prompts.
+- :class:`~olmocr_rl.trainer.completions.CompletionsLogMixin`: the completions table works with page prompts;
+- :class:`~olmocr_rl.trainer.is_telemetry.ImportanceSamplingTelemetryMixin`: how much of each batch vLLM's
+  importance-sampling correction masked (``sampling/is_*``).
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from trl import GRPOTrainer
 from olmocr_rl.trainer.checkpoint_load import CheckpointLoadMixin
 from olmocr_rl.trainer.checkpoint_save import CheckpointSaveMixin
 from olmocr_rl.trainer.completions import CompletionsLogMixin
+from olmocr_rl.trainer.is_telemetry import ImportanceSamplingTelemetryMixin
 from olmocr_rl.trainer.page_order import EpochSeededOrderMixin
 
 __all__ = ["PlainGRPOTrainer"]
 
 
 class PlainGRPOTrainer(CheckpointLoadMixin, CheckpointSaveMixin, EpochSeededOrderMixin, CompletionsLogMixin,
-                       GRPOTrainer):
-    """``trl.GRPOTrainer`` (plain GRPO) with the four mixins of the module docstring."""
+                       ImportanceSamplingTelemetryMixin, GRPOTrainer):
+    """``trl.GRPOTrainer`` (plain GRPO) with the mixins of the module docstring."""
