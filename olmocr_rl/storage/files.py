@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
 import re
 import shutil
@@ -76,6 +77,11 @@ def hold_run_lock(folder: str | os.PathLike) -> Path:
         holder = handle.read().strip() or "a process that left no record"
         handle.close()
         raise FolderInUseError(f"{folder} is in use by another run ({holder})") from None
+    except OSError as exc:  # a file system without locks (some network mounts): go on, unprotected
+        handle.close()
+        logging.getLogger(__name__).warning("cannot lock %s (%s): a second run into this folder would not be "
+                                            "stopped", path, exc)
+        return path
     import socket
     import time
 

@@ -42,7 +42,7 @@ from olmocr_rl.storage.checkpoints import (
     restore_history,
     trim_history,
 )
-from olmocr_rl.storage.files import FolderInUseError, hold_run_lock
+from olmocr_rl.storage.files import RUN_LOCK, FolderInUseError, describe_write_failure, hold_run_lock
 from olmocr_rl.storage.s3 import StorageError, explain, folder_prefix, parse_s3_uri
 from olmocr_rl.storage.verify import read_manifests
 
@@ -281,7 +281,7 @@ def prepare_start(flag, output_dir: str | os.PathLike, s3_save_path: str | None 
             raise AlreadyFinished(f"already finished at step {choice.step} ({choice.where()}): nothing to train, "
                                   "nothing written; raise --max_steps (or --num_train_epochs) to train further")
         if is_main_process():
-            hold_run_lock(output_dir)
+            _lock(output_dir)
         if choice is None:
             _fresh_start(flag, output_dir, s3_save_path, overwrite_output_dir)
             return None
@@ -298,6 +298,15 @@ def prepare_start(flag, output_dir: str | os.PathLike, s3_save_path: str | None 
         raise
     except StorageError as exc:  # resuming was asked for and cannot be done as asked: starting over is wrong
         raise StartError(f"--resume_from_checkpoint: {exc}") from None
+
+
+def _lock(output_dir) -> None:
+    try:
+        hold_run_lock(output_dir)
+    except OSError as exc:  # a folder this user cannot write in (read-only, another owner)
+        reason = describe_write_failure(exc, Path(output_dir) / RUN_LOCK, None) or str(exc)
+        raise StartError(f"--output_dir {output_dir}: cannot write there ({reason}); choose a folder this run can "
+                         "write in") from None
 
 
 def _fresh_start(flag, output_dir, s3_save_path: str | None, overwrite: bool) -> None:

@@ -437,3 +437,17 @@ def test_trainer_state_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         state.save_to_json(str(path))  # transformers' own write, in place: what happened before
     assert path.read_text() != before
+
+
+def test_an_output_folder_this_run_cannot_write_in_is_one_line(tmp_path, monkeypatch):
+    from olmocr_rl.storage import files as storage_files
+    from olmocr_rl.storage.resume import StartError, prepare_start
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(storage_files, "open", read_only, raising=False)
+    with pytest.raises(StartError) as error:
+        prepare_start(None, tmp_path / "out")
+    assert str(error.value) == (f"--output_dir {tmp_path / 'out'}: cannot write there (the file system is read-only "
+                                f"({tmp_path / 'out'})); choose a folder this run can write in")
