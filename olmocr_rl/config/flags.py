@@ -4,7 +4,7 @@ Every flag of olmOCR's trainer keeps its name, type, default and meaning, with t
 docs/design.md ("Where olmocr_rl differs"): booleans can be switched off (``--no-X`` or ``--X false``),
 ``exo`` is not a loss, ``--lr_schedule constant`` changes only the scheduler, evaluation runs when ``--eval_steps`` asks.
 ``--config FILE.yaml`` supplies flag values (keys = flag names); the command line overrides the file.
-Each flag's default is written here and nowhere else. Light: argparse and yaml only (no torch).
+Each flag's default is written here and nowhere else (the page size is the renderer's, imported). Light: no torch.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, Callable
 import yaml
 
 from olmocr_rl.config.rewards import REWARD_FLAGS, REWARD_HELP, parse_reward_value
+from olmocr_rl.data.render import DEFAULT_TARGET_LONGEST_IMAGE_DIM  # the renderer's own default
 from olmocr_rl.olmorl.settings import ACTIVE_SAMPLING_MAX_ROUNDS
 
 # TRL 1.16's loss formulations (GRPOConfig.loss_type).
@@ -34,9 +35,6 @@ ALIASES = {"num_completions": "num_generations"}
 class ConfigError(ValueError):
     """A flag or flag combination the user must change; the message (one line) says how."""
 
-
-#: olmOCR's page size (longest side, px): the trainer's flag default, and the renderer's.
-DEFAULT_TARGET_LONGEST_IMAGE_DIM = 1288
 
 
 def parse_bool(value: Any) -> bool:
