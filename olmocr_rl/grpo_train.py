@@ -169,7 +169,7 @@ def _build_rewards(cfg: ResolvedConfig, processor):
     reward_logger = DetailedRewardLogger()
     try:
         funcs, weights, names = build_reward_functions(
-            cfg.reward_spec, eos_token_id=processor.tokenizer.eos_token_id,
+            cfg.rewards, eos_token_id=processor.tokenizer.eos_token_id,
             raw_completion=cfg.bench_raw_completion, reward_logger=reward_logger,
         )
     except ValueError as exc:

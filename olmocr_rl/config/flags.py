@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import yaml
 
-from olmocr_rl.config.rewards import REWARD_FLAGS, REWARD_HELP, parse_reward_value
+from olmocr_rl.config.rewards import flag_value, reward_table
 from olmocr_rl.data.render import DEFAULT_TARGET_LONGEST_IMAGE_DIM  # the renderer's own default
 from olmocr_rl.olmorl.settings import ACTIVE_SAMPLING_MAX_ROUNDS
 
@@ -61,14 +61,13 @@ def _json_object(text: str) -> dict:
 
 
 def _reward_type(key: str) -> Callable[[Any], float | str | None]:
-    """argparse ``type`` of ``--reward_<key>``: a weight, or a JSONL path (validation checks the file and range)."""
+    """argparse ``type`` of ``--reward_<key>``: the value's form (config.rewards.flag_value); validation parses it."""
 
     def reward_value(value: Any) -> float | str | None:
         try:
-            weight, path = parse_reward_value(key, value, form_only=True)
+            return flag_value(key, value)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
-        return path if path is not None else weight
 
     reward_value.__name__ = f"reward_{key}"
     return reward_value
@@ -223,11 +222,12 @@ def _add_grpo_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_reward_flags(parser: argparse.ArgumentParser) -> None:
-    """One ``--reward_<name>`` flag per reward (olmocr_rl.config.rewards), and how bench tests see a completion."""
+    """One ``--reward_<key>`` flag per row of the reward table (olmocr_rl.config.rewards), and how bench tests see
+    a completion."""
     g = parser.add_argument_group("rewards (bare flag = weight 1.0; a .jsonl path = weight 1.0 on that file's tests)")
-    for name in REWARD_FLAGS:
-        g.add_argument(f"--reward_{name}", nargs="?", const=1.0, default=None, type=_reward_type(name),
-                       metavar="W", help=REWARD_HELP[name])
+    for entry in reward_table():
+        g.add_argument(entry.flag, nargs="?", const=1.0, default=None, type=_reward_type(entry.key),
+                       metavar="W", help=entry.help)
     g.add_argument("--bench_raw_completion", action=_BoolFlag, default=False,
                    help="run bench tests on the raw completion incl. front matter (olmOCR's behaviour); "
                         "default: front matter removed, as the benchmark scores it")
