@@ -7,6 +7,8 @@
 The phases of ``main``, in order, each a function: parse and validate flags into a frozen ResolvedConfig
 (before anything heavy loads) -> ``_check_before_loading`` (W&B's credentials with --report_to wandb, the
 bench folders, the checkpoint to resume from, local or pulled from S3, S3 access) -> ``_build_datasets`` ->
+``_check_trainer_setup`` (the colocated engine fits the GPU; TRL's private surface, trainer/compat.py;
+TRL's GRPOConfig, whose own checks run here) ->
 ``_load_model`` (model and processor) -> ``_build_rewards`` -> ``_build_trainer`` (plain TRL GRPO, or
 OlmoRL with --olmorl) -> ``_train_and_save`` (train, save model + processor). A phase that cannot go on
 raises ``_Stop``, which ``main`` turns into one ``error:`` line.
@@ -61,9 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         resume, scans = _check_before_loading(cfg)
         train_dataset, eval_dataset = _build_datasets(cfg, scans)
+        grpo_config = _check_trainer_setup(cfg)
         model, processor = _load_model(cfg)
         rewards = _build_rewards(cfg, processor)
-        trainer = _build_trainer(cfg, model, processor, rewards, train_dataset, eval_dataset, resume)
+        trainer = _build_trainer(cfg, grpo_config, model, processor, rewards, train_dataset, eval_dataset, resume)
         _train_and_save(cfg, trainer, processor, resume)
     except _Stop as stop:
         return _fail(stop.message, stop.code)
@@ -138,17 +141,33 @@ def _build_datasets(cfg: ResolvedConfig, scans: dict):
     return train_dataset, eval_dataset
 
 
-def _load_model(cfg: ResolvedConfig):
-    """``(model, processor)`` with the vision speedups applied; the colocate memory check first."""
-    from olmocr_rl.model.loading import ModelLoadError, load_model_and_processor
-    from olmocr_rl.model.vision_speedups import apply_vision_speedups
-
+def _check_trainer_setup(cfg: ResolvedConfig):
+    """Before the model loads: the colocated engine fits the GPU; TRL's private surface is the one the trainers
+    rely on (olmocr_rl.trainer.compat: a mismatch is one line naming the point and the pin); TRL's GRPOConfig,
+    built here so that its own checks refuse a setting now, not minutes in. Returns the GRPOConfig."""
     if cfg.vllm_mode == "colocate":
         from olmocr_rl.model.colocate_memory import colocate_memory_problem
 
         problem = colocate_memory_problem(cfg)
         if problem:
             raise _Stop(problem)
+    from olmocr_rl.trainer.compat import CompatError, require_surface
+
+    try:
+        require_surface(vllm=cfg.vllm_mode != "none")
+    except CompatError as exc:
+        raise _Stop(str(exc)) from None
+    try:
+        return build_grpo_config(cfg)
+    except ValueError as exc:  # TRL's own checks of what no check of ours covers
+        raise _Stop(f"TRL's GRPOConfig refuses these settings: {exc}", code=2) from None
+
+
+def _load_model(cfg: ResolvedConfig):
+    """``(model, processor)`` with the vision speedups applied."""
+    from olmocr_rl.model.loading import ModelLoadError, load_model_and_processor
+    from olmocr_rl.model.vision_speedups import apply_vision_speedups
+
     try:
         model, processor = load_model_and_processor(cfg.model_name, cache_dir=cfg.cache_dir)
     except ModelLoadError as exc:
@@ -178,12 +197,13 @@ def _build_rewards(cfg: ResolvedConfig, processor):
     return funcs, weights, names, reward_logger
 
 
-def _build_trainer(cfg: ResolvedConfig, model, processor, rewards, train_dataset, eval_dataset, resume):
+def _build_trainer(cfg: ResolvedConfig, grpo_config, model, processor, rewards, train_dataset, eval_dataset, resume):
     """Plain TRL GRPO or OlmoRL (olmocr_rl.trainer.build), with W&B started first when asked for."""
+    from olmocr_rl.config.grpo import ban_vision_pad_tokens
     from olmocr_rl.trainer.build import build_trainer
 
-    reward_funcs, reward_weights, reward_names, reward_logger = rewards
-    grpo_config = build_grpo_config(cfg, reward_weights, tokenizer=processor.tokenizer)
+    reward_funcs, _, reward_names, reward_logger = rewards  # the weights are in grpo_config (both from cfg.rewards)
+    ban_vision_pad_tokens(grpo_config, cfg, processor.tokenizer)
     if "wandb" in cfg.report_to:
         from olmocr_rl.telemetry.wandb_run import init_wandb
 
@@ -197,11 +217,14 @@ def _build_trainer(cfg: ResolvedConfig, model, processor, rewards, train_dataset
 def _train_and_save(cfg: ResolvedConfig, trainer, processor, resume: str | None) -> None:
     """Train (resumed from ``resume``), save the model and processor, write the summary and mirror."""
     from olmocr_rl.storage import CheckpointMismatchError
+    from olmocr_rl.trainer.compat import CompatError
 
     try:
         trainer.train(resume_from_checkpoint=resume)
     except CheckpointMismatchError as exc:  # the checkpoint's weights do not fit --model_name's architecture
         raise _Stop(f"--resume_from_checkpoint: {exc}") from None
+    except CompatError as exc:  # a private point that only the data could show broken (trainer/compat.py)
+        raise _Stop(str(exc)) from None
     trainer.save_model(cfg.output_dir)
     if is_main_process(trainer.state):  # the processor beside the final model, whatever the Trainer saved
         processor.save_pretrained(cfg.output_dir)

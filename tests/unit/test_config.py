@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 
@@ -342,3 +343,47 @@ def test_a_checkpoint_between_the_updates_of_one_generation_batch_is_flagged():
     flagged = [n for n in validate(parse_args([*base, "--save_steps", "3"])).notices if "--save_steps" in n]
     assert len(flagged) == 1 and flagged[0].endswith("use --save_steps 4"), flagged
     assert not [n for n in validate(parse_args([*base, "--save_steps", "4"])).notices if "--save_steps" in n]
+
+
+def test_trls_own_config_checks_run_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    """GRPOConfig is built in the preflight: whatever TRL's __post_init__ refuses stops the run in one line,
+    before any model loads (it used to be built after the model, minutes in)."""
+    from trl import GRPOConfig
+
+    from conftest import BENCH_DATA_SAMPLE
+    from olmocr_rl import grpo_train
+
+    def refuse(self):
+        raise ValueError("generation_batch_size (3) must be divisible by num_generations (2).")
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model must not load")
+
+    monkeypatch.setattr(GRPOConfig, "__post_init__", refuse)
+    monkeypatch.setattr("olmocr_rl.model.loading.load_model_and_processor", no_loading)
+    code = grpo_train.main([
+        "--train_bench_data_folder", str(BENCH_DATA_SAMPLE), "--model_name", str(tmp_path / "no-model"),
+        "--output_dir", str(tmp_path / "out"), "--reward_bench", "--num_generations", "2",
+        "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1", "--report_to", "none",
+    ])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 2 and err == ["error: TRL's GRPOConfig refuses these settings: generation_batch_size (3) must be "
+                                 "divisible by num_generations (2)."]
+
+
+def test_the_grpo_config_built_before_loading_gets_the_pad_tokens_once_the_tokenizer_is_there(bench):
+    """The one value that needs the tokenizer (vLLM's banned vision pad tokens) is added after loading."""
+    from types import SimpleNamespace
+
+    from olmocr_rl.config import build_grpo_config
+    from olmocr_rl.config.grpo import ban_vision_pad_tokens
+
+    cfg = validate(_args(bench, "--report_to", "none", "--generation_kwargs", '{"min_tokens": 2}'))
+    config = build_grpo_config(cfg)
+    assert config.reward_weights == [1.0] and config.generation_kwargs == {"min_tokens": 2}
+    tokenizer = SimpleNamespace(unk_token_id=0, convert_tokens_to_ids={"<|image_pad|>": 5, "<|video_pad|>": 6}.get)
+    ban_vision_pad_tokens(config, cfg, tokenizer)  # HF generation (CPU): nothing to ban
+    assert config.generation_kwargs == {"min_tokens": 2}
+    vllm_cfg = dataclasses.replace(cfg, vllm_mode="server")
+    ban_vision_pad_tokens(config, vllm_cfg, tokenizer)
+    assert config.generation_kwargs == {"min_tokens": 2, "bad_words": ["<|image_pad|>", "<|video_pad|>"]}
