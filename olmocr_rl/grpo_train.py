@@ -61,8 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     for notice in cfg.notices:  # each logged once, here
         (logger.warning if notice.startswith("WARNING:") else logger.info)(notice)
     try:
-        resume, scans = _check_before_loading(cfg)
-        train_dataset, eval_dataset = _build_datasets(cfg, scans)
+        resume, reports = _check_before_loading(cfg)
+        train_dataset, eval_dataset = _build_datasets(cfg, reports)
         grpo_config = _check_trainer_setup(cfg)
         model, processor = _load_model(cfg)
         rewards = _build_rewards(cfg, processor)
@@ -77,7 +77,7 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
     """W&B credentials, the bench folders, the checkpoint to resume from and S3 access, before anything loads.
 
     Returns the checkpoint to resume from (pulled from S3 on a fresh machine) or None, and each bench folder's
-    scan (the datasets reuse it: every folder is read once).
+    validation report (the datasets are built from it: every folder is read, and its references parsed, once).
     """
     if "wandb" in cfg.report_to and is_main_process():  # the W&B run lives on the global main process only
         from olmocr_rl.telemetry.wandb_run import wandb_credentials_problem
@@ -86,15 +86,15 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
         problem = wandb_credentials_problem()
         if problem:
             raise _Stop(problem)
-    from olmocr_rl.validate_bench import validate_bench_folder
+    from olmocr_rl.data.validation import validate_bench_folder
 
     folders = {cfg.train_bench_data_folder}
     if cfg.eval_steps is not None and cfg.eval_bench_data_folder:
         folders.add(cfg.eval_bench_data_folder)
-    scans = {}  # each folder read once: the datasets take validation's scan
+    reports = {}  # each folder read once: the datasets are built from validation's report
     for folder in sorted(folders):
-        report = validate_bench_folder(folder, jsonl_filter=cfg.jsonl_filter, test_types=_test_types(cfg))
-        scans[folder] = report.scan
+        report = reports[folder] = validate_bench_folder(folder, jsonl_filter=cfg.jsonl_filter,
+                                                         test_types=_test_types(cfg))
         if not report.ok:
             print(report.format(), file=sys.stderr)
             raise _Stop(f"bench folder {folder} has problems (listed above); fix them, or check them with "
@@ -114,14 +114,14 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
             check_s3_access(cfg.s3_save_path)
         except StorageError as exc:
             raise _Stop(f"--s3_save_path: {exc}") from None
-    return resume, scans
+    return resume, reports
 
 
 def _test_types(cfg: ResolvedConfig) -> list[str] | None:
     return list(cfg.bench_type_filter) if cfg.bench_type_filter else None
 
 
-def _build_datasets(cfg: ResolvedConfig, scans: dict):
+def _build_datasets(cfg: ResolvedConfig, reports: dict):
     """``(train, eval or None)``, before the model: a page filter that leaves no page fails fast."""
     from olmocr_rl.data.dataset import BenchDataError, OlmOCRBenchDataset
 
@@ -129,12 +129,12 @@ def _build_datasets(cfg: ResolvedConfig, scans: dict):
                   test_types=_test_types(cfg), pages=cfg.pages, exclude_pages=cfg.exclude_pages)
     try:  # validate_bench checked the files; what can still fail is a page filter that leaves no page
         train_dataset = OlmOCRBenchDataset(cfg.train_bench_data_folder, max_samples=cfg.max_train_samples,
-                                           scan=scans[cfg.train_bench_data_folder], **common)
+                                           report=reports[cfg.train_bench_data_folder], **common)
         eval_dataset = None
         if cfg.eval_steps is not None:
             eval_folder = cfg.eval_bench_data_folder or cfg.train_bench_data_folder
-            eval_dataset = OlmOCRBenchDataset(eval_folder, max_samples=cfg.max_eval_samples, scan=scans[eval_folder],
-                                              **common)
+            eval_dataset = OlmOCRBenchDataset(eval_folder, max_samples=cfg.max_eval_samples,
+                                              report=reports[eval_folder], **common)
     except BenchDataError as exc:
         raise _Stop(str(exc)) from None  # _fail joins its lines into one
     logger.info("train pages:\n%s", train_dataset.describe())
