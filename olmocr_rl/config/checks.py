@@ -103,10 +103,11 @@ def check_filters(a: Namespace) -> Problems:
             except re.error as exc:
                 problems.append(f"--{flag} {pattern!r} is not a valid regex: {exc}")
     if a.bench_type_filter:
-        from olmocr_rl.bench import TEST_TYPES
+        from olmocr_rl.bench import test_types
 
-        problems += [f"--bench_type_filter {t!r}: unknown test type; choose from {', '.join(TEST_TYPES)}"
-                     for t in a.bench_type_filter if t not in TEST_TYPES]
+        known = test_types()
+        problems += [f"--bench_type_filter {t!r}: unknown test type; choose from {', '.join(known)}"
+                     for t in a.bench_type_filter if t not in known]
     return problems
 
 
