@@ -4,7 +4,8 @@ The bench reward hands each scored batch to :class:`DetailedRewardLogger` (``bui
 reward_logger=...)``). At every Trainer log event :class:`DetailedRewardLoggingCallback` gathers the counts of
 all ranks (torch.distributed, every rank takes part), adds ``bench_reward/...`` keys to the Trainer's ``logs``
 on the global main process, so they reach every ``report_to`` backend and ``trainer_state.json``, prints a
-table, and starts a new window. Reference §1.7 gives olmOCR's keys; two are added here:
+table, and starts a new window. The keys are olmOCR's (docs/rewards.md, "Telemetry" lists them); two are
+added here:
 
 * ``bench_reward/<type>/mean_reward``: the mean bench reward of the completions whose page has tests of that
   type (how well pages "with math" go), next to the per-test ``pass_rate``;
