@@ -1,6 +1,6 @@
 """The private TRL / transformers / vLLM surface olmocr_rl relies on, as data, and its check.
 
-The trainers subclass TRL's ``GRPOTrainer`` and wrap about thirty of its and transformers' private points
+The trainers subclass TRL's ``GRPOTrainer`` and wrap dozens of its and transformers' private points
 (``super()`` is always called, nothing is copied). A renamed method, a changed parameter list or a
 rewritten call site in a new release would not fail: the override would simply stop being called (a
 resume would start from the initial weights, OlmoRL would stop dropping groups, ...). Every such point is
