@@ -106,7 +106,7 @@ SURFACE: tuple[Point, ...] = (
           params=("model", "reward_funcs", "args", "train_dataset", "eval_dataset", "processing_class")),
     Point(_GRPO + "._calculate_rewards", "override", "trainer/olmorl.py, trainer/completions.py, telemetry/timing.py",
           "OlmoRL keeps the gathered rewards of the step; the completions table adds its page column; timing wraps it",
-          "OlmoRL stops with 'TRL did not call _calculate_rewards', the page column and timing/reward_s go missing",
+          "OlmoRL cannot judge its groups, the page column and timing/reward_s go missing",
           params=("inputs", "prompts", "completions", "completion_ids_list"),
           source=("rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids_list)",),
           in_source=_SCORE),
@@ -386,7 +386,7 @@ def _check(p: Point) -> tuple[int, str] | None:
                 found = _parameters(obj.__init__ if inspect.isclass(obj) else obj)
                 if found[: len(p.params)] != list(p.params):
                     return 0, f"takes ({', '.join(found)}), expected ({', '.join(p.params)}, ...)"
-    except ModuleNotFoundError as exc:
+    except ImportError as exc:  # the module is gone, or it no longer imports (a name it imports is gone)
         return 0, f"cannot be imported ({exc})"
     except AttributeError as exc:
         return 0, f"is missing ({exc})"
@@ -405,7 +405,7 @@ def _check(p: Point) -> tuple[int, str] | None:
         extra = _EXTRA_CHECKS.get(p.target)
         problem = extra() if extra else None
         return (1, problem) if problem else None
-    except ModuleNotFoundError as exc:
+    except ImportError as exc:
         return 1, f"cannot be checked: {exc}"
     except AttributeError as exc:
         return 1, f"cannot be checked: {exc}"
