@@ -3,8 +3,11 @@
 On a CUDA machine: builds a random-weight model with the real Qwen2.5-VL-3B architecture (the tiny
 tokenizer's vocabulary), then runs the training CLI for a few steps on ``bench_data_sample/`` in
 bf16 — vLLM colocate when vLLM is importable, HF generation otherwise — with 1288 px pages, G = 8 and
-a fixed completion length (EOS suppressed by a minimum length), once with plain GRPO and once with
-``--olmorl``. On CPU the same runs use the tiny model and tiny sizes (under a minute), so CI checks it.
+a fixed completion length, once with plain GRPO and once with ``--olmorl``. vLLM runs to the length with
+``ignore_eos`` (it only stops stopping: the sampled distribution and the log-probs TRL's importance-sampling
+correction compares are the model's own); ``min_tokens`` would mask EOS out of the logits, and vLLM's processed
+log-probs would then differ from the trainer's on every token (measured: sequence IS ratios 1e-4 to 0.02 at 256
+tokens, a loss scaled to almost nothing). HF generation uses ``min_new_tokens`` (no correction there). On CPU the same runs use the tiny model and tiny sizes (under a minute), so CI checks it.
 
 Prints one table and writes it as JSON (``--out``): seconds per step split into generation / reward /
 training (log-probs, forward/backward, optimizer), generated and trained tokens per second, a model
@@ -139,13 +142,13 @@ def _run_arm_in_own_process(cli: list[str]) -> tuple[int, float]:
 
 
 def _arm_cli(arm: str, bench: str, model_dir: Path, out_dir: Path, G: int, length: int, steps: int,
-             image_dim: int, backend: str, min_tokens: dict) -> list[str]:
+             image_dim: int, backend: str, length_kwargs: dict) -> list[str]:
     """The trainer flags of one arm: fixed-length completions, one log per step, no saves."""
     cli = [
         "--train_bench_data_folder", bench, "--model_name", str(model_dir), "--output_dir", str(out_dir),
         "--reward_bench", "--reward_front_matter", "--reward_eos",
         "--num_generations", str(G), "--per_device_train_batch_size", str(G), "--gradient_accumulation_steps", "1",
-        "--max_completion_length", str(length), "--generation_kwargs", json.dumps(min_tokens),
+        "--max_completion_length", str(length), "--generation_kwargs", json.dumps(length_kwargs),
         "--max_steps", str(steps), "--logging_steps", "1", "--save_steps", "100000", "--warmup_steps", "0",
         "--learning_rate", "1e-6", "--temperature", "1.0", "--target_longest_image_dim", str(image_dim),
         "--dataloader_num_workers", "0", "--report_to", "none", "--seed", "0",
@@ -203,15 +206,15 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
 
     if environment.vllm:  # not imported here: each arm's process starts its engine
-        backend, min_tokens = "vllm-colocate", {"min_tokens": length}
+        backend, length_kwargs = "vllm-colocate", {"ignore_eos": True}  # runs to max_tokens, distribution untouched
     else:
-        backend, min_tokens = "hf-generate", {"min_new_tokens": length}
+        backend, length_kwargs = "hf-generate", {"min_new_tokens": length}
     print(f"[gpu_check] generation backend: {backend}", flush=True)
 
     rows = []
     for arm in [a.strip() for a in args.arms.split(",") if a.strip()]:
         out_dir = work / f"run-{arm}"
-        cli = _arm_cli(arm, args.bench, model_dir, out_dir, G, length, steps, image_dim, backend, min_tokens)
+        cli = _arm_cli(arm, args.bench, model_dir, out_dir, G, length, steps, image_dim, backend, length_kwargs)
         print(f"[gpu_check] arm {arm}: python -m olmocr_rl.grpo_train {' '.join(cli)}", flush=True)
         if backend == "vllm-colocate":
             # A colocated engine holds GPU memory and torch.distributed state until its process ends: two

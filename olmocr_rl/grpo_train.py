@@ -200,7 +200,10 @@ def _build_rewards(cfg: ResolvedConfig, processor):
 def _build_trainer(cfg: ResolvedConfig, grpo_config, model, processor, rewards, train_dataset, eval_dataset, resume):
     """Plain TRL GRPO or OlmoRL (olmocr_rl.trainer.build), with W&B started first when asked for."""
     from olmocr_rl.config.grpo import ban_vision_pad_tokens
+    from olmocr_rl.telemetry.console import filter_startup_noise
     from olmocr_rl.trainer.build import build_trainer
+
+    filter_startup_noise()  # before the Trainer logs its start-up messages (the fail-fast paths never import it)
 
     reward_funcs, _, reward_names, reward_logger = rewards  # the weights are in grpo_config (both from cfg.rewards)
     ban_vision_pad_tokens(grpo_config, cfg, processor.tokenizer)

@@ -85,6 +85,24 @@ class ResolvedConfig:
     active_sampling: bool
     active_sampling_max_rounds: int
     macro_average: bool
+    # ---- GRPO knobs (TRL's GRPOConfig fields under TRL's names: flags.TRL_KNOB_FLAGS) -------------------------
+    epsilon: float
+    epsilon_high: float | None
+    delta: float | None
+    mask_truncated_completions: bool
+    top_entropy_quantile: float
+    off_policy_mask_threshold: float | None
+    entropy_coef: float
+    multi_objective_aggregation: str
+    steps_per_generation: int | None
+    generation_batch_size: int | None
+    num_generations_eval: int | None
+    disable_dropout: bool
+    top_k: int
+    min_p: float | None
+    repetition_penalty: float
+    vllm_importance_sampling_clip_min: float | None
+    vllm_model_impl: str
     # ---- rewards (the --reward_* flags are ``rewards``) ---------------------------------------------------
     bench_raw_completion: bool
     # ---- generation backend -----------------------------------------------------------------------------
@@ -110,6 +128,9 @@ class ResolvedConfig:
     log_multimodal: bool
     s3_save_path: str | None
     resume_from_checkpoint: bool | str | None  # resolved: True (newest), a checkpoint folder, or None
+    # ---- console --------------------------------------------------------------------------------------
+    console_detail_steps: int | None
+    console_raw_metrics: bool
 
     @property
     def num_processes(self) -> int:
@@ -185,6 +206,8 @@ def validate(args: argparse.Namespace, env: Environment | None = None) -> Resolv
     _first(checks.check_folders(args))
     loss_type, scale_rewards = checks.resolve_loss(args)
     _first(checks.check_ranges(args))
+    _first(checks.check_trl_knobs(args))
+    _first(checks.check_console(args))
     notices = checks.schedule_notices(args)
     _first(checks.check_filters(args))
     rewards, reward_notices = checks.resolve_rewards(args)
@@ -197,6 +220,7 @@ def validate(args: argparse.Namespace, env: Environment | None = None) -> Resolv
     _first(checks.check_geometry(args, env.num_processes))
     backend = checks.resolve_backend(args, env)
     notices += backend.notices
+    notices += checks.importance_sampling_notices(args, backend.vllm_mode)
     report_to = checks.resolve_report_to(args)
     resume = checks.resolve_resume(args)
     _first(checks.check_s3(args))
