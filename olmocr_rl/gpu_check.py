@@ -3,11 +3,13 @@
 On a CUDA machine: builds a random-weight model with the real Qwen2.5-VL-3B architecture (the tiny
 tokenizer's vocabulary), then runs the training CLI for a few steps on ``bench_data_sample/`` in
 bf16 — vLLM colocate when vLLM is importable, HF generation otherwise — with 1288 px pages, G = 8 and
-a fixed completion length, once with plain GRPO and once with ``--olmorl``. vLLM runs to the length with
-``ignore_eos`` (it only stops stopping: the sampled distribution and the log-probs TRL's importance-sampling
-correction compares are the model's own); ``min_tokens`` would mask EOS out of the logits, and vLLM's processed
-log-probs would then differ from the trainer's on every token (measured: sequence IS ratios 1e-4 to 0.02 at 256
-tokens, a loss scaled to almost nothing). HF generation uses ``min_new_tokens`` (no correction there). On CPU the same runs use the tiny model and tiny sizes (under a minute), so CI checks it.
+a fixed completion length, once with plain GRPO, once with ``--olmorl`` and once with LoRA (``--use_peft``, its
+defaults: r 16 on the language model, the frozen vision tower's features computed once per step). vLLM runs to
+the length with ``ignore_eos`` (it only stops stopping: the sampled distribution and the log-probs TRL's
+importance-sampling correction compares are the model's own); ``min_tokens`` would mask EOS out of the logits, and
+vLLM's processed log-probs would then differ from the trainer's on every token (measured: sequence IS ratios 1e-4
+to 0.02 at 256 tokens, a loss scaled to almost nothing). HF generation uses ``min_new_tokens`` (no correction
+there). On CPU the same runs use the tiny model and tiny sizes (under a minute), so CI checks it.
 
 Prints one table and writes it as JSON (``--out``): seconds per step split into generation / reward /
 training (log-probs, forward/backward, optimizer), generated and trained tokens per second, a model
@@ -35,6 +37,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 #: Dense bf16 peak FLOP/s by GPU name fragment (vendor datasheets; used for the MFU estimate).
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 70e12}
 
+#: The runs: plain GRPO, OlmoRL, plain GRPO training LoRA adapters (--use_peft).
+ARMS = ("grpo", "olmorl", "lora")
 COLUMNS = ["arm", "step_s", "generate_s", "reward_s", "train_s", "gen_tok_per_s", "train_tok_per_s",
            "mfu_6n", "mfu", "train_mfu", "peak_mem_gb", "reward_share"]
 
@@ -156,6 +160,8 @@ def _arm_cli(arm: str, bench: str, model_dir: Path, out_dir: Path, G: int, lengt
     ]
     if arm == "olmorl":
         cli.append("--olmorl")
+    elif arm == "lora":
+        cli.append("--use_peft")
     return cli
 
 
@@ -167,7 +173,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--completion_length", type=int, default=None, help="fixed completion tokens (256 GPU, 16 CPU)")
     parser.add_argument("--num_generations", type=int, default=None, help="G (default 8 GPU, 4 CPU)")
     parser.add_argument("--image_dim", type=int, default=None, help="page size, longest side (default: the trainer's --target_longest_image_dim on GPU, 448 on CPU)")
-    parser.add_argument("--arms", default="grpo,olmorl", help="comma list of grpo, olmorl")
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma list of {', '.join(ARMS)}")
     parser.add_argument("--work_dir", default=None, help="where the model and run outputs go (default a temp dir)")
     parser.add_argument("--out", default="gpu_check.json", help="JSON file for the table")
     parser.add_argument("--bench", default=str(REPO_ROOT / "bench_data_sample"), help="bench folder")
@@ -211,8 +217,13 @@ def main(argv: list[str] | None = None) -> int:
         backend, length_kwargs = "hf-generate", {"min_new_tokens": length}
     print(f"[gpu_check] generation backend: {backend}", flush=True)
 
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        print(f"error: --arms {unknown[0]}: choose from {', '.join(ARMS)}", file=sys.stderr)
+        return 2
     rows = []
-    for arm in [a.strip() for a in args.arms.split(",") if a.strip()]:
+    for arm in arms:
         out_dir = work / f"run-{arm}"
         cli = _arm_cli(arm, args.bench, model_dir, out_dir, G, length, steps, image_dim, backend, length_kwargs)
         print(f"[gpu_check] arm {arm}: python -m olmocr_rl.grpo_train {' '.join(cli)}", flush=True)

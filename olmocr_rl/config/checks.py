@@ -153,6 +153,56 @@ def check_olmorl(a: Namespace, explicit: Mapping[str, Any]) -> Problems:
     return problems
 
 
+#: Flags that only mean something with --use_peft.
+LORA_FLAGS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save")
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def check_adapters(a: Namespace, chosen: frozenset[str] | set[str]) -> Problems:
+    """--use_peft and the --lora_* flags (``chosen``: the flags the user set); the frozen vision parts.
+
+    Whether the names match the model's modules is checked on the model's config before its weights load
+    (olmocr_rl.model.adapters)."""
+    if not a.use_peft:
+        given = [name for name in LORA_FLAGS if name in chosen]
+        return [f"--{given[0]} only applies to LoRA training; add --use_peft (or drop --{given[0]})"] if given else []
+    problems = []
+    if a.lora_r < 1:
+        problems.append(f"--lora_r must be >= 1 (got {a.lora_r})")
+    if a.lora_alpha <= 0:
+        problems.append(f"--lora_alpha must be > 0 (got {a.lora_alpha})")
+    if not 0 <= a.lora_dropout < 1:
+        problems.append(f"--lora_dropout must be in [0, 1) (got {a.lora_dropout})")
+    for flag in ("lora_target_modules", "lora_modules_to_save"):
+        for name in getattr(a, flag) or ():
+            if name == "all-linear" and flag == "lora_target_modules":
+                continue
+            if not _MODULE_NAME.match(name):
+                problems.append(f"--{flag} {name!r}: expected a module name such as q_proj (one name per value, "
+                                "no dots or patterns)" + (" or all-linear" if flag == "lora_target_modules" else ""))
+    for flag in ("lora_target_modules", "lora_modules_to_save"):
+        if "lm_head" in (getattr(a, flag) or ()):
+            problems.append(f"--{flag} lm_head: TRL computes log-probs from lm_head's own weight directly, so "
+                            "neither an adapter nor a trained copy of it would ever train; drop lm_head (a full "
+                            "fine-tune without --use_peft trains it)")
+    if a.freeze_vision_merger and "merger" in (a.lora_modules_to_save or ()):
+        problems.append("--freeze_vision_merger and --lora_modules_to_save merger contradict each other; drop one")
+    return problems
+
+
+def adapter_notices(a: Namespace, chosen: frozenset[str] | set[str]) -> list[str]:
+    """What the adapter and freezing flags do in this run, for the log."""
+    notices = []
+    if a.use_peft:
+        notices.append(f"--use_peft: LoRA r={a.lora_r} alpha={a.lora_alpha} on the language model's "
+                       f"{' '.join(a.lora_target_modules)}; the base model and the vision tower stay frozen")
+        if a.freeze_vision_tower:
+            notices.append("--freeze_vision_tower: LoRA already leaves the vision tower frozen (it gets no adapters)")
+    elif "save_merged" in chosen:
+        notices.append("--save_merged applies to --use_peft runs only; a full fine-tune saves its model as is")
+    return notices
+
+
 def check_geometry(a: Namespace, num_processes: int) -> Problems:
     """Batch geometry (TRL: generation batch = per-device batch x processes x steps_per_generation)."""
     per_step = a.per_device_train_batch_size * num_processes

@@ -19,6 +19,7 @@ import yaml
 
 from olmocr_rl.config.rewards import flag_value, reward_table
 from olmocr_rl.data.render import DEFAULT_TARGET_LONGEST_IMAGE_DIM  # the renderer's own default
+from olmocr_rl.model.adapters import LORA_TARGET_MODULES  # the default of --lora_target_modules
 from olmocr_rl.olmorl.settings import ACTIVE_SAMPLING_MAX_ROUNDS
 
 # TRL 1.16's loss formulations (GRPOConfig.loss_type).
@@ -31,6 +32,8 @@ PROMPT_TEXT_TOKENS = 512
 #: Flag aliases (another name for the same value), accepted on the command line and as YAML keys.
 ALIASES = {"num_completions": "num_generations",
            "vllm_importance_sampling_clip_max": "vllm_importance_sampling_cap"}
+#: Flags that take one or more values (nargs="+"), given as a YAML list or a single string in --config files.
+LIST_FLAGS = ("bench_type_filter", "lora_target_modules", "lora_modules_to_save")
 
 
 class ConfigError(ValueError):
@@ -125,9 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     group = parser.add_argument_group("config")
     group.add_argument("--config", default=None, help="YAML file of flag values (keys are flag names without --)")
-    for add_group in (_add_data_flags, _add_model_flags, _add_optimisation_flags, _add_speed_flags,
-                      _add_grpo_flags, _add_trl_knob_flags, _add_reward_flags, _add_backend_flags, _add_logging_flags,
-                      _add_console_flags):
+    for add_group in (_add_data_flags, _add_model_flags, _add_adapter_flags, _add_optimisation_flags,
+                      _add_speed_flags, _add_grpo_flags, _add_trl_knob_flags, _add_reward_flags, _add_backend_flags,
+                      _add_logging_flags, _add_console_flags):
         add_group(parser)
     return parser
 
@@ -159,6 +162,44 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
                    help="HF hub id, local folder, or s3://bucket/prefix (downloaded to --cache_dir)")
     g.add_argument("--cache_dir", default=None, help="local cache for s3:// models (default ~/.cache/olmocr_rl/s3)")
     g.add_argument("--output_dir", default="outputs/grpo_test", help="checkpoints, final model and metrics.jsonl")
+
+
+def _add_adapter_flags(parser: argparse.ArgumentParser) -> None:
+    """LoRA adapters and frozen vision parts: what is trained (docs/lora.md)."""
+    g = parser.add_argument_group("what is trained: LoRA adapters, frozen vision tower (docs/lora.md)")
+    g.add_argument("--use_peft", action=_BoolFlag, default=False,
+                   help="train LoRA adapters (Hu et al. 2021, https://huggingface.co/papers/2106.09685) on the "
+                        "language model instead of every weight: the base model stays frozen and only the adapters get "
+                        "gradients and AdamW state (a 7B model then fits one 80 GB GPU beside colocated vLLM). The "
+                        "vision tower gets no adapters (vLLM cannot serve LoRA on it) and stays frozen. LoRA usually "
+                        "wants a ~10x larger --learning_rate than full fine-tuning")
+    g.add_argument("--lora_r", type=int, default=16, help="LoRA rank (--use_peft)")
+    g.add_argument("--lora_alpha", type=int, default=32,
+                   help="LoRA alpha (--use_peft): each adapter's update is scaled by lora_alpha / lora_r")
+    g.add_argument("--lora_dropout", type=float, default=0.0,
+                   help="dropout on the adapters' input (--use_peft). 0 by default, unlike TRL's ModelConfig (0.05): "
+                        "in GRPO the importance ratio compares the trainer's log-probs with the sampler's (vLLM, or "
+                        "the same weights one forward earlier), and dropout makes them differ with equal weights")
+    g.add_argument("--lora_target_modules", nargs="+", default=list(LORA_TARGET_MODULES), metavar="NAME",
+                   help="the language model's linear layers that get adapters (--use_peft), by name, or all-linear "
+                        "for every one of them; never the vision tower, nor lm_head (TRL reads its weight directly)")
+    g.add_argument("--lora_modules_to_save", nargs="+", default=None, metavar="NAME",
+                   help="modules trained in full beside the adapters and saved with them (--use_peft), e.g. merger "
+                        "(the vision-language projector), or embed_tokens where it is not tied to lm_head (lm_head "
+                        "itself cannot: TRL reads its weight directly)")
+    g.add_argument("--save_merged", action=_BoolFlag, default=True,
+                   help="with --use_peft, the final output folder holds the adapter merged into the base model at its "
+                        "root (a full model, as a full fine-tune leaves it: evaluate, soup and vLLM take it as is) "
+                        "and the adapter alone in OUTPUT_DIR/adapter/; false: the adapter alone at the root, as TRL "
+                        "saves it")
+    g.add_argument("--freeze_vision_tower", action=_BoolFlag, default=False,
+                   help="do not train the vision tower (its ViT blocks and patch embedding); the merger, the "
+                        "projector into the language model, stays trainable unless --freeze_vision_merger. The "
+                        "tower then has no gradients or AdamW state, and each page's tower features are computed "
+                        "once per step (--cache_vision_features). As verl and EasyR1 offer for VLM RL")
+    g.add_argument("--freeze_vision_merger", action=_BoolFlag, default=False,
+                   help="do not train the vision merger (the projector from the vision tower into the language "
+                        "model)")
 
 
 def _add_optimisation_flags(parser: argparse.ArgumentParser) -> None:
@@ -193,6 +234,11 @@ def _add_speed_flags(parser: argparse.ArgumentParser) -> None:
                         "of transformers' per-window loop (SDPA/eager; flash attention is already batched). "
                         "Default: on with a CUDA GPU, where the loop's ~100 kernel launches per image and layer "
                         "dominate; off on CPU, where it measured no faster (scripts/bench/bench_vision.py)")
+    g.add_argument("--cache_vision_features", action=_BoolFlag, default=True,
+                   help="with the vision tower frozen (--freeze_vision_tower, or --use_peft), encode each distinct "
+                        "page once per optimizer step and reuse its tower features in every forward of that step "
+                        "(generation prefill, old log-probs, each micro-batch); the merger still runs, with "
+                        "gradients when it is trained (scripts/bench/bench_frozen_vision.py)")
 
 
 def _add_grpo_flags(parser: argparse.ArgumentParser) -> None:
@@ -396,7 +442,7 @@ def flag_key(name: str) -> str:
 
 def _yaml_value(action: argparse.Action, value: Any) -> Any:
     """A YAML value converted as the command line converts it. Raises ArgumentTypeError or ValueError."""
-    if isinstance(value, list) and action.dest != "bench_type_filter":
+    if isinstance(value, list) and action.dest not in LIST_FLAGS:
         raise argparse.ArgumentTypeError(f"expected a single value, got a list {value!r}")
     if isinstance(value, dict):
         if action.dest != "generation_kwargs":
@@ -410,7 +456,7 @@ def _yaml_value(action: argparse.Action, value: Any) -> Any:
         value = action.type(value)
     if action.choices and value is not None and value not in action.choices:
         raise argparse.ArgumentTypeError(f"choose one of {', '.join(map(str, action.choices))}")
-    if action.dest == "bench_type_filter" and isinstance(value, str):
+    if action.dest in LIST_FLAGS and isinstance(value, str):
         value = [value]
     return value
 

@@ -63,9 +63,20 @@ class ResolvedConfig:
     gradient_checkpointing: bool
     seed: int
     dataloader_num_workers: int
+    # ---- what is trained: LoRA adapters, frozen vision tower ---------------------------------------------
+    use_peft: bool
+    lora_r: int
+    lora_alpha: int
+    lora_dropout: float
+    lora_target_modules: tuple[str, ...]
+    lora_modules_to_save: tuple[str, ...] | None
+    save_merged: bool
+    freeze_vision_tower: bool
+    freeze_vision_merger: bool
     # ---- speed ------------------------------------------------------------------------------------------
     share_page_encoding: bool
     batched_vision_attention: bool  # resolved: auto = on with a CUDA GPU
+    cache_vision_features: bool
     # ---- GRPO -------------------------------------------------------------------------------------------
     num_generations: int
     num_iterations: int
@@ -217,6 +228,8 @@ def validate(args: argparse.Namespace, env: Environment | None = None) -> Resolv
     _first(checks.check_olmorl(args, explicit))
     if args.olmorl:
         notices.append("--olmorl: advantages without std, zero-signal groups dropped, eps 0.2/0.272, token-level loss")
+    _first(checks.check_adapters(args, _chosen(args)))
+    notices += checks.adapter_notices(args, _chosen(args))
     _first(checks.check_geometry(args, env.num_processes))
     backend = checks.resolve_backend(args, env)
     notices += backend.notices

@@ -20,7 +20,8 @@ swap): add one :class:`Point` below, next to its owner's others. ``target`` is `
 fill in ``params`` when you call or override it with positional arguments, and ``source`` when you rely
 on how TRL uses it (each snippet must appear, whitespace-insensitively, in the source of ``in_source``,
 default the target itself). ``python scripts/check/structure.py`` fails on a private name (``._x``) used
-on the stack that no point lists. docs/design.md ("Upgrading the pinned stack") says how to bump a pin.
+on the stack that no point lists. An attribute of our own kept on a stack object is named ``_olmocr_rl_*``
+(the check knows those are ours). docs/design.md ("Upgrading the pinned stack") says how to bump a pin.
 
 Importing this module imports nothing but the standard library.
 """
@@ -288,6 +289,10 @@ SURFACE: tuple[Point, ...] = (
           "TRL builds the colocated engine by this module-level name; swapped while _init_vllm runs",
           "the engine runs in bfloat16 beside a float32 trainer", source=("self.llm = LLM(",),
           in_source=_VLLM + "._init_vllm", vllm=True),
+    Point(_VLLM + "._iter_named_params", "override", "trainer/vllm_generation.py",
+          "a LoRA run's weight sync sends the adapter-merged weights (merged out of place, model/adapters.py)",
+          "vLLM samples from the base weights, without the adapters",
+          source=("for name, param in self._iter_named_params():",), in_source=_VLLM + ".sync_weights", vllm=True),
     Point(_VLLM + ".sync_weights", "override", "trainer/vllm_generation.py",
           "the encoder cache is reset after TRL's weight sync (which resets only the prefix cache)",
           "a page seen again is read with the old weights' vision features",
