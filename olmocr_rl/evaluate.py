@@ -221,14 +221,14 @@ def load_bench_pages(bench: str | os.PathLike, jsonl_filter: str | None, keep: r
     EvaluateError (one line) when the folder has problems (the first is named) or the filters keep no page.
     """
     from olmocr_rl.data.dataset import OlmOCRBenchDataset
-    from olmocr_rl.validate_bench import validate_bench_folder
+    from olmocr_rl.data.validation import validate_bench_folder
 
     if not Path(bench).is_dir():
         raise EvaluateError(f"--bench {bench}: no such folder; pass an olmOCR-bench folder (*.jsonl + pdfs/)")
     report = validate_bench_folder(bench, jsonl_filter)
     if not report.ok:
         raise EvaluateError(f"{report.summary_line()} (python -m olmocr_rl.validate_bench {bench} lists all)")
-    dataset = OlmOCRBenchDataset(bench, jsonl_filter=jsonl_filter, scan=report.scan)  # the folder read once
+    dataset = OlmOCRBenchDataset(bench, jsonl_filter=jsonl_filter, report=report)  # the folder read once
     keys = [page_key(sample["pdf"], sample["page"]) for sample in dataset.samples]
     selected = select_pages(keys, keep, drop)
     if not selected:

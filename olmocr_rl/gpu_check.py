@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from olmocr_rl.config import probe_environment
-    from olmocr_rl.config.flags import DEFAULT_TARGET_LONGEST_IMAGE_DIM
+    from olmocr_rl.data.render import DEFAULT_TARGET_LONGEST_IMAGE_DIM
     from olmocr_rl.tiny_model import build_tiny_model
 
     environment = probe_environment()

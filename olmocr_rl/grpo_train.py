@@ -8,6 +8,8 @@ The phases of ``main``, in order, each a function: parse and validate flags into
 (before anything heavy loads) -> ``_check_before_loading`` (W&B's credentials with --report_to wandb, the
 bench folders, the checkpoint to resume from, local or pulled from S3 -- a run already at its last step stops
 here with "already finished" --, the run's lock on --output_dir, S3 access) -> ``_build_datasets`` ->
+``_check_trainer_setup`` (the colocated engine fits the GPU; TRL's private surface, trainer/compat.py;
+TRL's GRPOConfig, whose own checks run here) ->
 ``_load_model`` (model and processor) -> ``_build_rewards`` -> ``_build_trainer`` (plain TRL GRPO, or
 OlmoRL with --olmorl) -> ``_train_and_save`` (train, save model + processor, mirror). A phase that cannot go
 on raises ``_Stop``, which ``main`` turns into one ``error:`` line. The exit statuses are
@@ -70,11 +72,13 @@ def main(argv: list[str] | None = None) -> int:
 
     previous = install_early()  # SIGTERM/SIGUSR1 before training: one line, status 75 (nothing to save yet)
     try:
-        resume, scans = _check_before_loading(cfg)
-        train_dataset, eval_dataset = _build_datasets(cfg, scans)
-        model, processor, peft_config = _load_model(cfg)
+        resume, reports = _check_before_loading(cfg)
+        train_dataset, eval_dataset = _build_datasets(cfg, reports)
+        grpo_config, peft_config = _check_trainer_setup(cfg)
+        model, processor = _load_model(cfg)
         rewards = _build_rewards(cfg, processor)
-        trainer = _build_trainer(cfg, model, processor, rewards, train_dataset, eval_dataset, resume, peft_config)
+        trainer = _build_trainer(cfg, grpo_config, model, processor, rewards, train_dataset, eval_dataset, resume,
+                                 peft_config)
         return _train_and_save(cfg, trainer, processor, resume)
     except _Stop as stop:
         return _fail(stop.message, stop.code)
@@ -96,7 +100,7 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
     """W&B credentials, the bench folders, the checkpoint to resume from and S3 access, before anything loads.
 
     Returns the checkpoint to resume from (pulled from S3 on a fresh machine) or None, and each bench folder's
-    scan (the datasets reuse it: every folder is read once).
+    validation report (the datasets are built from it: every folder is read, and its references parsed, once).
     """
     if "wandb" in cfg.report_to and is_main_process():  # the W&B run lives on the global main process only
         from olmocr_rl.telemetry.wandb_run import wandb_credentials_problem
@@ -105,15 +109,15 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
         problem = wandb_credentials_problem()
         if problem:
             raise _Stop(problem)
-    from olmocr_rl.validate_bench import validate_bench_folder
+    from olmocr_rl.data.validation import validate_bench_folder
 
     folders = {cfg.train_bench_data_folder}
     if cfg.eval_steps is not None and cfg.eval_bench_data_folder:
         folders.add(cfg.eval_bench_data_folder)
-    scans = {}  # each folder read once: the datasets take validation's scan
+    reports = {}  # each folder read once: the datasets are built from validation's report
     for folder in sorted(folders):
-        report = validate_bench_folder(folder, jsonl_filter=cfg.jsonl_filter, test_types=_test_types(cfg))
-        scans[folder] = report.scan
+        report = reports[folder] = validate_bench_folder(folder, jsonl_filter=cfg.jsonl_filter,
+                                                         test_types=_test_types(cfg))
         if not report.ok:
             print(report.format(), file=sys.stderr)
             raise _Stop(f"bench folder {folder} has problems (listed above); fix them, or check them with "
@@ -127,20 +131,20 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
         if problem:
             raise _Stop(f"--resume_from_checkpoint: {problem}")
     if cfg.s3_save_path:  # a mistyped bucket or missing credentials now, not as log lines at the first save
-        from olmocr_rl.storage import check_s3_access
+        from olmocr_rl.storage import StorageError, check_s3_access
 
         try:
             check_s3_access(cfg.s3_save_path)
         except StorageError as exc:
             raise _Stop(f"--s3_save_path: {exc}") from None
-    return resume, scans
+    return resume, reports
 
 
 def _test_types(cfg: ResolvedConfig) -> list[str] | None:
     return list(cfg.bench_type_filter) if cfg.bench_type_filter else None
 
 
-def _build_datasets(cfg: ResolvedConfig, scans: dict):
+def _build_datasets(cfg: ResolvedConfig, reports: dict):
     """``(train, eval or None)``, before the model: a page filter that leaves no page fails fast."""
     from olmocr_rl.data.dataset import BenchDataError, OlmOCRBenchDataset
 
@@ -148,24 +152,23 @@ def _build_datasets(cfg: ResolvedConfig, scans: dict):
                   test_types=_test_types(cfg), pages=cfg.pages, exclude_pages=cfg.exclude_pages)
     try:  # validate_bench checked the files; what can still fail is a page filter that leaves no page
         train_dataset = OlmOCRBenchDataset(cfg.train_bench_data_folder, max_samples=cfg.max_train_samples,
-                                           scan=scans[cfg.train_bench_data_folder], **common)
+                                           report=reports[cfg.train_bench_data_folder], **common)
         eval_dataset = None
         if cfg.eval_steps is not None:
             eval_folder = cfg.eval_bench_data_folder or cfg.train_bench_data_folder
-            eval_dataset = OlmOCRBenchDataset(eval_folder, max_samples=cfg.max_eval_samples, scan=scans[eval_folder],
-                                              **common)
+            eval_dataset = OlmOCRBenchDataset(eval_folder, max_samples=cfg.max_eval_samples,
+                                              report=reports[eval_folder], **common)
     except BenchDataError as exc:
         raise _Stop(str(exc)) from None  # _fail joins its lines into one
     logger.info("train pages:\n%s", train_dataset.describe())
     return train_dataset, eval_dataset
 
 
-def _load_model(cfg: ResolvedConfig):
-    """``(model, processor, LoRA config or None)``: the colocate memory check and the LoRA plan (on the
-    architecture) first, then the weights, the frozen vision parts and the vision speedups."""
-    from olmocr_rl.model.loading import ModelLoadError, load_model_and_processor
-    from olmocr_rl.model.vision_speedups import apply_vision_speedups
-
+def _check_trainer_setup(cfg: ResolvedConfig):
+    """Before the model loads: the LoRA plan (on the architecture); the colocated engine fits the GPU; TRL's
+    private surface is the one the trainers rely on (olmocr_rl.trainer.compat: a mismatch is one line naming the
+    point and the pin); TRL's GRPOConfig, built here so that its own checks refuse a setting now, not minutes in.
+    Returns ``(GRPOConfig, LoRA config or None)``."""
     peft_config = _adapter_config(cfg)
     if cfg.vllm_mode == "colocate":
         from olmocr_rl.model.colocate_memory import colocate_memory_problem
@@ -173,6 +176,23 @@ def _load_model(cfg: ResolvedConfig):
         problem = colocate_memory_problem(cfg)
         if problem:
             raise _Stop(problem)
+    from olmocr_rl.trainer.compat import CompatError, require_surface
+
+    try:
+        require_surface(vllm=cfg.vllm_mode != "none")
+    except CompatError as exc:
+        raise _Stop(str(exc)) from None
+    try:
+        return build_grpo_config(cfg), peft_config
+    except ValueError as exc:  # TRL's own checks of what no check of ours covers
+        raise _Stop(f"TRL's GRPOConfig refuses these settings: {exc}", code=2) from None
+
+
+def _load_model(cfg: ResolvedConfig):
+    """``(model, processor)``: the weights, then the frozen vision parts and the vision speedups."""
+    from olmocr_rl.model.loading import ModelLoadError, load_model_and_processor
+    from olmocr_rl.model.vision_speedups import apply_vision_speedups
+
     try:
         model, processor = load_model_and_processor(cfg.model_name, cache_dir=cfg.cache_dir)
     except ModelLoadError as exc:
@@ -189,7 +209,7 @@ def _load_model(cfg: ResolvedConfig):
     for speedup in apply_vision_speedups(model, share_pages=cfg.share_page_encoding,
                                          batched_attention=cfg.batched_vision_attention):
         logger.info("vision tower: %s", speedup)
-    return model, processor, peft_config
+    return model, processor
 
 
 def _adapter_config(cfg: ResolvedConfig):
@@ -221,7 +241,7 @@ def _build_rewards(cfg: ResolvedConfig, processor):
     reward_logger = DetailedRewardLogger()
     try:
         funcs, weights, names = build_reward_functions(
-            cfg.reward_spec, eos_token_id=processor.tokenizer.eos_token_id,
+            cfg.rewards, eos_token_id=processor.tokenizer.eos_token_id,
             raw_completion=cfg.bench_raw_completion, reward_logger=reward_logger,
         )
     except ValueError as exc:
@@ -230,16 +250,17 @@ def _build_rewards(cfg: ResolvedConfig, processor):
     return funcs, weights, names, reward_logger
 
 
-def _build_trainer(cfg: ResolvedConfig, model, processor, rewards, train_dataset, eval_dataset, resume,
+def _build_trainer(cfg: ResolvedConfig, grpo_config, model, processor, rewards, train_dataset, eval_dataset, resume,
                    peft_config=None):
     """Plain TRL GRPO or OlmoRL (olmocr_rl.trainer.build), with W&B started first when asked for."""
+    from olmocr_rl.config.grpo import ban_vision_pad_tokens
     from olmocr_rl.telemetry.console import filter_startup_noise
     from olmocr_rl.trainer.build import build_trainer
 
     filter_startup_noise()  # before the Trainer logs its start-up messages (the fail-fast paths never import it)
 
-    reward_funcs, reward_weights, reward_names, reward_logger = rewards
-    grpo_config = build_grpo_config(cfg, reward_weights, tokenizer=processor.tokenizer)
+    reward_funcs, _, reward_names, reward_logger = rewards  # the weights are in grpo_config (both from cfg.rewards)
+    ban_vision_pad_tokens(grpo_config, cfg, processor.tokenizer)
     if "wandb" in cfg.report_to:
         from olmocr_rl.telemetry.wandb_run import init_wandb
 
@@ -259,12 +280,15 @@ def _train_and_save(cfg: ResolvedConfig, trainer, processor, resume: str | None)
     from olmocr_rl.data.render import RenderError
     from olmocr_rl.storage import CheckpointMismatchError, StorageError
     from olmocr_rl.trainer.build import preemption_of
+    from olmocr_rl.trainer.compat import CompatError
     from olmocr_rl.trainer.preemption import finish_preempted, save_after_failure
 
     try:
         trainer.train(resume_from_checkpoint=resume)
     except CheckpointMismatchError as exc:  # the checkpoint's weights do not fit --model_name's architecture
         raise _Stop(f"--resume_from_checkpoint: {exc}") from None
+    except CompatError as exc:  # a private point that only the data could show broken (trainer/compat.py)
+        raise _Stop(str(exc)) from None
     except StorageError as exc:  # a save the disk refused (trainer.checkpoint_save): one line
         raise _Stop(str(exc)) from None
     except RenderError as exc:
@@ -281,12 +305,15 @@ def _train_and_save(cfg: ResolvedConfig, trainer, processor, resume: str | None)
             trainer.save_model(cfg.output_dir)
             if is_main_process(trainer.state):  # the processor beside the final model, whatever the Trainer saved
                 processor.save_pretrained(cfg.output_dir)
-    except Exception as exc:
+    except OSError as exc:  # torch's writer reports a full disk as a bare RuntimeError: see _final_save_failure
+        raise _Stop(_final_save_failure(exc, cfg)) from exc
+    except RuntimeError as exc:
         raise _Stop(_final_save_failure(exc, cfg)) from exc
     return _finish(trainer, cfg)
 
 
 def _final_save_failure(exc: Exception, cfg: ResolvedConfig) -> str:
+    """The one line for a final save the disk refused; anything else is raised again as it was (a bug)."""
     from olmocr_rl.storage import describe_write_failure
 
     line = describe_write_failure(exc, Path(cfg.output_dir) / "model.safetensors", None)

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from olmocr_rl.config.environment import Environment
 from olmocr_rl.config.flags import LOSS_TYPES, PROMPT_TEXT_TOKENS, ConfigError
-from olmocr_rl.config.rewards import NO_REWARD, REWARD_FLAGS, parse_reward_value
+from olmocr_rl.config.rewards import RewardValue, no_reward_message, parse_reward, reward_table
 
 Problems = list[str]
 
@@ -105,16 +105,18 @@ def check_filters(a: Namespace) -> Problems:
             except re.error as exc:
                 problems.append(f"--{flag} {pattern!r} is not a valid regex: {exc}")
     if a.bench_type_filter:
-        from olmocr_rl.bench import TEST_TYPES
+        from olmocr_rl.bench import test_types
 
-        problems += [f"--bench_type_filter {t!r}: unknown test type; choose from {', '.join(TEST_TYPES)}"
-                     for t in a.bench_type_filter if t not in TEST_TYPES]
+        known = test_types()
+        problems += [f"--bench_type_filter {t!r}: unknown test type; choose from {', '.join(known)}"
+                     for t in a.bench_type_filter if t not in known]
     return problems
 
 
-def resolve_rewards(a: Namespace) -> tuple[dict[str, float | str | None], list[str]]:
-    """``(reward spec, notices)``: each reward's weight, or the resolved JSONL path of a per-file bench reward."""
-    given = {name: getattr(a, f"reward_{name}") for name in REWARD_FLAGS}
+def resolve_rewards(a: Namespace) -> tuple[dict[str, RewardValue], list[str]]:
+    """``(rewards, notices)``: each enabled reward's parsed value (weight, or a per-file reward's resolved JSONL),
+    in the table's order. The builder takes these values as they are."""
+    given = {entry.key: getattr(a, entry.dest) for entry in reward_table()}
     notices = []
     if a.macro_average:  # olmOCR's alias: --reward_bench becomes --reward_bench_macroavg
         if given["bench"] is not None:
@@ -122,16 +124,17 @@ def resolve_rewards(a: Namespace) -> tuple[dict[str, float | str | None], list[s
         elif given["bench_macroavg"] is None:
             given["bench_macroavg"] = 1.0
         notices.append("--macro_average: using the macro-averaged bench reward (--reward_bench_macroavg)")
-    if all(v is None for v in given.values()):
-        raise ConfigError(NO_REWARD)
-    spec: dict[str, float | str | None] = {}
-    for name, value in given.items():
+    rewards: dict[str, RewardValue] = {}
+    for key, value in given.items():
         try:
-            weight, path = parse_reward_value(name, value, a.train_bench_data_folder)
+            parsed = parse_reward(key, value, a.train_bench_data_folder)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        spec[name] = path if path is not None else weight
-    return spec, notices
+        if parsed is not None:
+            rewards[key] = parsed
+    if not rewards:
+        raise ConfigError(no_reward_message())
+    return rewards, notices
 
 
 def check_olmorl(a: Namespace, explicit: Mapping[str, Any]) -> Problems:

@@ -4,7 +4,7 @@ Every flag of olmOCR's trainer keeps its name, type, default and meaning, with t
 docs/design.md ("Where olmocr_rl differs"): booleans can be switched off (``--no-X`` or ``--X false``),
 ``exo`` is not a loss, ``--lr_schedule constant`` changes only the scheduler, evaluation runs when ``--eval_steps`` asks.
 ``--config FILE.yaml`` supplies flag values (keys = flag names); the command line overrides the file.
-Each flag's default is written here and nowhere else. Light: argparse and yaml only (no torch).
+Each flag's default is written here and nowhere else (the page size is the renderer's, imported). Light: no torch.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any, Callable
 
 import yaml
 
-from olmocr_rl.config.rewards import REWARD_FLAGS, REWARD_HELP, parse_reward_value
+from olmocr_rl.config.rewards import flag_value, reward_table
+from olmocr_rl.data.render import DEFAULT_TARGET_LONGEST_IMAGE_DIM  # the renderer's own default
 from olmocr_rl.model.adapters import LORA_TARGET_MODULES  # the default of --lora_target_modules
 from olmocr_rl.olmorl.settings import ACTIVE_SAMPLING_MAX_ROUNDS
 
@@ -38,9 +39,6 @@ LIST_FLAGS = ("bench_type_filter", "lora_target_modules", "lora_modules_to_save"
 class ConfigError(ValueError):
     """A flag or flag combination the user must change; the message (one line) says how."""
 
-
-#: olmOCR's page size (longest side, px): the trainer's flag default, and the renderer's.
-DEFAULT_TARGET_LONGEST_IMAGE_DIM = 1288
 
 
 def parse_bool(value: Any) -> bool:
@@ -77,14 +75,13 @@ def _optional_float(value: Any) -> float | None:
 
 
 def _reward_type(key: str) -> Callable[[Any], float | str | None]:
-    """argparse ``type`` of ``--reward_<key>``: a weight, or a JSONL path (validation checks the file and range)."""
+    """argparse ``type`` of ``--reward_<key>``: the value's form (config.rewards.flag_value); validation parses it."""
 
     def reward_value(value: Any) -> float | str | None:
         try:
-            weight, path = parse_reward_value(key, value, form_only=True)
+            return flag_value(key, value)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
-        return path if path is not None else weight
 
     reward_value.__name__ = f"reward_{key}"
     return reward_value
@@ -360,11 +357,12 @@ def _add_trl_knob_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_reward_flags(parser: argparse.ArgumentParser) -> None:
-    """One ``--reward_<name>`` flag per reward (olmocr_rl.config.rewards), and how bench tests see a completion."""
+    """One ``--reward_<key>`` flag per row of the reward table (olmocr_rl.config.rewards), and how bench tests see
+    a completion."""
     g = parser.add_argument_group("rewards (bare flag = weight 1.0; a .jsonl path = weight 1.0 on that file's tests)")
-    for name in REWARD_FLAGS:
-        g.add_argument(f"--reward_{name}", nargs="?", const=1.0, default=None, type=_reward_type(name),
-                       metavar="W", help=REWARD_HELP[name])
+    for entry in reward_table():
+        g.add_argument(entry.flag, nargs="?", const=1.0, default=None, type=_reward_type(entry.key),
+                       metavar="W", help=entry.help)
     g.add_argument("--bench_raw_completion", action=_BoolFlag, default=False,
                    help="run bench tests on the raw completion incl. front matter (olmOCR's behaviour); "
                         "default: front matter removed, as the benchmark scores it")

@@ -19,7 +19,7 @@ from transformers import TrainerCallback
 from olmocr_rl.ranks import barrier, is_local_main_process
 from olmocr_rl.storage.checkpoints import TRAINER_STATE, Topology, checkpoint_step, current_topology, manifest_name
 from olmocr_rl.storage.mirror import DEFAULT_EXCLUDE, S3Mirror, SyncResult
-from olmocr_rl.storage.s3 import parse_s3_uri
+from olmocr_rl.storage.s3 import StorageError, parse_s3_uri
 from olmocr_rl.storage.verify import write_manifest
 
 logger = logging.getLogger(__name__)
@@ -171,10 +171,16 @@ class S3SyncCallback(TrainerCallback):
             return
         try:
             result = self.mirror.sync()
-        except Exception as exc:  # never let S3 stop training
+        except StorageError as exc:  # never let S3 stop training
             self.last_error = str(exc)
             logger.error("S3 sync of %s to %s failed; training goes on, checkpoints stay on local disk: %s",
                          self.output_dir, self.s3_save_path, exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug, not S3: logged with its traceback, training still goes on
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            logger.exception("S3 sync of %s to %s stopped on an unexpected error (a bug in olmocr_rl, not an S3 "
+                             "failure; please report it); training goes on, checkpoints stay on local disk",
+                             self.output_dir, self.s3_save_path)
             return
         self.last_result, self.last_error = result, None
         logger.info("S3 sync %s -> %s: %s", self.output_dir, self.s3_save_path, result.summary())

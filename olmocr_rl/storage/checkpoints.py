@@ -39,6 +39,7 @@ from olmocr_rl.storage.s3 import (
     list_objects,
     parse_s3_uri,
     safe_relative,
+    storage_errors,
 )
 from olmocr_rl.storage.verify import (  # noqa: F401  (manifest_name: re-exported)
     MANIFEST_DIR,
@@ -355,7 +356,7 @@ def newest_remote_checkpoint(s3_uri: str, topology: Topology | None = None, *,
             if found is not None:
                 return found
             logger.warning("skipping checkpoint %s/%s on S3: %s", s3_uri.rstrip("/"), name, problem)
-    except Exception as exc:
+    except storage_errors() as exc:
         raise explain(exc, "listing checkpoints in", s3_uri, client) from exc
     return None
 
@@ -372,7 +373,7 @@ def pull_checkpoint(remote: RemoteCheckpoint, output_dir: str | os.PathLike) -> 
         try:
             client = s3.make_s3_client()
             fetched = _download_checkpoint(client, remote, output / remote.name)
-        except Exception as exc:
+        except storage_errors() as exc:
             raise explain(exc, "downloading checkpoint from", remote.uri, client) from exc
     logger.info(
         "pulled %s (%d files, %s; %d fetched) into %s in %.1f s", remote.uri, len(remote.files),
@@ -468,7 +469,7 @@ def _fetch_history(s3_save_path: str, destination: Path) -> None:
     key = folder_prefix(prefix) + destination.name  # where S3SyncCallback's mirror put it
     try:
         s3.download_object(s3.make_s3_client(), bucket, key, destination)
-    except Exception as exc:  # a missing object, a dead server: the run goes on with a shorter history
+    except storage_errors() as exc:  # a missing object, a dead server: the run goes on with a shorter history
         logger.warning("could not restore the run history from s3://%s/%s (%s: %s); %s starts at the resumed "
                        "step", bucket, key, type(exc).__name__, exc, destination.name)
         return

@@ -43,7 +43,7 @@ from olmocr_rl.storage.checkpoints import (
     trim_history,
 )
 from olmocr_rl.storage.files import RUN_LOCK, FolderInUseError, describe_write_failure, hold_run_lock
-from olmocr_rl.storage.s3 import StorageError, explain, folder_prefix, parse_s3_uri
+from olmocr_rl.storage.s3 import StorageError, explain, folder_prefix, parse_s3_uri, storage_errors
 from olmocr_rl.storage.verify import read_manifests
 
 logger = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ def remote_checkpoint_names(s3_save_path: str) -> list[str]:
     try:
         client = s3.make_s3_client()
         response = client.list_objects_v2(Bucket=bucket, Prefix=folder, Delimiter="/")
-    except Exception as exc:
+    except storage_errors() as exc:
         raise explain(exc, "listing", s3_save_path, client) from exc
     names = [entry["Prefix"][len(folder):].rstrip("/") for entry in response.get("CommonPrefixes", [])]
     return sorted((n for n in names if checkpoint_step(n) is not None), key=checkpoint_step, reverse=True)

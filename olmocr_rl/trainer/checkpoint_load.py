@@ -14,15 +14,18 @@ trainer built directly (not through grpo_train) resumes correctly too.
   (``--use_peft``: the adapter only) keep it too, after the checks of
   :func:`olmocr_rl.trainer.adapter_checkpoint.load_adapter_checkpoint`.
 - :func:`load_optimizer_and_scheduler`: several CPU processes could not load ``optimizer.pt`` (the
-  Trainer's map_location ``cpu:0`` is not one torch.load can restore to); and a checkpoint without
-  ``scheduler.pt`` (resumed only with ``--allow_partial_resume``) gets its learning-rate schedule moved on to
-  the checkpoint's step, where the Trainer would restart it at step 0 (warmup again).
+  Trainer's map_location ``cpu:0`` is not one torch.load can restore to); within that one call, on that thread,
+  torch is taught to restore ``cpu:N`` (:func:`indexed_cpu_loads`; ``torch.load`` is not replaced). A
+  checkpoint without ``scheduler.pt`` (resumed only with ``--allow_partial_resume``) gets its learning-rate
+  schedule moved on to the checkpoint's step, where the Trainer would restart it at step 0 (warmup again).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
 
 logger = logging.getLogger(__name__)
 
@@ -74,28 +77,16 @@ def load_optimizer_and_scheduler(trainer, checkpoint: str | None, original) -> N
 
     Several processes on CPU have ``args.device`` ``cpu:0``, which the Trainer passes to ``torch.load``
     as map_location, and torch cannot restore storages there ("don't know how to restore data location
-    ... cpu:0"): a multi-process CPU run could not resume at all. The load is unchanged otherwise.
+    ... cpu:0"): a multi-process CPU run could not resume at all. Within this one call, and on this thread
+    only, :func:`indexed_cpu_loads` lets torch restore ``cpu:N`` as the CPU; ``torch.load`` itself is never
+    replaced, and every other load (another thread's, a later one) is torch's own.
     """
-    import torch
-
     device = getattr(trainer.args, "device", None)
     if checkpoint is None or getattr(device, "type", None) != "cpu" or getattr(device, "index", None) is None:
         original(checkpoint)
-        _advance_schedule(trainer, checkpoint)
-        return None
-    real_load = torch.load
-
-    def load(*args, **kwargs):
-        location = kwargs.get("map_location")
-        if isinstance(location, torch.device) and location.type == "cpu":
-            kwargs["map_location"] = "cpu"
-        return real_load(*args, **kwargs)
-
-    torch.load = load
-    try:
-        original(checkpoint)
-    finally:
-        torch.load = real_load
+    else:
+        with indexed_cpu_loads():
+            original(checkpoint)
     _advance_schedule(trainer, checkpoint)
     return None
 
@@ -120,6 +111,36 @@ def _advance_schedule(trainer, checkpoint: str | None) -> None:
             scheduler.step()
     logger.warning("%s has no scheduler.pt: the learning-rate schedule was moved on to step %d (lr %.3g)",
                    checkpoint, step, scheduler.get_last_lr()[0])
+
+
+_INDEXED_CPU = threading.local()  # .depth > 0 inside indexed_cpu_loads() on this thread
+_REGISTERED: list[bool] = []
+_PRIORITY = 97  # after torch's own packages (cpu 10, cuda 20, ...); a deserializer only, never a tagger
+
+
+def _restore_indexed_cpu(storage, location: str):
+    """torch's deserializer for ``cpu:N``: the CPU, inside :func:`indexed_cpu_loads` only (else None: torch's
+    own error stands)."""
+    if getattr(_INDEXED_CPU, "depth", 0) > 0 and location.startswith("cpu:") and location[4:].isdigit():
+        return storage  # read onto the CPU already
+    return None
+
+
+@contextlib.contextmanager
+def indexed_cpu_loads():
+    """On this thread, for the duration of the block, ``torch.load(..., map_location=torch.device("cpu", N))``
+    restores to the CPU. Registered with torch once (``torch.serialization.register_package``, a deserializer that
+    answers only inside this block); nothing of torch's is replaced."""
+    import torch
+
+    if not _REGISTERED:
+        torch.serialization.register_package(_PRIORITY, lambda storage: None, _restore_indexed_cpu)
+        _REGISTERED.append(True)
+    _INDEXED_CPU.depth = getattr(_INDEXED_CPU, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _INDEXED_CPU.depth -= 1
 
 
 class CheckpointLoadMixin:

@@ -9,14 +9,19 @@
 - :class:`~olmocr_rl.trainer.completions.CompletionsLogMixin`: the completions table works with page prompts;
 - :class:`~olmocr_rl.trainer.is_telemetry.ImportanceSamplingTelemetryMixin`: how much of each batch vLLM's
   importance-sampling correction masked (``sampling/is_*``).
+
+Building one first checks TRL's private surface (:func:`olmocr_rl.trainer.compat.check_trainer_surface`).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from trl import GRPOTrainer
 
 from olmocr_rl.trainer.checkpoint_load import CheckpointLoadMixin
 from olmocr_rl.trainer.checkpoint_save import CheckpointSaveMixin
+from olmocr_rl.trainer.compat import check_trainer_surface
 from olmocr_rl.trainer.completions import CompletionsLogMixin
 from olmocr_rl.trainer.is_telemetry import ImportanceSamplingTelemetryMixin
 from olmocr_rl.trainer.page_order import EpochSeededOrderMixin
@@ -27,3 +32,7 @@ __all__ = ["PlainGRPOTrainer"]
 class PlainGRPOTrainer(CheckpointLoadMixin, CheckpointSaveMixin, EpochSeededOrderMixin, CompletionsLogMixin,
                        ImportanceSamplingTelemetryMixin, GRPOTrainer):
     """``trl.GRPOTrainer`` (plain GRPO) with the mixins of the module docstring."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        check_trainer_surface(args, kwargs)  # CompatError (one line naming the point and the pin) before TRL runs
+        super().__init__(*args, **kwargs)

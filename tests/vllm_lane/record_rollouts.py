@@ -7,8 +7,8 @@ one JSON line per generation call to OUT.jsonl, with the number of encoder-cache
 engine so far (vLLM's ``LLMEngine.reset_encoder_cache``, wrapped too).
 
 ``--skip-weight-transfer`` (server mode on CPU only): TRL's weight transfer to a vLLM server needs
-CUDA/NCCL, so the communicator and the weight push are skipped and the run says so; the server keeps
-the weights it loaded, which equal the trainer's at step 1.
+CUDA/NCCL, so the communicator and the weight push are skipped (the rest of TRL's weight sync runs) and
+the run says so; the server keeps the weights it loaded, which equal the trainer's at step 1.
 """
 
 from __future__ import annotations
@@ -67,8 +67,10 @@ def main() -> int:
     if skip_transfer:
         print("[record_rollouts] server mode on CPU: weight transfer skipped (TRL's NCCL transfer needs CUDA); "
               "the server serves the weights it loaded", flush=True)
+        # Only the NCCL push is skipped: TRL's sync_weights still runs (and resets the server's prefix cache),
+        # so olmocr_rl's check of TRL's private surface sees TRL's own method.
         vllm_client.VLLMClient.init_communicator = lambda self, device=None: None
-        vllm_generation.VLLMGeneration.sync_weights = lambda self: None
+        vllm_client.VLLMClient.update_named_params = lambda self, metadata, named_params: None
 
     from olmocr_rl import grpo_train
 
