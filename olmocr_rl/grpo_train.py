@@ -158,6 +158,11 @@ def _load_model(cfg: ResolvedConfig):
     for speedup in apply_vision_speedups(model, share_pages=cfg.share_page_encoding,
                                          batched_attention=cfg.batched_vision_attention):
         logger.info("vision tower: %s", speedup)
+    if cfg.share_page_processing:
+        from olmocr_rl.model.page_processing import share_page_processing
+
+        if share_page_processing(processor) is not None:
+            logger.info("processor: each distinct page image processed once per step")
     return model, processor
 
 
@@ -179,11 +184,17 @@ def _build_rewards(cfg: ResolvedConfig, processor):
 
 
 def _build_trainer(cfg: ResolvedConfig, model, processor, rewards, train_dataset, eval_dataset, resume):
-    """Plain TRL GRPO or OlmoRL (olmocr_rl.trainer.build), with W&B started first when asked for."""
+    """Plain TRL GRPO or OlmoRL (olmocr_rl.trainer.build), with the gradient checkpointing plan installed
+    (olmocr_rl.model.checkpointing) and W&B started first when asked for."""
+    from olmocr_rl.model.checkpointing import apply_checkpointing, plan_checkpointing
     from olmocr_rl.trainer.build import build_trainer
 
     reward_funcs, reward_weights, reward_names, reward_logger = rewards
-    grpo_config = build_grpo_config(cfg, reward_weights, tokenizer=processor.tokenizer)
+    plan = plan_checkpointing(cfg, model.config)
+    logger.info("gradient checkpointing %s (%s)%s", plan.mode, plan.reason,
+                f": {apply_checkpointing(model, plan)} recompute" if plan.mode in ("vision", "partial") else "")
+    grpo_config = build_grpo_config(cfg, reward_weights, tokenizer=processor.tokenizer,
+                                    gradient_checkpointing=plan.mode == "full")
     if "wandb" in cfg.report_to:
         from olmocr_rl.telemetry.wandb_run import init_wandb
 

@@ -276,6 +276,17 @@ def resolve_batched_vision_attention(a: Namespace, env: Environment) -> bool:
     return env.cuda if a.batched_vision_attention is None else a.batched_vision_attention
 
 
+def resolve_compiled_generation(a: Namespace, env: Environment, vllm_mode: str) -> tuple[bool, list[str]]:
+    """--compiled_generation, or auto: on with a CUDA GPU (decoding is launch-bound there), off on CPU (compiling
+    costs more than it saves); only HF generation uses it, so a vLLM backend turns it off (noticed when asked for)."""
+    wanted = env.cuda if a.compiled_generation is None else a.compiled_generation
+    if vllm_mode != "none":
+        notices = [f"--compiled_generation applies to HF generation only; vLLM ({vllm_mode}) generates here"] \
+            if a.compiled_generation else []
+        return False, notices
+    return wanted, []
+
+
 def resolve_report_to(a: Namespace) -> tuple[str, ...]:
     """--report_to as a tuple of integrations (``none`` = empty). Raises ConfigError."""
     value = a.report_to

@@ -8,8 +8,13 @@ from olmocr_rl.config.resolved import ResolvedConfig, plain
 from olmocr_rl.model.families import vision_pad_tokens
 
 
-def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float], tokenizer=None) -> dict[str, Any]:
-    """GRPOConfig's arguments. ``tokenizer`` names the vision pad tokens a vLLM backend must never sample."""
+def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float], tokenizer=None,
+                       gradient_checkpointing: bool | None = None) -> dict[str, Any]:
+    """GRPOConfig's arguments. ``tokenizer`` names the vision pad tokens a vLLM backend must never sample;
+    ``gradient_checkpointing`` is TRL's whole-model flag as the run's checkpointing plan decided it
+    (olmocr_rl.model.checkpointing; default: only ``--gradient_checkpointing true`` turns it on)."""
+    if gradient_checkpointing is None:
+        gradient_checkpointing = cfg.gradient_checkpointing == "true"
     on_gpu = cfg.environment.cuda
     use_vllm = cfg.vllm_mode != "none"
     generation_kwargs = plain(cfg.generation_kwargs)
@@ -19,7 +24,7 @@ def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float], tokeniz
         output_dir=cfg.output_dir, num_train_epochs=cfg.num_train_epochs, max_steps=cfg.max_steps,
         per_device_train_batch_size=cfg.per_device_train_batch_size,
         per_device_eval_batch_size=cfg.per_device_eval_batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps, gradient_checkpointing=cfg.gradient_checkpointing,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps, gradient_checkpointing=gradient_checkpointing,
         learning_rate=cfg.learning_rate,
         lr_scheduler_type="constant_with_warmup" if cfg.lr_schedule == "constant" else "linear",
         warmup_steps=cfg.warmup_steps, logging_steps=cfg.logging_steps, save_steps=cfg.save_steps,
@@ -56,11 +61,12 @@ def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float], tokeniz
     return kwargs
 
 
-def build_grpo_config(cfg: ResolvedConfig, reward_weights: list[float], tokenizer=None):
+def build_grpo_config(cfg: ResolvedConfig, reward_weights: list[float], tokenizer=None,
+                      gradient_checkpointing: bool | None = None):
     """TRL's GRPOConfig for this run (imports trl)."""
     from trl import GRPOConfig
 
-    return GRPOConfig(**grpo_config_kwargs(cfg, reward_weights, tokenizer))
+    return GRPOConfig(**grpo_config_kwargs(cfg, reward_weights, tokenizer, gradient_checkpointing))
 
 
 def vllm_sampling_kwargs(user_kwargs: dict | None, tokenizer, block_image_tokens: bool) -> dict | None:

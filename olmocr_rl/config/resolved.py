@@ -30,6 +30,7 @@ class ResolvedConfig:
     vllm_max_model_length: int  # colocated engine's context (derived when not given)
     vllm_engine_dtype: str  # the colocated engine's dtype (--vllm_dtype, or the trainer's own)
     batched_vision_attention: bool  # --batched_vision_attention, auto resolved
+    compiled_generation: bool  # --compiled_generation, auto resolved (HF generation only)
     report_to: tuple[str, ...]  # wandb / tensorboard; empty = none
     resume_from_checkpoint: bool | str | None
     notices: tuple[str, ...]  # for the entrypoint to log, once; "WARNING: ..." ones as warnings
@@ -104,6 +105,8 @@ def validate(args: argparse.Namespace, env: Environment | None = None) -> Resolv
     _first(checks.check_geometry(args, env.num_processes))
     backend = checks.resolve_backend(args, env)
     notices += backend.notices
+    compiled_generation, generation_notices = checks.resolve_compiled_generation(args, env, backend.vllm_mode)
+    notices += generation_notices
     report_to = checks.resolve_report_to(args)
     resume = checks.resolve_resume(args)
     _first(checks.check_s3(args))
@@ -113,5 +116,6 @@ def validate(args: argparse.Namespace, env: Environment | None = None) -> Resolv
         vllm_mode=backend.vllm_mode, vllm_max_model_length=backend.vllm_max_model_length,
         vllm_engine_dtype=backend.vllm_engine_dtype,
         batched_vision_attention=checks.resolve_batched_vision_attention(args, env),
+        compiled_generation=compiled_generation,
         report_to=report_to, resume_from_checkpoint=resume, notices=tuple(notices),
     )

@@ -1,7 +1,9 @@
 """The trainer of a run, built from its resolved config: plain TRL GRPO or OlmoRL, the rollout backend, and
 the callbacks in the order their jobs need.
 
-:func:`build_trainer` is what ``grpo_train`` calls once the model, processor, rewards and datasets exist.
+:func:`build_trainer` is what ``grpo_train`` calls once the model, processor, rewards and datasets exist; it also
+switches on the exact speed-ups that live in the trainer (:func:`configure_speedups`: the padding-free forward,
+compiled HF generation).
 The callback order is written out in :func:`add_callbacks`, one slot per job:
 
 1. ``StepTimingCallback`` (``timing/*`` keys) and, with the bench reward, ``DetailedRewardLoggingCallback``
@@ -16,9 +18,12 @@ The callback order is written out in :func:`add_callbacks`, one slot per job:
 from __future__ import annotations
 
 import contextlib
+import logging
 from pathlib import Path
 
-__all__ = ["add_callbacks", "build_trainer", "rollout_backend", "trainer_class"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["add_callbacks", "build_trainer", "configure_speedups", "rollout_backend", "trainer_class"]
 
 
 def trainer_class(cfg):
@@ -47,14 +52,36 @@ def build_trainer(cfg, grpo_config, model, processor, reward_funcs, reward_names
                   train_dataset, eval_dataset=None):
     """The run's trainer with its callbacks in place (W&B, when asked for, is started by the caller first)."""
     trainer_cls, extra = trainer_class(cfg)
+    packing = None
+    if cfg.padding_free:
+        from olmocr_rl.trainer.padding_free import install_padding_free
+
+        packing = install_padding_free(model)  # before the trainer wraps the model
     with rollout_backend(cfg):
         trainer = trainer_cls(
             **extra, model=model, args=grpo_config, processing_class=processor, reward_funcs=reward_funcs,
             train_dataset=train_dataset.to_trl_dataset(),
             eval_dataset=eval_dataset.to_trl_dataset() if eval_dataset is not None else None,
         )
+    configure_speedups(trainer, padding_free=packing is not None, compiled_generation=cfg.compiled_generation)
+    if packing:
+        logger.info("training forwards: %s", packing)
     add_callbacks(trainer, cfg, reward_names, reward_logger)
     return trainer
+
+
+def configure_speedups(trainer, *, padding_free: bool, compiled_generation: bool) -> None:
+    """Switch on the trainer's exact speed-ups: the padding-free forward (the model's attention must already be
+    pack-aware: ``olmocr_rl.trainer.padding_free.install_padding_free``) and compiled static-cache HF generation."""
+    trainer.padding_free = padding_free
+    if compiled_generation and not trainer.use_vllm:
+        import torch
+
+        from olmocr_rl.trainer.generation import enable_compiled_generation
+
+        enable_compiled_generation(trainer.generation_config, compile_on_cpu=not torch.cuda.is_available())
+        trainer.compiled_generation = True
+        logger.info("HF generation: static KV cache, compiled decoding, prompt lengths bucketed")
 
 
 def add_callbacks(trainer, cfg, reward_names: list[str], reward_logger) -> None:

@@ -4,7 +4,10 @@
   (whatever key layout they were saved in) and its optimizer state on any device;
 - :class:`~olmocr_rl.trainer.page_order.EpochSeededOrderMixin`: every epoch's page order comes from
   (seed, epoch), so a resumed run sees the pages it would have seen;
-- :class:`~olmocr_rl.trainer.completions.CompletionsLogMixin`: the completions table works with page prompts.
+- :class:`~olmocr_rl.trainer.completions.CompletionsLogMixin`: the completions table works with page prompts;
+- :class:`~olmocr_rl.trainer.padding_free.PaddingFreeMixin` (``--padding_free``) and
+  :class:`~olmocr_rl.trainer.generation.CompiledGenerationMixin` (``--compiled_generation``): exact speed-ups of the
+  training forwards and of HF generation, switched on by :func:`olmocr_rl.trainer.build.configure_speedups`.
 """
 
 from __future__ import annotations
@@ -13,10 +16,13 @@ from trl import GRPOTrainer
 
 from olmocr_rl.trainer.checkpoint_load import CheckpointLoadMixin
 from olmocr_rl.trainer.completions import CompletionsLogMixin
+from olmocr_rl.trainer.generation import CompiledGenerationMixin
+from olmocr_rl.trainer.padding_free import PaddingFreeMixin
 from olmocr_rl.trainer.page_order import EpochSeededOrderMixin
 
 __all__ = ["PlainGRPOTrainer"]
 
 
-class PlainGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer):
-    """``trl.GRPOTrainer`` (plain GRPO) with the three mixins of the module docstring."""
+class PlainGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsLogMixin, PaddingFreeMixin,
+                       CompiledGenerationMixin, GRPOTrainer):
+    """``trl.GRPOTrainer`` (plain GRPO) with the mixins of the module docstring."""
