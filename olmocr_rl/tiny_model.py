@@ -69,7 +69,7 @@ method; chapter two describes the data and the experiments; the conclusion summa
 0 1 2 3 4 5 6 7 8 9 10 100 2024 3.14 50% $12.00 (a) (b) [1] [2] et al. e.g. i.e. Fig. Table Eq.
 """
 
-#: Architecture presets. ``tiny`` is for CPU tests; ``3b``/``7b`` are the real Qwen2.5-VL shapes
+#: Architecture presets. ``tiny`` is for CPU tests, ``small`` for CPU benchmarks; ``3b``/``7b`` are the real Qwen2.5-VL shapes
 #: (hidden sizes, layers, heads, vision tower) with this tokenizer's vocabulary.
 SHAPES = {
     "tiny": dict(
@@ -77,6 +77,13 @@ SHAPES = {
                   num_key_value_heads=2, mrope_section=[4, 6, 6], tie_word_embeddings=False),
         vision=dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=2, fullatt_block_indexes=[1]),
         max_pixels=28 * 28 * 16,
+    ),
+    # CPU benchmarks (scripts/bench/): big enough that matrix work, not Python, dominates a step on 2 cores.
+    "small": dict(
+        text=dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=4, num_attention_heads=8,
+                  num_key_value_heads=2, mrope_section=[8, 12, 12], tie_word_embeddings=False),
+        vision=dict(depth=4, hidden_size=256, intermediate_size=512, num_heads=4, fullatt_block_indexes=[3]),
+        max_pixels=28 * 28 * 1024,
     ),
     "3b": dict(
         text=dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
@@ -260,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out_dir", help="folder to write the model into (created if missing)")
     parser.add_argument("--seed", type=int, default=0, help="weight-initialisation seed (default 0)")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny",
-                        help="architecture: tiny (~1M params, CPU) or the real Qwen2.5-VL 3b/7b shapes (default tiny)")
+                        help="architecture: tiny (~1M params, CPU tests), small (~25M, CPU benchmarks) or the real "
+                             "Qwen2.5-VL 3b/7b shapes (default tiny)")
     parser.add_argument("--vocab_size", type=int, default=2048, help="BPE vocabulary size (default 2048)")
     parser.add_argument("--corpus", action="append", default=[], metavar="DIR",
                         help="extra folder of *.md files for the tokenizer corpus (repeatable)")
@@ -282,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(folder).is_dir():
             parser.error(f"--corpus/--sft folder {folder} does not exist")
         extra.extend(read_corpus_dir(folder))
-    big = args.shape != "tiny"
+    big = args.shape in ("3b", "7b")
     dtype = args.dtype or ("bfloat16" if big else "float32")
     device = args.device
     if device is None:

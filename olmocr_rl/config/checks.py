@@ -23,7 +23,7 @@ Problems = list[str]
 _POSITIVE = ("learning_rate", "per_device_train_batch_size", "per_device_eval_batch_size",
              "gradient_accumulation_steps", "num_generations", "num_iterations", "max_completion_length",
              "logging_steps", "save_steps", "save_total_limit", "target_longest_image_dim", "max_train_samples",
-             "max_eval_samples")
+             "max_eval_samples", "profile_step")
 _NON_NEGATIVE = ("warmup_steps", "dataloader_num_workers", "beta")
 #: The GRPOConfig values --olmorl fixes that also have a flag.
 OLMORL_FLAGS = ("loss_type", "scale_rewards", "beta", "importance_sampling_level")

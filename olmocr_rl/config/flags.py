@@ -327,6 +327,10 @@ def _add_logging_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--log_multimodal", action=_BoolFlag, default=False,
                    help="log the page image beside each sampled completion in the W&B completions table "
                         "(gathers the page images across ranks at every generation)")
+    g.add_argument("--profile_step", type=int, default=None, metavar="N",
+                   help="profile optimizer step N with torch.profiler and write OUTPUT_DIR/profile_step_N.json: per "
+                        "phase (generation, rewards, training) its wall time, GPU busy share, kernel count, top "
+                        "operators, and whether it is compute-bound or launch-bound")
     g.add_argument("--s3_save_path", default=None, help="s3://bucket/prefix mirrored after every save")
     g.add_argument("--resume_from_checkpoint", nargs="?", const=True, default=None,
                    help="resume: bare flag = newest checkpoint in --output_dir (pulled from --s3_save_path "

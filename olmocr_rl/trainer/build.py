@@ -91,6 +91,10 @@ def add_callbacks(trainer, cfg, reward_names: list[str], reward_logger) -> None:
     from olmocr_rl.telemetry.timing import instrument_trainer
 
     trainer.callback_handler.callbacks.insert(0, instrument_trainer(trainer))  # timing/* keys
+    if cfg.profile_step is not None:  # --profile_step: torch.profiler over one step, per phase
+        from olmocr_rl.telemetry.profile import attach_step_profiler
+
+        trainer.add_callback(attach_step_profiler(trainer, cfg.profile_step, cfg.output_dir))
     if {"olmocr_bench_reward", "olmocr_bench_reward_macroavg"} & set(reward_names):
         DetailedRewardLoggingCallback.attach(trainer, reward_logger)  # bench_reward/* keys; goes first
     trainer.add_callback(MetricsFileCallback(Path(cfg.output_dir) / "metrics.jsonl"))

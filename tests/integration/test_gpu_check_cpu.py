@@ -30,3 +30,58 @@ def test_gpu_check_on_cpu_reports_the_mfu_columns(tmp_path):
     assert row["train_mfu"] == pytest.approx(row["model_flops"] / row["train_s"] / table["peak_flops"])
     for column in ("mfu_6n", "mfu", "train_mfu"):
         assert column in result.stdout
+
+
+@pytest.mark.slow
+def test_the_device_script_runs_on_cpu_with_tiny_shapes(tmp_path):
+    """scripts/device_gpu_check.sh, the one prepared GPU run, on CPU: stock and all-speed-ups rows, the profile of
+    one step per phase, and a dated section appended to (a copy of) docs/gpu_check.md."""
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "WITH_7B": "0", "ARMS": "grpo/stock,grpo/all",
+           "STEPS": "3", "WORK_DIR": str(tmp_path / "work"), "BUDGET_S": "600", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(["bash", "scripts/device_gpu_check.sh"], cwd=REPO, capture_output=True, text=True,
+                            timeout=900, env=env)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    table = json.loads((out / "gpu_check.json").read_text())
+    assert [row["arm"] for row in table["rows"]] == ["grpo/stock", "grpo/all"] and table["not_measured"] == []
+    # step 1 is warm-up; step 3 of grpo/all is the profiled one, left out of its means
+    assert [row["steps_measured"] for row in table["rows"]] == [2, 1]
+    profile = table["profile"]
+    assert profile["arm"] == "grpo/all" and profile["step"] == 3 and set(profile["phases"]) == {"generate", "reward",
+                                                                                              "train"}
+    assert profile["phases"]["train"]["top_operators"] and profile["phases"]["generate"]["verdict"] == "cpu"
+    docs = (out / "gpu_check.md").read_text()
+    assert docs.startswith((REPO / "docs" / "gpu_check.md").read_text().rstrip("\n"))
+    section = docs[docs.rindex("## Measured: "):]
+    assert table["date"] in section and "| grpo/stock |" in section and "| grpo/all |" in section
+    assert "| generate |" in section and "| train |" in section
+    assert (out / "gpu_check.log").is_file()
+
+
+def test_arms_and_their_flags():
+    from olmocr_rl.gpu_check import SPEEDUP_FLAGS, _arm_cli, parse_arm
+
+    assert parse_arm("grpo") == ("grpo", "all") and parse_arm("olmorl/stock") == ("olmorl", "stock")
+    with pytest.raises(ValueError, match="grpo|olmorl"):
+        parse_arm("ppo/all")
+    stock = _arm_cli("olmorl/stock", "b", Path("m"), Path("o"), 8, 256, 3, 1288, "hf-generate",
+                     {"min_new_tokens": 256}, profile_step=3)
+    assert "--olmorl" in stock and stock[-2:] == ["--profile_step", "3"]
+    for flag in SPEEDUP_FLAGS["stock"]:
+        assert flag in stock
+    # every stock flag names a real trainer flag, switched off (checkpointing: TRL's every-layer default)
+    from olmocr_rl.config import parse_args
+
+    args = parse_args(SPEEDUP_FLAGS["stock"])
+    assert (args.share_page_encoding, args.batched_vision_attention, args.share_page_processing, args.padding_free,
+            args.compiled_generation, args.gradient_checkpointing) == (False, False, False, False, False, "true")
+    assert parse_args(SPEEDUP_FLAGS["vision"]).batched_vision_attention is True
+    assert SPEEDUP_FLAGS["all"] == []  # the defaults
+
+
+def test_bad_arms_are_one_error_line(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "olmocr_rl.gpu_check", "--arms", "grpo/fast"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.startswith("error: --arms: arm 'grpo/fast'")
+    assert result.stderr.count("\n") == 1
