@@ -272,3 +272,23 @@ def test_a_checkpoint_between_the_updates_of_one_generation_batch_is_flagged():
     flagged = [n for n in validate(parse_args([*base, "--save_steps", "3"])).notices if "--save_steps" in n]
     assert len(flagged) == 1 and flagged[0].endswith("use --save_steps 4"), flagged
     assert not [n for n in validate(parse_args([*base, "--save_steps", "4"])).notices if "--save_steps" in n]
+
+
+def test_speed_flags_their_defaults_spellings_and_errors(bench, tmp_path, capsys):
+    args = parse_args(["--train_bench_data_folder", str(bench), "--reward_bench"])
+    assert (args.share_page_processing, args.padding_free, args.compiled_generation, args.profile_step) == \
+        (True, True, None, None)
+    assert args.gradient_checkpointing == "auto"
+    for given, value in (([], "true"), (["false"], "false"), (["0"], "false"), (["vision"], "vision"),
+                         (["AUTO"], "auto")):
+        assert _args(bench, "--gradient_checkpointing", *given).gradient_checkpointing == value
+    assert _args(bench, "--no-gradient_checkpointing").gradient_checkpointing == "false"
+    config = tmp_path / "c.yaml"
+    config.write_text("gradient_checkpointing: true\npadding_free: false\n")
+    from_yaml = parse_args(["--config", str(config)])
+    assert (from_yaml.gradient_checkpointing, from_yaml.padding_free) == ("true", False)
+    with pytest.raises(SystemExit):
+        parse_args(["--gradient_checkpointing", "sometimes"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "expected auto, true, false or vision, got 'sometimes'" in err
+    assert "--profile_step must be > 0 (got 0)" in _error(bench, "--profile_step", "0")
