@@ -137,7 +137,7 @@ def install_padding_free(model) -> str | None:
     AttentionInterface.register(PACKED_SDPA, packed_sdpa_attention)
     ALL_MASK_ATTENTION_FUNCTIONS.register(PACKED_SDPA, sdpa_mask)  # every unpacked forward: SDPA's own mask
     text_config = _unwrapped(model).config.get_text_config()
-    if text_config._attn_implementation == "sdpa":
+    if text_config._attn_implementation in ("sdpa", PACKED_SDPA):
         text_config._attn_implementation = PACKED_SDPA
         return "micro-batches packed into one row (SDPA per sequence)"
     return f"micro-batches packed into one row ({text_config._attn_implementation}, variable-length)"
@@ -146,7 +146,8 @@ def install_padding_free(model) -> str | None:
 class PackedForward:
     """Stands in for the model in TRL's log-prob function: packs each call's rows, calls the model, unpacks.
 
-    Calls it cannot pack exactly (other inputs, not TRL's fused log-prob head) go to the model unchanged.
+    Calls it cannot pack exactly go to the model unchanged: other inputs, not TRL's fused log-prob head, or a
+    model whose text attention is not pack-aware (TRL's reference model is loaded again from the checkpoint).
     """
 
     def __init__(self, model):
@@ -155,8 +156,11 @@ class PackedForward:
     def __call__(self, **inputs: Any):
         if not inputs.get("fused_lm_head") or set(inputs) - _PACKABLE_INPUTS or inputs.get("attention_mask") is None:
             return self.model(**inputs)
+        text_config = _unwrapped(self.model).config.get_text_config()
         inner = _inner(self.model)
-        layer_types = getattr(_unwrapped(self.model).config.get_text_config(), "layer_types", None) or ["full_attention"]
+        if inner is None or text_config._attn_implementation not in (PACKED_SDPA,) + _FLASH:
+            return self.model(**inputs)  # e.g. TRL's reference model, loaded again without install_padding_free
+        layer_types = getattr(text_config, "layer_types", None) or ["full_attention"]
         input_ids, attention_mask, labels = inputs["input_ids"], inputs["attention_mask"], inputs["labels"]
         mask = attention_mask.bool()
         lengths = mask.sum(dim=1)

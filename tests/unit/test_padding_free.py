@@ -159,9 +159,36 @@ def test_where_packing_cannot_be_exact_the_padded_forward_runs(models, tiny_mode
     seen = []
     PackedForward(type("Spy", (), {"__call__": lambda self, **kw: seen.append(kw)})())(**inputs)
     assert seen[0]["input_ids"].shape == inputs["input_ids"].shape
+    # a model whose attention was never made pack-aware (TRL's reference model) gets the padded block
+    inputs.pop("token_type_ids")
+    with torch.no_grad():
+        torch.testing.assert_close(PackedForward(stock)(**inputs).log_probs, stock(**inputs).log_probs, rtol=0, atol=0)
 
 
 def test_on_by_default(tiny_model_dir):
     from olmocr_rl.config import build_parser
 
     assert build_parser().get_default("padding_free") is True
+
+
+def test_generation_with_the_pack_aware_attention_samples_the_stock_ids(models):
+    """The text model's new attention name changes nothing outside packed forwards: left-padded prompts of two
+    lengths get their padding and causal masks, and sample the same ids."""
+    from transformers import GenerationConfig
+
+    stock, packed, processor = models
+    images = [_page(56, 56, 0), _page(112, 84, 1)]
+    messages = [[{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": "Read."}]}]
+                for image in images]
+    processor.tokenizer.padding_side = "left"
+    inputs = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True,
+                                           return_tensors="pt", padding=True)
+    assert (inputs["attention_mask"] == 0).any()
+    config = GenerationConfig(max_new_tokens=8, do_sample=True, top_k=0, pad_token_id=processor.tokenizer.pad_token_id,
+                              disable_compile=True)
+    ids = []
+    for model in (stock, packed):
+        torch.manual_seed(0)
+        with torch.no_grad():
+            ids.append(model.generate(**inputs, generation_config=config))
+    assert torch.equal(ids[0], ids[1])
