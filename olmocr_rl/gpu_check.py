@@ -3,10 +3,14 @@
 On a CUDA machine: builds a random-weight model with the real Qwen2.5-VL-3B architecture (the tiny
 tokenizer's vocabulary), then runs the training CLI for a few steps on ``bench_data_sample/`` in
 bf16 — vLLM colocate when vLLM is importable, HF generation otherwise — with 1288 px pages, G = 8 and
-a fixed completion length (EOS suppressed by a minimum length), one run per *arm*: an objective (plain
-GRPO, ``--olmorl``) with a set of speed-ups (``stock``: none, the step as it was before them; ``vision``:
-the vision-tower ones; ``all``: the trainer's defaults), each arm in its own process on a GPU. On CPU the
-same runs use the tiny model and tiny sizes (under a minute an arm), so CI checks it.
+a fixed completion length, one run per *arm*: an objective (plain GRPO, ``--olmorl``) with a set of
+speed-ups (``stock``: none, the step as it was before them; ``vision``: the vision-tower ones; ``all``: the
+trainer's defaults), each arm in its own process on a GPU. vLLM runs to the length with ``ignore_eos`` (it
+only stops stopping: the sampled distribution and the log-probs TRL's importance-sampling correction compares
+are the model's own); ``min_tokens`` would mask EOS out of the logits, and vLLM's processed log-probs would then
+differ from the trainer's on every token (measured: sequence IS ratios 1e-4 to 0.02 at 256 tokens, a loss
+scaled to almost nothing). HF generation uses ``min_new_tokens`` (no correction there). On CPU the same runs
+use the tiny model and tiny sizes (under a minute an arm), so CI checks it.
 
 Prints one table and writes it as JSON (``--out``): seconds per step split into generation / reward /
 training (log-probs, forward/backward, optimizer), generated and trained tokens per second, a model
@@ -167,14 +171,14 @@ def parse_arm(spec: str) -> tuple[str, str]:
 
 
 def _arm_cli(arm: str, bench: str, model_dir: Path, out_dir: Path, G: int, length: int, steps: int,
-             image_dim: int, backend: str, min_tokens: dict, profile_step: int | None = None) -> list[str]:
+             image_dim: int, backend: str, length_kwargs: dict, profile_step: int | None = None) -> list[str]:
     """The trainer flags of one arm (``objective/speedups``): fixed-length completions, one log per step, no saves."""
     objective, speedups = parse_arm(arm)
     cli = [
         "--train_bench_data_folder", bench, "--model_name", str(model_dir), "--output_dir", str(out_dir),
         "--reward_bench", "--reward_front_matter", "--reward_eos",
         "--num_generations", str(G), "--per_device_train_batch_size", str(G), "--gradient_accumulation_steps", "1",
-        "--max_completion_length", str(length), "--generation_kwargs", json.dumps(min_tokens),
+        "--max_completion_length", str(length), "--generation_kwargs", json.dumps(length_kwargs),
         "--max_steps", str(steps), "--logging_steps", "1", "--save_steps", "100000", "--warmup_steps", "0",
         "--learning_rate", "1e-6", "--temperature", "1.0", "--target_longest_image_dim", str(image_dim),
         "--dataloader_num_workers", "0", "--report_to", "none", "--seed", "0",
@@ -239,7 +243,7 @@ def _run_arms(plan: list[tuple[str, str]], args, settings: dict, work: Path, sta
         out_dir = work / f"run-{shape}-{arm.replace('/', '-')}"
         profiled = settings["steps"] if index == profile_arm else None  # the last step: the others stay unprofiled
         cli = _arm_cli(arm, args.bench, model_dir, out_dir, settings["G"], settings["length"], settings["steps"],
-                       settings["image_dim"], settings["backend"], settings["min_tokens"], profile_step=profiled)
+                       settings["image_dim"], settings["backend"], settings["length_kwargs"], profile_step=profiled)
         print(f"[gpu_check] arm {shape} {arm}: python -m olmocr_rl.grpo_train {' '.join(cli)}", flush=True)
         # On a GPU each arm gets its own process: a colocated engine, compiled graphs and the allocator's
         # cache would otherwise carry into the next arm's numbers.
@@ -282,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         "G": args.num_generations or (8 if cuda else 4), "backend": backend,
         "image_dim": args.image_dim or (DEFAULT_TARGET_LONGEST_IMAGE_DIM if cuda else 448),
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
-        "min_tokens": {"min_tokens": length} if backend == "vllm-colocate" else {"min_new_tokens": length},
+        # vLLM runs to max_tokens with its distribution untouched; HF generation holds EOS off
+        "length_kwargs": {"ignore_eos": True} if backend == "vllm-colocate" else {"min_new_tokens": length},
     }
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="olmocr_rl_gpu_check_"))
     work.mkdir(parents=True, exist_ok=True)

@@ -187,7 +187,10 @@ def _build_trainer(cfg: ResolvedConfig, model, processor, rewards, train_dataset
     """Plain TRL GRPO or OlmoRL (olmocr_rl.trainer.build), with the gradient checkpointing plan installed
     (olmocr_rl.model.checkpointing) and W&B started first when asked for."""
     from olmocr_rl.model.checkpointing import apply_checkpointing, plan_checkpointing
+    from olmocr_rl.telemetry.console import filter_startup_noise
     from olmocr_rl.trainer.build import build_trainer
+
+    filter_startup_noise()  # before the Trainer logs its start-up messages (the fail-fast paths never import it)
 
     reward_funcs, reward_weights, reward_names, reward_logger = rewards
     plan = plan_checkpointing(cfg, model.config)

@@ -28,7 +28,8 @@ VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
 #: Upper bound on a page prompt's text tokens (instructions, chat markup, vision start/end).
 PROMPT_TEXT_TOKENS = 512
 #: Flag aliases (another name for the same value), accepted on the command line and as YAML keys.
-ALIASES = {"num_completions": "num_generations"}
+ALIASES = {"num_completions": "num_generations",
+           "vllm_importance_sampling_clip_max": "vllm_importance_sampling_cap"}
 
 
 class ConfigError(ValueError):
@@ -60,6 +61,16 @@ def _json_object(text: str) -> dict:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"expected a JSON object, e.g. '{{\"min_new_tokens\": 256}}', got {text!r}")
     return value
+
+
+def _optional_float(value: Any) -> float | None:
+    """A number, or ``none`` / ``null`` for no value (TRL's ``None``)."""
+    if value is None or str(value).strip().lower() in ("none", "null"):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or none, got {value!r}") from None
 
 
 def _reward_type(key: str) -> Callable[[Any], float | str | None]:
@@ -145,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     group = parser.add_argument_group("config")
     group.add_argument("--config", default=None, help="YAML file of flag values (keys are flag names without --)")
     for add_group in (_add_data_flags, _add_model_flags, _add_optimisation_flags, _add_speed_flags,
-                      _add_grpo_flags, _add_reward_flags, _add_backend_flags, _add_logging_flags):
+                      _add_grpo_flags, _add_trl_knob_flags, _add_reward_flags, _add_backend_flags, _add_logging_flags,
+                      _add_console_flags):
         add_group(parser)
     return parser
 
@@ -254,7 +266,12 @@ def _add_grpo_flags(parser: argparse.ArgumentParser) -> None:
                    help="correct for vLLM-vs-trainer log-prob mismatch (vLLM only)")
     g.add_argument("--vllm_importance_sampling_mode", choices=IS_MODES, default="sequence_mask",
                    help="how the vLLM IS ratio is constrained")
-    g.add_argument("--vllm_importance_sampling_cap", type=float, default=3.0, help="IS ratio cap")
+    g.add_argument("--vllm_importance_sampling_cap", "--vllm_importance_sampling_clip_max",
+                   dest="vllm_importance_sampling_cap", type=_optional_float, default=3.0,
+                   help="upper bound C_max of the vLLM IS ratio (TRL: vllm_importance_sampling_clip_max; "
+                        "--vllm_importance_sampling_clip_max is an alias): *_truncate modes clip ratios above it, "
+                        "*_mask modes zero them; none = no upper bound. A sequence ratio is the product of its "
+                        "tokens' ratios, so sequence_* modes need a larger cap on long pages (docs/vllm.md)")
     g.add_argument("--olmorl", action=_BoolFlag, default=False,
                    help="OLMo 3's OlmoRL objective: no std normalisation, zero-signal groups dropped, "
                         "clip-higher (0.2/0.272), token-level loss, beta 0")
@@ -266,6 +283,78 @@ def _add_grpo_flags(parser: argparse.ArgumentParser) -> None:
                         "after them trains on what it has (logged)")
     g.add_argument("--macro_average", action=_BoolFlag, default=False,
                    help="use the macro-averaged bench reward (alias: turns --reward_bench into --reward_bench_macroavg)")
+
+
+#: TRL GRPOConfig fields exposed by ``_add_trl_knob_flags`` under their own names; the flag's default is TRL 1.16's
+#: (olmOCR sets none of them), so a run that gives none of them builds the GRPOConfig it built before they existed.
+TRL_KNOB_FLAGS = (
+    "epsilon", "epsilon_high", "delta", "mask_truncated_completions", "top_entropy_quantile",
+    "off_policy_mask_threshold", "entropy_coef", "multi_objective_aggregation", "steps_per_generation",
+    "generation_batch_size", "num_generations_eval", "disable_dropout", "top_k", "min_p", "repetition_penalty",
+    "vllm_importance_sampling_clip_min", "vllm_model_impl",
+)
+MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
+VLLM_MODEL_IMPLS = ("vllm", "transformers")
+
+
+def _add_trl_knob_flags(parser: argparse.ArgumentParser) -> None:
+    """TRL GRPOConfig knobs under TRL's names and defaults (``TRL_KNOB_FLAGS``), passed through unchanged."""
+    g = parser.add_argument_group(
+        "GRPO knobs (TRL GRPOConfig fields: same name, same default; --olmorl fixes the clip, entropy and "
+        "aggregation ones)")
+    g.add_argument("--epsilon", type=float, default=0.2,
+                   help="TRL epsilon: lower clip of the policy ratio, clip(ratio, 1 - epsilon, 1 + epsilon_high) "
+                        "(PPO, Schulman et al. 2017)")
+    g.add_argument("--epsilon_high", type=_optional_float, default=None,
+                   help="TRL epsilon_high: upper clip of the policy ratio; none = --epsilon. DAPO (Yu et al. 2025) "
+                        "recommends 0.28 ('clip-higher'); with --loss_type cispo it is ScaleRL's eps_max (5.0)")
+    g.add_argument("--delta", type=_optional_float, default=None,
+                   help="TRL delta: two-sided GRPO, the unclipped ratio is also capped at delta (INTELLECT-2 tech "
+                        "report, 2025); should exceed 1 + epsilon_high; none = standard clipping")
+    g.add_argument("--mask_truncated_completions", action=_BoolFlag, default=False,
+                   help="TRL mask_truncated_completions: leave completions that reach --max_completion_length "
+                        "without EOS out of the loss (DAPO's overlong filtering: a page that loops until the cap "
+                        "is not trained on as if it had ended)")
+    g.add_argument("--top_entropy_quantile", type=float, default=1.0,
+                   help="TRL top_entropy_quantile: train only on the top-rho share of tokens by entropy; 1.0 = "
+                        "every token ('Beyond the 80/20 Rule', Wang et al. 2025, recommends 0.2)")
+    g.add_argument("--off_policy_mask_threshold", type=_optional_float, default=None,
+                   help="TRL off_policy_mask_threshold: drop sequences with negative advantage whose KL from the "
+                        "sampling policy exceeds this (DeepSeek-V3.2's off-policy sequence masking, e.g. 0.5); "
+                        "none = off")
+    g.add_argument("--entropy_coef", type=float, default=0.0,
+                   help="TRL entropy_coef: weight of a mean per-token entropy bonus in the loss (keeps "
+                        "exploration; Skywork-OR1, He et al. 2025); 0 = none")
+    g.add_argument("--multi_objective_aggregation", choices=MULTI_OBJECTIVE_AGGREGATIONS, default="sum_then_normalize",
+                   help="TRL multi_objective_aggregation: sum the weighted rewards then normalise, or normalise each "
+                        "reward within its group then sum (GDPO, Liu et al. 2026)")
+    g.add_argument("--steps_per_generation", type=int, default=None, metavar="N",
+                   help="TRL steps_per_generation: micro-steps fed by one generation batch; none = "
+                        "--gradient_accumulation_steps (larger values reuse one generation over several optimizer "
+                        "steps, each further off-policy)")
+    g.add_argument("--generation_batch_size", type=int, default=None, metavar="N",
+                   help="TRL generation_batch_size: completions per generation over all processes (a multiple of "
+                        "per-device batch x processes and of --num_generations); none = from --steps_per_generation. "
+                        "Set at most one of the two")
+    g.add_argument("--num_generations_eval", type=int, default=None, metavar="G",
+                   help="TRL num_generations_eval: completions per page in evaluation; none = --num_generations")
+    g.add_argument("--disable_dropout", action=_BoolFlag, default=False,
+                   help="TRL disable_dropout: turn the model's dropout off, so log-probs of the same completion "
+                        "agree between forwards (useful with a --beta reference model)")
+    g.add_argument("--top_k", type=int, default=0,
+                   help="TRL top_k: sample from the k most likely tokens; 0 = off. With vLLM's importance-sampling "
+                        "correction on, truncated sampling biases the ratio (trl#6789; docs/vllm.md)")
+    g.add_argument("--min_p", type=_optional_float, default=None,
+                   help="TRL min_p: drop tokens below min_p x the top token's probability; none = off (same bias "
+                        "as --top_k)")
+    g.add_argument("--repetition_penalty", type=float, default=1.0,
+                   help="TRL repetition_penalty: > 1 discourages repeating tokens (Keskar et al. 2019, CTRL); 1.0 = "
+                        "off. vLLM's log-probs include it and the trainer's do not, so it biases the IS ratio")
+    g.add_argument("--vllm_importance_sampling_clip_min", type=_optional_float, default=None, metavar="C_MIN",
+                   help="TRL vllm_importance_sampling_clip_min: lower bound of the vLLM IS ratio (*_truncate: clip "
+                        "below it, *_mask: zero below it); none = no lower bound")
+    g.add_argument("--vllm_model_impl", choices=VLLM_MODEL_IMPLS, default="vllm",
+                   help="TRL vllm_model_impl: vLLM's own model code, or transformers' modelling code run by vLLM")
 
 
 def _add_reward_flags(parser: argparse.ArgumentParser) -> None:
@@ -335,6 +424,18 @@ def _add_logging_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--resume_from_checkpoint", nargs="?", const=True, default=None,
                    help="resume: bare flag = newest checkpoint in --output_dir (pulled from --s3_save_path "
                         "when the local dir has none; starts fresh when neither has one), or a checkpoint path")
+
+
+def _add_console_flags(parser: argparse.ArgumentParser) -> None:
+    """What the console shows (metrics.jsonl and W&B always get every number)."""
+    g = parser.add_argument_group("console")
+    g.add_argument("--console_detail_steps", type=int, default=None, metavar="N",
+                   help="print the per test type and per JSONL pass-rate tables every N steps (over the steps since "
+                        "the last ones) and at the end; default: with each checkpoint (--save_steps); 0 = only at "
+                        "the end. The compact row prints at every logging step")
+    g.add_argument("--console_raw_metrics", action=_BoolFlag, default=False,
+                   help="also print the Trainer's raw metrics dict at every logging step (every key goes to "
+                        "metrics.jsonl and W&B either way)")
 
 
 def flag_key(name: str) -> str:

@@ -93,6 +93,8 @@ def validate(args: argparse.Namespace, env: Environment | None = None) -> Resolv
     _first(checks.check_folders(args))
     loss_type, scale_rewards = checks.resolve_loss(args)
     _first(checks.check_ranges(args))
+    _first(checks.check_trl_knobs(args))
+    _first(checks.check_console(args))
     notices = checks.schedule_notices(args)
     _first(checks.check_filters(args))
     reward_spec, reward_notices = checks.resolve_rewards(args)
@@ -107,6 +109,7 @@ def validate(args: argparse.Namespace, env: Environment | None = None) -> Resolv
     notices += backend.notices
     compiled_generation, generation_notices = checks.resolve_compiled_generation(args, env, backend.vllm_mode)
     notices += generation_notices
+    notices += checks.importance_sampling_notices(args, backend.vllm_mode)
     report_to = checks.resolve_report_to(args)
     resume = checks.resolve_resume(args)
     _first(checks.check_s3(args))

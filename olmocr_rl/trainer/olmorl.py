@@ -19,7 +19,9 @@ It overrides two private methods of ``GRPOTrainer``, both by wrapping the parent
                                      ``num_items_in_batch``; logs ``olmorl/*`` metrics.
 
 Everything else comes from the mixins it shares with the plain trainer (checkpoint loading, the
-epoch-seeded page order, the completions table, the padding-free forward, compiled HF generation) and from :class:`~olmocr_rl.trainer.active_sampling.
+epoch-seeded page order, the completions table, the IS telemetry, which sees each generation batch as TRL made
+it, before the keep mask; the padding-free forward; compiled HF generation) and from
+:class:`~olmocr_rl.trainer.active_sampling.
 ActiveSamplingMixin`; ``trainer/compat.py`` lists every private name they rely on.
 
 The forward pass never sees the keep mask (``completion_mask`` is untouched), so log-probs, entropies
@@ -55,6 +57,7 @@ from olmocr_rl.trainer.active_sampling import ActiveSamplingMixin
 from olmocr_rl.trainer.checkpoint_load import CheckpointLoadMixin
 from olmocr_rl.trainer.completions import CompletionsLogMixin
 from olmocr_rl.trainer.generation import CompiledGenerationMixin
+from olmocr_rl.trainer.is_telemetry import ImportanceSamplingTelemetryMixin
 from olmocr_rl.trainer.padding_free import PaddingFreeMixin
 from olmocr_rl.trainer.page_order import EpochSeededOrderMixin
 
@@ -91,7 +94,7 @@ def olmorl_group_plan(
 
 
 class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, ActiveSamplingMixin, CompletionsLogMixin,
-                        PaddingFreeMixin, CompiledGenerationMixin, GRPOTrainer):
+                        ImportanceSamplingTelemetryMixin, PaddingFreeMixin, CompiledGenerationMixin, GRPOTrainer):
     """``trl.GRPOTrainer`` with the OlmoRL objective (see the module docstring).
 
     Build its ``args`` with ``GRPOConfig(..., **olmorl_config_overrides())``; any contradicting value

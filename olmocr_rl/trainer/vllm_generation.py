@@ -18,8 +18,9 @@ ids, so the expanded form is right there. More that the pinned TRL does not do f
 * After a weight sync TRL resets vLLM's prefix cache but not its encoder cache, so a page seen again
   (a later epoch, or one page trained repeatedly) gets vision features from the old weights; the
   encoder cache is reset with every sync (colocated engine, or the server's ``/reset_encoder_cache``).
-* vLLM's CPU backend repacks linear weights for oneDNN, which drops the ``weight_loader`` that TRL's
-  weight sync needs; on CPU the repacking is switched off (plain ``torch.nn.functional.linear``).
+* vLLM's CPU backend repacks linear weights (oneDNN; sgl-kernel for bfloat16 on AMX CPUs), which drops the
+  ``weight_loader`` that TRL's weight sync needs; on CPU the repacking is switched off (plain
+  ``torch.nn.functional.linear``).
 
 All of it is one small subclass of TRL's ``VLLMGeneration``, swapped in only while the trainer is
 built (:func:`page_vllm_generation`); a TRL release that fixes the prompt form makes
@@ -50,10 +51,17 @@ def collapse_image_runs(prompt_ids: Sequence[int], pad_ids: Sequence[int]) -> li
 
 
 def _disable_cpu_weight_repacking() -> None:
-    """vLLM CPU only: keep linear layers as plain parameters so TRL's colocated weight sync can load them."""
+    """vLLM CPU only: keep linear layers as plain parameters so TRL's colocated weight sync can load them.
+
+    Two repacking paths replace a layer's weight by an empty parameter: oneDNN's (any dtype), and, for a
+    bfloat16/float16 engine on a CPU with AMX tiles, the sgl-kernel one (``check_cpu_sgl_kernel``), which is what
+    an engine in bfloat16 beside a float32 trainer hit at its first weight sync.
+    """
     import vllm._custom_ops as ops
+    from vllm.model_executor.layers import utils as layer_utils
 
     ops._supports_onednn = False
+    layer_utils.check_cpu_sgl_kernel = lambda n, k, dtype: False
 
 
 def _generation_class():
