@@ -3,14 +3,15 @@
 On a CUDA machine: builds a random-weight model with the real Qwen2.5-VL-3B architecture (the tiny
 tokenizer's vocabulary), then runs the training CLI for a few steps on ``bench_data_sample/`` in
 bf16 — vLLM colocate when vLLM is importable, HF generation otherwise — with 1288 px pages, G = 8 and
-a fixed completion length, one run per *arm*: an objective (plain GRPO, ``--olmorl``) with a set of
-speed-ups (``stock``: none, the step as it was before them; ``vision``: the vision-tower ones; ``all``: the
-trainer's defaults), each arm in its own process on a GPU. vLLM runs to the length with ``ignore_eos`` (it
-only stops stopping: the sampled distribution and the log-probs TRL's importance-sampling correction compares
-are the model's own); ``min_tokens`` would mask EOS out of the logits, and vLLM's processed log-probs would then
-differ from the trainer's on every token (measured: sequence IS ratios 1e-4 to 0.02 at 256 tokens, a loss
-scaled to almost nothing). HF generation uses ``min_new_tokens`` (no correction there). On CPU the same runs
-use the tiny model and tiny sizes (under a minute an arm), so CI checks it.
+a fixed completion length, one run per *arm*: an objective (plain GRPO, ``--olmorl``, or LoRA: ``--use_peft``
+with its defaults, r 16 on the language model, the frozen vision tower's features computed once per step) with a
+set of speed-ups (``stock``: none, the step as it was before them; ``vision``: the vision-tower ones; ``all``: the
+trainer's defaults), each arm in its own process on a GPU. vLLM runs to the length with ``ignore_eos`` (it only
+stops stopping: the sampled distribution and the log-probs TRL's importance-sampling correction compares are the
+model's own); ``min_tokens`` would mask EOS out of the logits, and vLLM's processed log-probs would then differ from
+the trainer's on every token (measured: sequence IS ratios 1e-4 to 0.02 at 256 tokens, a loss scaled to almost
+nothing). HF generation uses ``min_new_tokens`` (no correction there). On CPU the same runs use the tiny model and
+tiny sizes (under a minute an arm), so CI checks it.
 
 Prints one table and writes it as JSON (``--out``): seconds per step split into generation / reward /
 training (log-probs, forward/backward, optimizer), generated and trained tokens per second, a model
@@ -41,6 +42,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 #: Dense bf16 peak FLOP/s by GPU name fragment (vendor datasheets; used for the MFU estimate).
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 70e12}
 
+#: The runs: plain GRPO, OlmoRL, plain GRPO training LoRA adapters (--use_peft).
+ARMS = ("grpo", "olmorl", "lora")
 COLUMNS = ["arm", "step_s", "generate_s", "reward_s", "train_s", "gen_tok_per_s", "train_tok_per_s",
            "mfu_6n", "mfu", "train_mfu", "peak_mem_gb", "reward_share"]
 
@@ -162,11 +165,12 @@ SPEEDUP_FLAGS = {
 
 
 def parse_arm(spec: str) -> tuple[str, str]:
-    """``objective/speedups`` (``grpo/stock``, ``olmorl/all``; a bare objective means ``/all``). Raises ValueError."""
+    """``objective/speedups`` (``grpo/stock``, ``olmorl/all``, ``lora``; a bare objective means ``/all``). Raises
+    ValueError."""
     objective, _, speedups = spec.strip().partition("/")
     speedups = speedups or "all"
-    if objective not in ("grpo", "olmorl") or speedups not in SPEEDUP_FLAGS:
-        raise ValueError(f"arm {spec!r}: expected grpo|olmorl[/{'|'.join(SPEEDUP_FLAGS)}]")
+    if objective not in ARMS or speedups not in SPEEDUP_FLAGS:
+        raise ValueError(f"arm {spec!r}: expected {'|'.join(ARMS)}[/{'|'.join(SPEEDUP_FLAGS)}]")
     return objective, speedups
 
 
@@ -186,6 +190,8 @@ def _arm_cli(arm: str, bench: str, model_dir: Path, out_dir: Path, G: int, lengt
     ]
     if objective == "olmorl":
         cli.append("--olmorl")
+    elif objective == "lora":
+        cli.append("--use_peft")
     if profile_step is not None:
         cli += ["--profile_step", str(profile_step)]
     return cli
@@ -199,9 +205,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--completion_length", type=int, default=None, help="fixed completion tokens (256 GPU, 16 CPU)")
     parser.add_argument("--num_generations", type=int, default=None, help="G (default 8 GPU, 4 CPU)")
     parser.add_argument("--image_dim", type=int, default=None, help="page size, longest side (default: the trainer's --target_longest_image_dim on GPU, 448 on CPU)")
-    parser.add_argument("--arms", default="grpo/stock,grpo/all,olmorl/stock,olmorl/all",
-                        help="comma list of objective/speedups arms: objective grpo or olmorl; speedups stock (none: "
-                             "the step before any speed-up), vision (the vision-tower ones) or all (the defaults)")
+    parser.add_argument("--arms", default="grpo/stock,grpo/all,olmorl/stock,olmorl/all,lora/all",
+                        help="comma list of objective/speedups arms: objective grpo, olmorl or lora (--use_peft); "
+                             "speedups stock (none: the step before any speed-up), vision (the vision-tower ones) or "
+                             "all (the defaults); a bare objective means /all")
     parser.add_argument("--profile", action="store_true",
                         help="profile the last step of the first arm with every speed-up on (torch.profiler, per "
                              "phase; that step is left out of the arm's means when another remains)")
@@ -267,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from olmocr_rl.config import probe_environment
-    from olmocr_rl.config.flags import DEFAULT_TARGET_LONGEST_IMAGE_DIM
+    from olmocr_rl.data.render import DEFAULT_TARGET_LONGEST_IMAGE_DIM
 
     try:
         arms = [a.strip() for a in args.arms.split(",") if a.strip()]

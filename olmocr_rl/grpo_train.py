@@ -7,6 +7,8 @@
 The phases of ``main``, in order, each a function: parse and validate flags into a frozen ResolvedConfig
 (before anything heavy loads) -> ``_check_before_loading`` (W&B's credentials with --report_to wandb, the
 bench folders, the checkpoint to resume from, local or pulled from S3, S3 access) -> ``_build_datasets`` ->
+``_check_trainer_setup`` (the colocated engine fits the GPU; TRL's private surface, trainer/compat.py;
+TRL's GRPOConfig, whose own checks run here) ->
 ``_load_model`` (model and processor) -> ``_build_rewards`` -> ``_build_trainer`` (plain TRL GRPO, or
 OlmoRL with --olmorl) -> ``_train_and_save`` (train, save model + processor). A phase that cannot go on
 raises ``_Stop``, which ``main`` turns into one ``error:`` line.
@@ -59,11 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     for notice in cfg.notices:  # each logged once, here
         (logger.warning if notice.startswith("WARNING:") else logger.info)(notice)
     try:
-        resume, scans = _check_before_loading(cfg)
-        train_dataset, eval_dataset = _build_datasets(cfg, scans)
+        resume, reports = _check_before_loading(cfg)
+        train_dataset, eval_dataset = _build_datasets(cfg, reports)
+        grpo_config, peft_config, checkpointing = _check_trainer_setup(cfg)
         model, processor = _load_model(cfg)
         rewards = _build_rewards(cfg, processor)
-        trainer = _build_trainer(cfg, model, processor, rewards, train_dataset, eval_dataset, resume)
+        trainer = _build_trainer(cfg, grpo_config, model, processor, rewards, train_dataset, eval_dataset, resume,
+                                 peft_config, checkpointing)
         _train_and_save(cfg, trainer, processor, resume)
     except _Stop as stop:
         return _fail(stop.message, stop.code)
@@ -74,7 +78,7 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
     """W&B credentials, the bench folders, the checkpoint to resume from and S3 access, before anything loads.
 
     Returns the checkpoint to resume from (pulled from S3 on a fresh machine) or None, and each bench folder's
-    scan (the datasets reuse it: every folder is read once).
+    validation report (the datasets are built from it: every folder is read, and its references parsed, once).
     """
     if "wandb" in cfg.report_to and is_main_process():  # the W&B run lives on the global main process only
         from olmocr_rl.telemetry.wandb_run import wandb_credentials_problem
@@ -83,15 +87,15 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
         problem = wandb_credentials_problem()
         if problem:
             raise _Stop(problem)
-    from olmocr_rl.validate_bench import validate_bench_folder
+    from olmocr_rl.data.validation import validate_bench_folder
 
     folders = {cfg.train_bench_data_folder}
     if cfg.eval_steps is not None and cfg.eval_bench_data_folder:
         folders.add(cfg.eval_bench_data_folder)
-    scans = {}  # each folder read once: the datasets take validation's scan
+    reports = {}  # each folder read once: the datasets are built from validation's report
     for folder in sorted(folders):
-        report = validate_bench_folder(folder, jsonl_filter=cfg.jsonl_filter, test_types=_test_types(cfg))
-        scans[folder] = report.scan
+        report = reports[folder] = validate_bench_folder(folder, jsonl_filter=cfg.jsonl_filter,
+                                                         test_types=_test_types(cfg))
         if not report.ok:
             print(report.format(), file=sys.stderr)
             raise _Stop(f"bench folder {folder} has problems (listed above); fix them, or check them with "
@@ -104,6 +108,12 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
         resume = _resume_checkpoint(cfg)
     except StorageError as exc:  # resuming was asked for and S3 cannot be read: starting over would be wrong
         raise _Stop(f"--resume_from_checkpoint: {exc}") from None
+    if resume:
+        from olmocr_rl.trainer.adapter_checkpoint import kind_mismatch
+
+        problem = kind_mismatch(resume, cfg.use_peft)  # a LoRA checkpoint for a full fine-tune, or the reverse
+        if problem:
+            raise _Stop(f"--resume_from_checkpoint: {problem}")
     if cfg.s3_save_path:  # a mistyped bucket or missing credentials now, not as log lines at the first save
         from olmocr_rl.storage import check_s3_access
 
@@ -111,14 +121,14 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
             check_s3_access(cfg.s3_save_path)
         except StorageError as exc:
             raise _Stop(f"--s3_save_path: {exc}") from None
-    return resume, scans
+    return resume, reports
 
 
 def _test_types(cfg: ResolvedConfig) -> list[str] | None:
     return list(cfg.bench_type_filter) if cfg.bench_type_filter else None
 
 
-def _build_datasets(cfg: ResolvedConfig, scans: dict):
+def _build_datasets(cfg: ResolvedConfig, reports: dict):
     """``(train, eval or None)``, before the model: a page filter that leaves no page fails fast."""
     from olmocr_rl.data.dataset import BenchDataError, OlmOCRBenchDataset
 
@@ -126,35 +136,67 @@ def _build_datasets(cfg: ResolvedConfig, scans: dict):
                   test_types=_test_types(cfg), pages=cfg.pages, exclude_pages=cfg.exclude_pages)
     try:  # validate_bench checked the files; what can still fail is a page filter that leaves no page
         train_dataset = OlmOCRBenchDataset(cfg.train_bench_data_folder, max_samples=cfg.max_train_samples,
-                                           scan=scans[cfg.train_bench_data_folder], **common)
+                                           report=reports[cfg.train_bench_data_folder], **common)
         eval_dataset = None
         if cfg.eval_steps is not None:
             eval_folder = cfg.eval_bench_data_folder or cfg.train_bench_data_folder
-            eval_dataset = OlmOCRBenchDataset(eval_folder, max_samples=cfg.max_eval_samples, scan=scans[eval_folder],
-                                              **common)
+            eval_dataset = OlmOCRBenchDataset(eval_folder, max_samples=cfg.max_eval_samples,
+                                              report=reports[eval_folder], **common)
     except BenchDataError as exc:
         raise _Stop(str(exc)) from None  # _fail joins its lines into one
     logger.info("train pages:\n%s", train_dataset.describe())
     return train_dataset, eval_dataset
 
 
-def _load_model(cfg: ResolvedConfig):
-    """``(model, processor)`` with the vision speedups applied; the colocate memory check first."""
-    from olmocr_rl.model.loading import ModelLoadError, load_model_and_processor
-    from olmocr_rl.model.vision_speedups import apply_vision_speedups
+def _check_trainer_setup(cfg: ResolvedConfig):
+    """Before the model loads: the LoRA plan (on the architecture); the colocated engine fits the GPU; TRL's
+    private surface is the one the trainers rely on (olmocr_rl.trainer.compat: a mismatch is one line naming the
+    point and the pin); the gradient checkpointing plan (olmocr_rl.model.checkpointing: from the architecture and
+    the GPU's memory); TRL's GRPOConfig, built here so that its own checks refuse a setting now, not minutes in.
+    Returns ``(GRPOConfig, LoRA config or None, CheckpointPlan)``."""
+    from olmocr_rl.config.checks import max_image_tokens
+    from olmocr_rl.config.flags import PROMPT_TEXT_TOKENS
+    from olmocr_rl.model.checkpointing import plan_for_run
 
+    peft_config = _adapter_config(cfg)
     if cfg.vllm_mode == "colocate":
         from olmocr_rl.model.colocate_memory import colocate_memory_problem
 
         problem = colocate_memory_problem(cfg)
         if problem:
             raise _Stop(problem)
+    from olmocr_rl.trainer.compat import CompatError, require_surface
+
+    try:
+        require_surface(vllm=cfg.vllm_mode != "none")
+    except CompatError as exc:
+        raise _Stop(str(exc)) from None
+    checkpointing = plan_for_run(cfg, image_tokens=max_image_tokens(cfg.target_longest_image_dim),
+                                 text_tokens=PROMPT_TEXT_TOKENS)
+    try:
+        return build_grpo_config(cfg, gradient_checkpointing=checkpointing.mode == "full"), peft_config, checkpointing
+    except ValueError as exc:  # TRL's own checks of what no check of ours covers
+        raise _Stop(f"TRL's GRPOConfig refuses these settings: {exc}", code=2) from None
+
+
+def _load_model(cfg: ResolvedConfig):
+    """``(model, processor)``: the weights, then the frozen vision parts and the vision speedups."""
+    from olmocr_rl.model.loading import ModelLoadError, load_model_and_processor
+    from olmocr_rl.model.vision_speedups import apply_vision_speedups
+
     try:
         model, processor = load_model_and_processor(cfg.model_name, cache_dir=cfg.cache_dir)
     except ModelLoadError as exc:
         raise _Stop(f"--model_name: {exc}") from None
     except OSError as exc:  # hub id not reachable offline, missing files
         raise _Stop(f"cannot load --model_name {cfg.model_name}: {exc}") from None
+    if cfg.freeze_vision_tower or cfg.freeze_vision_merger:
+        from olmocr_rl.model.frozen_vision import freeze_vision
+
+        frozen = freeze_vision(model, tower=cfg.freeze_vision_tower, merger=cfg.freeze_vision_merger)
+        logger.info("vision tower: %s frozen (%.2fM parameters without gradients)", " and ".join(
+            part for part, on in (("tower", cfg.freeze_vision_tower), ("merger", cfg.freeze_vision_merger)) if on),
+            frozen / 1e6)
     for speedup in apply_vision_speedups(model, share_pages=cfg.share_page_encoding,
                                          batched_attention=cfg.batched_vision_attention):
         logger.info("vision tower: %s", speedup)
@@ -166,6 +208,27 @@ def _load_model(cfg: ResolvedConfig):
     return model, processor
 
 
+def _adapter_config(cfg: ResolvedConfig):
+    """The ``peft.LoraConfig`` of ``--use_peft`` (None without), checked on the model's architecture."""
+    if not cfg.use_peft:
+        return None
+    from olmocr_rl.model.adapters import AdapterError, plan_for_run
+    from olmocr_rl.model.loading import ModelLoadError, resolve_model_path
+
+    try:
+        plan = plan_for_run(cfg, resolve_model_path(cfg.model_name, cache_dir=cfg.cache_dir))
+    except AdapterError as exc:
+        raise _Stop(str(exc), code=2) from None
+    except ModelLoadError as exc:
+        raise _Stop(f"--model_name: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise _Stop(f"cannot load --model_name {cfg.model_name}: {exc}") from None
+    logger.info("LoRA: adapters on %d layers of the language model, %.2fM adapter parameters%s", plan.adapted_layers,
+                plan.adapter_parameters / 1e6,
+                f" + {plan.saved_parameters / 1e6:.2f}M trained in full" if plan.saved_parameters else "")
+    return plan.lora_config
+
+
 def _build_rewards(cfg: ResolvedConfig, processor):
     """``(reward_funcs, reward_weights, reward_names, reward_logger)`` from the resolved reward spec."""
     from olmocr_rl.rewards import build_reward_functions
@@ -174,7 +237,7 @@ def _build_rewards(cfg: ResolvedConfig, processor):
     reward_logger = DetailedRewardLogger()
     try:
         funcs, weights, names = build_reward_functions(
-            cfg.reward_spec, eos_token_id=processor.tokenizer.eos_token_id,
+            cfg.rewards, eos_token_id=processor.tokenizer.eos_token_id,
             raw_completion=cfg.bench_raw_completion, reward_logger=reward_logger,
         )
     except ValueError as exc:
@@ -183,21 +246,23 @@ def _build_rewards(cfg: ResolvedConfig, processor):
     return funcs, weights, names, reward_logger
 
 
-def _build_trainer(cfg: ResolvedConfig, model, processor, rewards, train_dataset, eval_dataset, resume):
-    """Plain TRL GRPO or OlmoRL (olmocr_rl.trainer.build), with the gradient checkpointing plan installed
-    (olmocr_rl.model.checkpointing) and W&B started first when asked for."""
-    from olmocr_rl.model.checkpointing import apply_checkpointing, plan_checkpointing
+def _build_trainer(cfg: ResolvedConfig, grpo_config, model, processor, rewards, train_dataset, eval_dataset, resume,
+                   peft_config=None, checkpointing=None):
+    """Plain TRL GRPO or OlmoRL (olmocr_rl.trainer.build), with the gradient checkpointing plan installed on the
+    model (olmocr_rl.model.checkpointing) and W&B started first when asked for."""
+    from olmocr_rl.config.grpo import ban_vision_pad_tokens
+    from olmocr_rl.model.checkpointing import apply_checkpointing
     from olmocr_rl.telemetry.console import filter_startup_noise
     from olmocr_rl.trainer.build import build_trainer
 
     filter_startup_noise()  # before the Trainer logs its start-up messages (the fail-fast paths never import it)
 
-    reward_funcs, reward_weights, reward_names, reward_logger = rewards
-    plan = plan_checkpointing(cfg, model.config)
-    logger.info("gradient checkpointing %s (%s)%s", plan.mode, plan.reason,
-                f": {apply_checkpointing(model, plan)} recompute" if plan.mode in ("vision", "partial") else "")
-    grpo_config = build_grpo_config(cfg, reward_weights, tokenizer=processor.tokenizer,
-                                    gradient_checkpointing=plan.mode == "full")
+    reward_funcs, _, reward_names, reward_logger = rewards  # the weights are in grpo_config (both from cfg.rewards)
+    ban_vision_pad_tokens(grpo_config, cfg, processor.tokenizer)
+    if checkpointing is not None:
+        installed = apply_checkpointing(model, checkpointing)
+        logger.info("gradient checkpointing %s (%s)%s", checkpointing.mode, checkpointing.reason,
+                    f": {installed} recompute" if installed else "")
     if "wandb" in cfg.report_to:
         from olmocr_rl.telemetry.wandb_run import init_wandb
 
@@ -205,21 +270,43 @@ def _build_trainer(cfg: ResolvedConfig, model, processor, rewards, train_dataset
         if problem:
             raise _Stop(problem)
     return build_trainer(cfg, grpo_config, model, processor, reward_funcs, reward_names, reward_logger,
-                         train_dataset, eval_dataset)
+                         train_dataset, eval_dataset, peft_config=peft_config)
 
 
 def _train_and_save(cfg: ResolvedConfig, trainer, processor, resume: str | None) -> None:
     """Train (resumed from ``resume``), save the model and processor, write the summary and mirror."""
     from olmocr_rl.storage import CheckpointMismatchError
+    from olmocr_rl.trainer.compat import CompatError
 
     try:
         trainer.train(resume_from_checkpoint=resume)
     except CheckpointMismatchError as exc:  # the checkpoint's weights do not fit --model_name's architecture
         raise _Stop(f"--resume_from_checkpoint: {exc}") from None
-    trainer.save_model(cfg.output_dir)
-    if is_main_process(trainer.state):  # the processor beside the final model, whatever the Trainer saved
-        processor.save_pretrained(cfg.output_dir)
+    except CompatError as exc:  # a private point that only the data could show broken (trainer/compat.py)
+        raise _Stop(str(exc)) from None
+    if cfg.use_peft:
+        _save_adapter_run(cfg, trainer, processor)
+    else:
+        trainer.save_model(cfg.output_dir)
+        if is_main_process(trainer.state):  # the processor beside the final model, whatever the Trainer saved
+            processor.save_pretrained(cfg.output_dir)
     _finish(trainer, cfg)
+
+
+def _save_adapter_run(cfg: ResolvedConfig, trainer, processor) -> None:
+    """A LoRA run's final output: the adapter in OUTPUT_DIR/adapter/ and, merged onto a fresh copy of the base
+    model, the full model at the root (--save_merged); or the adapter alone at the root."""
+    from olmocr_rl.model.adapters import ADAPTER_DIR, portable_model_name, set_adapter_base_name, write_merged
+
+    adapter_dir = Path(cfg.output_dir) / ADAPTER_DIR if cfg.save_merged else Path(cfg.output_dir)
+    trainer.save_model(str(adapter_dir))
+    if not is_main_process(trainer.state):
+        return
+    processor.save_pretrained(adapter_dir)
+    set_adapter_base_name(adapter_dir, portable_model_name(cfg.model_name))  # where soup and evaluate find it
+    if cfg.save_merged:
+        write_merged(adapter_dir, cfg.output_dir, cache_dir=cfg.cache_dir)
+        logger.info("LoRA: adapter in %s, merged model in %s", adapter_dir, cfg.output_dir)
 
 
 def _resume_checkpoint(cfg: ResolvedConfig) -> str | None:

@@ -26,7 +26,7 @@ cp docs/gpu_check.md "$out/gpu_check.md"
 extra=()
 if [[ "${WITH_7B:-1}" != 0 ]]; then extra+=(--with_7b); fi
 PYTHON="$python" bash scripts/gpu_check.sh --work_dir "$work" --out "$out/gpu_check.json" \
-  --arms "${ARMS:-grpo/stock,grpo/all,olmorl/stock,olmorl/all,grpo/vision}" --steps "${STEPS:-3}" --profile \
+  --arms "${ARMS:-grpo/stock,grpo/all,olmorl/stock,olmorl/all,grpo/vision,lora/all}" --steps "${STEPS:-3}" --profile \
   --time_budget_s "${BUDGET_S:-300}" --write_docs "$out/gpu_check.md" "${extra[@]}" "$@" 2>&1 \
   | tee "$out/gpu_check.log" | grep -a -v "Warning\|warn\|it/s\]"
 exit "${PIPESTATUS[0]}"

@@ -44,7 +44,7 @@ from .loading import load_single_test, load_tests
 from .normalize import normalize_text
 from .page import evaluate_page, pass_rate
 from .prepared import PreparedText, prepare_text
-from .registry import TEST_CLASSES, TEST_TYPES
+from .registry import TEST_CLASSES, TEST_TYPES, test_types
 from .types import BaselineTest, FootnoteTest, FormatTest, MathTest, OrderTest, PresenceTest, TableTest
 
 __all__ = [
@@ -58,6 +58,7 @@ __all__ = [
     "TableTest",
     "TEST_CLASSES",
     "TEST_TYPES",
+    "test_types",
     "TestLoadError",
     "PreparedText",
     "evaluate_page",

@@ -18,7 +18,7 @@ from typing import Any, Literal, overload
 
 from .base import BenchTest
 from .errors import FieldError, TestLoadError
-from .registry import TEST_CLASSES, TEST_TYPES
+from .registry import TEST_CLASSES, test_types
 
 __all__ = ["load_single_test", "load_tests", "read_test_jsonl"]
 
@@ -88,10 +88,11 @@ def load_single_test(data: dict[str, Any] | str, *, source: str | None = None, l
         data = _require_object(data, source=source, line=line)
     test_type = data.get("type")
     if test_type is None:
-        raise TestLoadError(f"missing; set it to one of {', '.join(TEST_TYPES)}", path=source, line=line, field="type")
+        raise TestLoadError(f"missing; set it to one of {', '.join(test_types())}", path=source, line=line, field="type")
     if not isinstance(test_type, str) or test_type not in TEST_CLASSES:
         raise TestLoadError(
-            f"unknown test type {test_type!r}; expected one of {', '.join(TEST_TYPES)}", path=source, line=line, field="type"
+            f"unknown test type {test_type!r}; expected one of {', '.join(test_types())}", path=source, line=line,
+            field="type",
         )
     try:
         return TEST_CLASSES[test_type].from_json(data)

@@ -1,9 +1,10 @@
 """Page-level evaluation: every test of one page against one completion, sharing the work.
 
-This is what the RL reward calls: a page has tens of tests and one completion per sample, so the
-completion is prepared once (:class:`PreparedText`) and each test reads the cached views. It never
-raises: a test that raises counts as failed, with the exception in its explanation (olmOCR's reward
-counts such tests as failures too).
+The scorer CLI (:mod:`olmocr_rl.bench.score`) evaluates pages through it; the RL reward does the same
+work per completion in ``olmocr_rl.rewards.page_score`` (with its per-type counts). A page has tens of
+tests, so the completion is prepared once (:class:`PreparedText`) and each test reads the cached views.
+It never raises: a test that raises counts as failed, with the exception in its explanation (olmOCR's
+reward counts such tests as failures too).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from olmocr_rl.config.environment import Environment
 from olmocr_rl.config.flags import LOSS_TYPES, PROMPT_TEXT_TOKENS, ConfigError
-from olmocr_rl.config.rewards import NO_REWARD, REWARD_FLAGS, parse_reward_value
+from olmocr_rl.config.rewards import RewardValue, no_reward_message, parse_reward, reward_table
 
 Problems = list[str]
 
@@ -105,16 +105,18 @@ def check_filters(a: Namespace) -> Problems:
             except re.error as exc:
                 problems.append(f"--{flag} {pattern!r} is not a valid regex: {exc}")
     if a.bench_type_filter:
-        from olmocr_rl.bench import TEST_TYPES
+        from olmocr_rl.bench import test_types
 
-        problems += [f"--bench_type_filter {t!r}: unknown test type; choose from {', '.join(TEST_TYPES)}"
-                     for t in a.bench_type_filter if t not in TEST_TYPES]
+        known = test_types()
+        problems += [f"--bench_type_filter {t!r}: unknown test type; choose from {', '.join(known)}"
+                     for t in a.bench_type_filter if t not in known]
     return problems
 
 
-def resolve_rewards(a: Namespace) -> tuple[dict[str, float | str | None], list[str]]:
-    """``(reward spec, notices)``: each reward's weight, or the resolved JSONL path of a per-file bench reward."""
-    given = {name: getattr(a, f"reward_{name}") for name in REWARD_FLAGS}
+def resolve_rewards(a: Namespace) -> tuple[dict[str, RewardValue], list[str]]:
+    """``(rewards, notices)``: each enabled reward's parsed value (weight, or a per-file reward's resolved JSONL),
+    in the table's order. The builder takes these values as they are."""
+    given = {entry.key: getattr(a, entry.dest) for entry in reward_table()}
     notices = []
     if a.macro_average:  # olmOCR's alias: --reward_bench becomes --reward_bench_macroavg
         if given["bench"] is not None:
@@ -122,16 +124,17 @@ def resolve_rewards(a: Namespace) -> tuple[dict[str, float | str | None], list[s
         elif given["bench_macroavg"] is None:
             given["bench_macroavg"] = 1.0
         notices.append("--macro_average: using the macro-averaged bench reward (--reward_bench_macroavg)")
-    if all(v is None for v in given.values()):
-        raise ConfigError(NO_REWARD)
-    spec: dict[str, float | str | None] = {}
-    for name, value in given.items():
+    rewards: dict[str, RewardValue] = {}
+    for key, value in given.items():
         try:
-            weight, path = parse_reward_value(name, value, a.train_bench_data_folder)
+            parsed = parse_reward(key, value, a.train_bench_data_folder)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        spec[name] = path if path is not None else weight
-    return spec, notices
+        if parsed is not None:
+            rewards[key] = parsed
+    if not rewards:
+        raise ConfigError(no_reward_message())
+    return rewards, notices
 
 
 def check_olmorl(a: Namespace, explicit: Mapping[str, Any]) -> Problems:
@@ -148,6 +151,56 @@ def check_olmorl(a: Namespace, explicit: Mapping[str, Any]) -> Problems:
         problems.append("--active_sampling refills the groups that --olmorl drops; add --olmorl or drop "
                         "--active_sampling")
     return problems
+
+
+#: Flags that only mean something with --use_peft.
+LORA_FLAGS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save")
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def check_adapters(a: Namespace, chosen: frozenset[str] | set[str]) -> Problems:
+    """--use_peft and the --lora_* flags (``chosen``: the flags the user set); the frozen vision parts.
+
+    Whether the names match the model's modules is checked on the model's config before its weights load
+    (olmocr_rl.model.adapters)."""
+    if not a.use_peft:
+        given = [name for name in LORA_FLAGS if name in chosen]
+        return [f"--{given[0]} only applies to LoRA training; add --use_peft (or drop --{given[0]})"] if given else []
+    problems = []
+    if a.lora_r < 1:
+        problems.append(f"--lora_r must be >= 1 (got {a.lora_r})")
+    if a.lora_alpha <= 0:
+        problems.append(f"--lora_alpha must be > 0 (got {a.lora_alpha})")
+    if not 0 <= a.lora_dropout < 1:
+        problems.append(f"--lora_dropout must be in [0, 1) (got {a.lora_dropout})")
+    for flag in ("lora_target_modules", "lora_modules_to_save"):
+        for name in getattr(a, flag) or ():
+            if name == "all-linear" and flag == "lora_target_modules":
+                continue
+            if not _MODULE_NAME.match(name):
+                problems.append(f"--{flag} {name!r}: expected a module name such as q_proj (one name per value, "
+                                "no dots or patterns)" + (" or all-linear" if flag == "lora_target_modules" else ""))
+    for flag in ("lora_target_modules", "lora_modules_to_save"):
+        if "lm_head" in (getattr(a, flag) or ()):
+            problems.append(f"--{flag} lm_head: TRL computes log-probs from lm_head's own weight directly, so "
+                            "neither an adapter nor a trained copy of it would ever train; drop lm_head (a full "
+                            "fine-tune without --use_peft trains it)")
+    if a.freeze_vision_merger and "merger" in (a.lora_modules_to_save or ()):
+        problems.append("--freeze_vision_merger and --lora_modules_to_save merger contradict each other; drop one")
+    return problems
+
+
+def adapter_notices(a: Namespace, chosen: frozenset[str] | set[str]) -> list[str]:
+    """What the adapter and freezing flags do in this run, for the log."""
+    notices = []
+    if a.use_peft:
+        notices.append(f"--use_peft: LoRA r={a.lora_r} alpha={a.lora_alpha} on the language model's "
+                       f"{' '.join(a.lora_target_modules)}; the base model and the vision tower stay frozen")
+        if a.freeze_vision_tower:
+            notices.append("--freeze_vision_tower: LoRA already leaves the vision tower frozen (it gets no adapters)")
+    elif "save_merged" in chosen:
+        notices.append("--save_merged applies to --use_peft runs only; a full fine-tune saves its model as is")
+    return notices
 
 
 def check_geometry(a: Namespace, num_processes: int) -> Problems:

@@ -4,7 +4,7 @@ Every flag of olmOCR's trainer keeps its name, type, default and meaning, with t
 docs/design.md ("Where olmocr_rl differs"): booleans can be switched off (``--no-X`` or ``--X false``),
 ``exo`` is not a loss, ``--lr_schedule constant`` changes only the scheduler, evaluation runs when ``--eval_steps`` asks.
 ``--config FILE.yaml`` supplies flag values (keys = flag names); the command line overrides the file.
-Each flag's default is written here and nowhere else. Light: argparse and yaml only (no torch).
+Each flag's default is written here and nowhere else (the page size is the renderer's, imported). Light: no torch.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from typing import Any, Callable
 
 import yaml
 
-from olmocr_rl.config.rewards import REWARD_FLAGS, REWARD_HELP, parse_reward_value
+from olmocr_rl.config.rewards import flag_value, reward_table
+from olmocr_rl.data.render import DEFAULT_TARGET_LONGEST_IMAGE_DIM  # the renderer's own default
+from olmocr_rl.model.adapters import LORA_TARGET_MODULES  # the default of --lora_target_modules
 from olmocr_rl.olmorl.settings import ACTIVE_SAMPLING_MAX_ROUNDS
 
 # TRL 1.16's loss formulations (GRPOConfig.loss_type).
@@ -30,14 +32,13 @@ PROMPT_TEXT_TOKENS = 512
 #: Flag aliases (another name for the same value), accepted on the command line and as YAML keys.
 ALIASES = {"num_completions": "num_generations",
            "vllm_importance_sampling_clip_max": "vllm_importance_sampling_cap"}
+#: Flags that take one or more values (nargs="+"), given as a YAML list or a single string in --config files.
+LIST_FLAGS = ("bench_type_filter", "lora_target_modules", "lora_modules_to_save")
 
 
 class ConfigError(ValueError):
     """A flag or flag combination the user must change; the message (one line) says how."""
 
-
-#: olmOCR's page size (longest side, px): the trainer's flag default, and the renderer's.
-DEFAULT_TARGET_LONGEST_IMAGE_DIM = 1288
 
 
 def parse_bool(value: Any) -> bool:
@@ -74,14 +75,13 @@ def _optional_float(value: Any) -> float | None:
 
 
 def _reward_type(key: str) -> Callable[[Any], float | str | None]:
-    """argparse ``type`` of ``--reward_<key>``: a weight, or a JSONL path (validation checks the file and range)."""
+    """argparse ``type`` of ``--reward_<key>``: the value's form (config.rewards.flag_value); validation parses it."""
 
     def reward_value(value: Any) -> float | str | None:
         try:
-            weight, path = parse_reward_value(key, value, form_only=True)
+            return flag_value(key, value)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
-        return path if path is not None else weight
 
     reward_value.__name__ = f"reward_{key}"
     return reward_value
@@ -155,9 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     group = parser.add_argument_group("config")
     group.add_argument("--config", default=None, help="YAML file of flag values (keys are flag names without --)")
-    for add_group in (_add_data_flags, _add_model_flags, _add_optimisation_flags, _add_speed_flags,
-                      _add_grpo_flags, _add_trl_knob_flags, _add_reward_flags, _add_backend_flags, _add_logging_flags,
-                      _add_console_flags):
+    for add_group in (_add_data_flags, _add_model_flags, _add_adapter_flags, _add_optimisation_flags,
+                      _add_speed_flags, _add_grpo_flags, _add_trl_knob_flags, _add_reward_flags, _add_backend_flags,
+                      _add_logging_flags, _add_console_flags):
         add_group(parser)
     return parser
 
@@ -189,6 +189,44 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
                    help="HF hub id, local folder, or s3://bucket/prefix (downloaded to --cache_dir)")
     g.add_argument("--cache_dir", default=None, help="local cache for s3:// models (default ~/.cache/olmocr_rl/s3)")
     g.add_argument("--output_dir", default="outputs/grpo_test", help="checkpoints, final model and metrics.jsonl")
+
+
+def _add_adapter_flags(parser: argparse.ArgumentParser) -> None:
+    """LoRA adapters and frozen vision parts: what is trained (docs/lora.md)."""
+    g = parser.add_argument_group("what is trained: LoRA adapters, frozen vision tower (docs/lora.md)")
+    g.add_argument("--use_peft", action=_BoolFlag, default=False,
+                   help="train LoRA adapters (Hu et al. 2021, https://huggingface.co/papers/2106.09685) on the "
+                        "language model instead of every weight: the base model stays frozen and only the adapters get "
+                        "gradients and AdamW state (a 7B model then fits one 80 GB GPU beside colocated vLLM). The "
+                        "vision tower gets no adapters (vLLM cannot serve LoRA on it) and stays frozen. LoRA usually "
+                        "wants a ~10x larger --learning_rate than full fine-tuning")
+    g.add_argument("--lora_r", type=int, default=16, help="LoRA rank (--use_peft)")
+    g.add_argument("--lora_alpha", type=int, default=32,
+                   help="LoRA alpha (--use_peft): each adapter's update is scaled by lora_alpha / lora_r")
+    g.add_argument("--lora_dropout", type=float, default=0.0,
+                   help="dropout on the adapters' input (--use_peft). 0 by default, unlike TRL's ModelConfig (0.05): "
+                        "in GRPO the importance ratio compares the trainer's log-probs with the sampler's (vLLM, or "
+                        "the same weights one forward earlier), and dropout makes them differ with equal weights")
+    g.add_argument("--lora_target_modules", nargs="+", default=list(LORA_TARGET_MODULES), metavar="NAME",
+                   help="the language model's linear layers that get adapters (--use_peft), by name, or all-linear "
+                        "for every one of them; never the vision tower, nor lm_head (TRL reads its weight directly)")
+    g.add_argument("--lora_modules_to_save", nargs="+", default=None, metavar="NAME",
+                   help="modules trained in full beside the adapters and saved with them (--use_peft), e.g. merger "
+                        "(the vision-language projector), or embed_tokens where it is not tied to lm_head (lm_head "
+                        "itself cannot: TRL reads its weight directly)")
+    g.add_argument("--save_merged", action=_BoolFlag, default=True,
+                   help="with --use_peft, the final output folder holds the adapter merged into the base model at its "
+                        "root (a full model, as a full fine-tune leaves it: evaluate, soup and vLLM take it as is) "
+                        "and the adapter alone in OUTPUT_DIR/adapter/; false: the adapter alone at the root, as TRL "
+                        "saves it")
+    g.add_argument("--freeze_vision_tower", action=_BoolFlag, default=False,
+                   help="do not train the vision tower (its ViT blocks and patch embedding); the merger, the "
+                        "projector into the language model, stays trainable unless --freeze_vision_merger. The "
+                        "tower then has no gradients or AdamW state, and each page's tower features are computed "
+                        "once per step (--cache_vision_features). As verl and EasyR1 offer for VLM RL")
+    g.add_argument("--freeze_vision_merger", action=_BoolFlag, default=False,
+                   help="do not train the vision merger (the projector from the vision tower into the language "
+                        "model)")
 
 
 def _add_optimisation_flags(parser: argparse.ArgumentParser) -> None:
@@ -240,6 +278,11 @@ def _add_speed_flags(parser: argparse.ArgumentParser) -> None:
                         "of transformers' per-window loop (SDPA/eager; flash attention is already batched). "
                         "Default: on with a CUDA GPU, where the loop's ~100 kernel launches per image and layer "
                         "dominate; off on CPU, where it measured no faster (scripts/bench/bench_vision.py)")
+    g.add_argument("--cache_vision_features", action=_BoolFlag, default=True,
+                   help="with the vision tower frozen (--freeze_vision_tower, or --use_peft), encode each distinct "
+                        "page once per optimizer step and reuse its tower features in every forward of that step "
+                        "(generation prefill, old log-probs, each micro-batch); the merger still runs, with "
+                        "gradients when it is trained (scripts/bench/bench_frozen_vision.py)")
 
 
 def _add_grpo_flags(parser: argparse.ArgumentParser) -> None:
@@ -358,11 +401,12 @@ def _add_trl_knob_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_reward_flags(parser: argparse.ArgumentParser) -> None:
-    """One ``--reward_<name>`` flag per reward (olmocr_rl.config.rewards), and how bench tests see a completion."""
+    """One ``--reward_<key>`` flag per row of the reward table (olmocr_rl.config.rewards), and how bench tests see
+    a completion."""
     g = parser.add_argument_group("rewards (bare flag = weight 1.0; a .jsonl path = weight 1.0 on that file's tests)")
-    for name in REWARD_FLAGS:
-        g.add_argument(f"--reward_{name}", nargs="?", const=1.0, default=None, type=_reward_type(name),
-                       metavar="W", help=REWARD_HELP[name])
+    for entry in reward_table():
+        g.add_argument(entry.flag, nargs="?", const=1.0, default=None, type=_reward_type(entry.key),
+                       metavar="W", help=entry.help)
     g.add_argument("--bench_raw_completion", action=_BoolFlag, default=False,
                    help="run bench tests on the raw completion incl. front matter (olmOCR's behaviour); "
                         "default: front matter removed, as the benchmark scores it")
@@ -446,7 +490,7 @@ def flag_key(name: str) -> str:
 
 def _yaml_value(action: argparse.Action, value: Any) -> Any:
     """A YAML value converted as the command line converts it. Raises ArgumentTypeError or ValueError."""
-    if isinstance(value, list) and action.dest != "bench_type_filter":
+    if isinstance(value, list) and action.dest not in LIST_FLAGS:
         raise argparse.ArgumentTypeError(f"expected a single value, got a list {value!r}")
     if isinstance(value, dict):
         if action.dest != "generation_kwargs":
@@ -460,7 +504,7 @@ def _yaml_value(action: argparse.Action, value: Any) -> Any:
         value = action.type(value)
     if action.choices and value is not None and value not in action.choices:
         raise argparse.ArgumentTypeError(f"choose one of {', '.join(map(str, action.choices))}")
-    if action.dest == "bench_type_filter" and isinstance(value, str):
+    if action.dest in LIST_FLAGS and isinstance(value, str):
         value = [value]
     return value
 

@@ -1,4 +1,9 @@
-"""From the resolved config to TRL's ``GRPOConfig``, with olmOCR's values where no flag exists (docs/design.md)."""
+"""From the resolved config to TRL's ``GRPOConfig``, with olmOCR's values where no flag exists (docs/design.md).
+
+``grpo_train`` builds it before the model loads, so TRL's own ``__post_init__`` checks run in the preflight;
+the one value that needs the tokenizer (the vision pad tokens a vLLM backend must never sample) is added by
+:func:`ban_vision_pad_tokens` once the processor has loaded.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,10 @@ from olmocr_rl.config.resolved import ResolvedConfig, plain
 from olmocr_rl.model.families import vision_pad_tokens
 
 
-def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float], tokenizer=None,
+def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float] | None = None, tokenizer=None,
                        gradient_checkpointing: bool | None = None) -> dict[str, Any]:
-    """GRPOConfig's arguments. ``tokenizer`` names the vision pad tokens a vLLM backend must never sample;
+    """GRPOConfig's arguments. ``reward_weights`` default to the run's (``cfg.reward_weights``); ``tokenizer`` names
+    the vision pad tokens a vLLM backend must never sample (without it they are added later, see the module);
     ``gradient_checkpointing`` is TRL's whole-model flag as the run's checkpointing plan decided it
     (olmocr_rl.model.checkpointing; default: only ``--gradient_checkpointing true`` turns it on)."""
     if gradient_checkpointing is None:
@@ -36,7 +42,8 @@ def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float], tokeniz
         bf16=on_gpu, use_cpu=not on_gpu, shuffle_dataset=True, seed=cfg.seed,
         dataloader_num_workers=cfg.dataloader_num_workers, dataloader_drop_last=True,
         loss_type=cfg.loss_type, scale_rewards=cfg.scale_rewards, beta=cfg.beta,
-        importance_sampling_level=cfg.importance_sampling_level, reward_weights=reward_weights,
+        importance_sampling_level=cfg.importance_sampling_level,
+        reward_weights=list(cfg.reward_weights if reward_weights is None else reward_weights),
         num_iterations=cfg.num_iterations, num_generations=cfg.num_generations,
         cast_lm_head_to_fp32=cfg.cast_lm_head_to_fp32,
         use_vllm=use_vllm, vllm_mode=cfg.vllm_mode if use_vllm else "colocate",
@@ -69,12 +76,21 @@ def trl_knob_kwargs(cfg: ResolvedConfig) -> dict[str, Any]:
     return {name: plain(getattr(cfg, name)) for name in TRL_KNOB_FLAGS}
 
 
-def build_grpo_config(cfg: ResolvedConfig, reward_weights: list[float], tokenizer=None,
+def build_grpo_config(cfg: ResolvedConfig, reward_weights: list[float] | None = None, tokenizer=None,
                       gradient_checkpointing: bool | None = None):
-    """TRL's GRPOConfig for this run (imports trl)."""
+    """TRL's GRPOConfig for this run (imports trl); TRL's ``__post_init__`` raises ValueError for what it refuses."""
     from trl import GRPOConfig
 
     return GRPOConfig(**grpo_config_kwargs(cfg, reward_weights, tokenizer, gradient_checkpointing))
+
+
+def ban_vision_pad_tokens(grpo_config, cfg: ResolvedConfig, tokenizer) -> None:
+    """Add the tokenizer's vision pad tokens to a vLLM backend's ``bad_words`` in ``grpo_config.generation_kwargs``
+    (with --vllm_block_image_tokens; nothing for HF generation). The one GRPOConfig value set after it is built:
+    TRL reads it when the trainer is built, and ``__post_init__`` does not look at it."""
+    if cfg.vllm_mode != "none":
+        grpo_config.generation_kwargs = vllm_sampling_kwargs(plain(cfg.generation_kwargs), tokenizer,
+                                                             cfg.vllm_block_image_tokens)
 
 
 def vllm_sampling_kwargs(user_kwargs: dict | None, tokenizer, block_image_tokens: bool) -> dict | None:

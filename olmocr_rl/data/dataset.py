@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from torch.utils.data import Dataset
 
 from olmocr_rl.data.prompts import build_no_anchoring_v4_yaml_prompt
-from olmocr_rl.data.references import InvalidReferenceError, find_reference
 from olmocr_rl.data.render import DEFAULT_TARGET_LONGEST_IMAGE_DIM, PageRenderCache, default_render_cache
-from olmocr_rl.data.scan import BenchProblem, BenchScan, scan_bench_folder
+from olmocr_rl.data.scan import BenchProblem
 from olmocr_rl.data.summary import summarize
+from olmocr_rl.data.validation import BenchReport, validate_bench_folder
 
 _MAX_PROBLEMS_SHOWN = 20
 
@@ -61,17 +61,19 @@ def select_pages(keys: Sequence[str], pages=None, exclude_pages=None) -> list[in
     ]
 
 
-def _scan_of(folder, jsonl_filter: str | None, test_types: Sequence[str] | None, scan: BenchScan | None) -> BenchScan:
-    """``scan`` when it is of ``folder`` with these filters (ValueError when it is not), else a new scan."""
+def _report_of(folder, jsonl_filter: str | None, test_types: Sequence[str] | None,
+               report: BenchReport | None) -> BenchReport:
+    """``report`` when it is of ``folder`` with these filters (ValueError when it is not), else a new validation."""
     types = list(test_types) if test_types is not None else None
-    if scan is None:
-        return scan_bench_folder(folder, jsonl_filter, types)
+    if report is None:
+        return validate_bench_folder(folder, jsonl_filter, types)
+    scan = report.scan
     if not scan.made_with(folder, jsonl_filter, types):
         raise ValueError(
-            f"scan= is of {scan.folder} (jsonl_filter={scan.jsonl_filter!r}, test_types={scan.test_types!r}), not of "
-            f"{folder} (jsonl_filter={jsonl_filter!r}, test_types={types!r}); pass the matching scan or none"
+            f"report= is of {scan.folder} (jsonl_filter={scan.jsonl_filter!r}, test_types={scan.test_types!r}), not "
+            f"of {folder} (jsonl_filter={jsonl_filter!r}, test_types={types!r}); pass the matching report or none"
         )
-    return scan
+    return report
 
 
 class OlmOCRBenchDataset(Dataset):
@@ -86,11 +88,12 @@ class OlmOCRBenchDataset(Dataset):
     `render_cache` (default: the process-wide cache), so the G requests TRL makes for one page in a
     step render it once.
 
-    Construction scans the folder, opens every PDF once to check its pages, and reads the
-    references; any problem raises BenchDataError listing all of them (an invalid reference names
-    its file). `scan`: a scan of this folder with these filters already made (the training CLI passes
-    `validate_bench_folder`'s), used instead of reading the folder and opening every PDF again; a scan
-    of another folder or other filters is a ValueError. Items are dicts:
+    Construction validates the folder (`data.validation.validate_bench_folder`: the scan opens every PDF
+    once, every test's fields are checked, the references are read); any problem raises BenchDataError
+    listing all of them (an invalid reference names its file). `report`: that validation already made for
+    this folder and these filters (the training CLI and evaluate pass theirs), used as it is: nothing is read,
+    opened, parsed or counted again (the summary is the report's when no page is left out); a report of
+    another folder or other filters is a ValueError. Items are dicts:
 
     - prompt: [{"role": "user", "content": [{"type": "text", "text": PROMPT}, {"type": "image"}]}]
     - image: PIL RGB image, longest side `target_longest_image_dim`
@@ -111,7 +114,7 @@ class OlmOCRBenchDataset(Dataset):
         render_cache: PageRenderCache | None = None,
         pages: str | None = None,
         exclude_pages: str | None = None,
-        scan: BenchScan | None = None,
+        report: BenchReport | None = None,
     ) -> None:
         if max_samples is not None and (isinstance(max_samples, bool) or not isinstance(max_samples, int) or max_samples < 1):
             raise ValueError(f"max_samples must be a positive integer or None, got {max_samples!r}")
@@ -123,15 +126,10 @@ class OlmOCRBenchDataset(Dataset):
         self.render_cache = render_cache if render_cache is not None else default_render_cache()
         self.prompt_text = build_no_anchoring_v4_yaml_prompt()
 
-        scan = _scan_of(bench_data_folder, jsonl_filter, test_types, scan)
-        if scan.problems:
-            raise BenchDataError(self.bench_data_folder, scan.problems)
-        if not scan.pages:
-            raise BenchDataError(
-                self.bench_data_folder,
-                [BenchProblem(self.bench_data_folder, None, None, "the JSONL files hold no tests; add tests or pick another folder")],
-            )
-
+        report = _report_of(bench_data_folder, jsonl_filter, test_types, report)
+        if report.problems:
+            raise BenchDataError(self.bench_data_folder, report.problems)
+        scan = report.scan
         selected = scan.pages
         if pages is not None or exclude_pages is not None:
             include = re.compile(pages) if pages is not None else None
@@ -145,37 +143,29 @@ class OlmOCRBenchDataset(Dataset):
                     "page names look like counting.pdf:2")])
         dropped_by_page_filter = len(scan.pages) - len(selected)
         pages = selected[:max_samples] if max_samples is not None else selected
-        problems: list[BenchProblem] = []
-        self.samples: list[dict] = []
-        for page in pages:
-            try:
-                reference = find_reference(bench_data_folder, page.pdf, page.page)
-            except InvalidReferenceError as exc:
-                problems.append(BenchProblem(exc.path, None, None, exc.detail))
-                reference = None
-            self.samples.append(
-                {
-                    "pdf": page.pdf,
-                    "pdf_path": page.pdf_path,
-                    "page": page.page,
-                    "jsonl_file": page.jsonl_file,
-                    "jsonl_files": page.jsonl_files,
-                    "test_ids": page.test_ids,
-                    "claude_original": reference,
-                }
+        self.samples: list[dict] = [
+            {
+                "pdf": page.pdf,
+                "pdf_path": page.pdf_path,
+                "page": page.page,
+                "jsonl_file": page.jsonl_file,
+                "jsonl_files": page.jsonl_files,
+                "test_ids": page.test_ids,
+                "claude_original": report.references[(page.pdf, page.page)],  # read and checked by validation
+            }
+            for page in pages
+        ]
+        self._summary = report.summary
+        if len(pages) < len(scan.pages):  # the filters left pages out: count the pages kept
+            self._summary = summarize(
+                self.bench_data_folder,
+                pages,
+                scan.jsonl_files,
+                pages_with_reference=sum(sample["claude_original"] is not None for sample in self.samples),
+                dropped_tests_by_type=scan.dropped_tests_by_type,
+                dropped_pages_by_type=scan.dropped_pages_by_type,
+                dropped_pages_by_max_samples=len(selected) - len(pages),
             )
-        if problems:
-            raise BenchDataError(self.bench_data_folder, problems)
-
-        self._summary = summarize(
-            self.bench_data_folder,
-            pages,
-            scan.jsonl_files,
-            pages_with_reference=sum(sample["claude_original"] is not None for sample in self.samples),
-            dropped_tests_by_type=scan.dropped_tests_by_type,
-            dropped_pages_by_type=scan.dropped_pages_by_type,
-            dropped_pages_by_max_samples=len(selected) - len(pages),
-        )
         self.summary: dict = self._summary.as_dict()
         self.summary["dropped_pages_by_page_filter"] = dropped_by_page_filter
 

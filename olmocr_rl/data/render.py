@@ -25,8 +25,8 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 from PIL import Image
 
-from olmocr_rl.config.flags import DEFAULT_TARGET_LONGEST_IMAGE_DIM
-
+#: olmOCR's page size (longest side, px): the renderer's default, and the trainer's --target_longest_image_dim.
+DEFAULT_TARGET_LONGEST_IMAGE_DIM = 1288
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # ~130 US-letter pages at 1288 px, per process
 
 _PDFIUM_LOCK = threading.RLock()

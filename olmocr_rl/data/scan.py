@@ -19,11 +19,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from olmocr_rl.bench import TEST_TYPES  # olmOCR-bench's test types, in its order
+from olmocr_rl.bench import test_types as registered_types  # olmOCR-bench's types in its order, then any added
 from olmocr_rl.bench.loading import read_test_jsonl
 from olmocr_rl.data.render import RenderError, pdf_page_count
 
-__all__ = ["TEST_TYPES", "BenchPage", "BenchProblem", "BenchScan", "TestRef", "scan_bench_folder"]
+__all__ = ["BenchPage", "BenchProblem", "BenchScan", "TestRef", "scan_bench_folder"]
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ def read_test_refs(jsonl_path: Path) -> tuple[list[TestRef], list[BenchProblem]]
 
     The file is read by `olmocr_rl.bench.loading.read_test_jsonl` (blank lines allowed; unreadable,
     non-UTF-8, non-JSON and non-object lines are problems). Checked here: `pdf` (non-empty relative
-    path), `page` (int >= 1), `id` (non-empty string), `type` (one of TEST_TYPES).
+    path), `page` (int >= 1), `id` (non-empty string), `type` (a registered type, `bench.test_types()`).
     """
     name = str(jsonl_path)
     entries, errors = read_test_jsonl(jsonl_path)
@@ -183,9 +183,9 @@ def _ref_field_problems(entry: dict) -> list[tuple[str, str]]:
     if not isinstance(test_id, str) or not test_id.strip():
         problems.append(("id", "missing or empty; give every test a unique string id"))
     test_type = entry.get("type")
-    if test_type not in TEST_TYPES:
+    if test_type not in registered_types():
         shown = "missing" if test_type is None else f"unknown test type {test_type!r}"
-        problems.append(("type", f"{shown}; use one of {', '.join(TEST_TYPES)}"))
+        problems.append(("type", f"{shown}; use one of {', '.join(registered_types())}"))
     return problems
 
 
@@ -255,15 +255,16 @@ def validate_test_types(test_types: list[str] | tuple[str, ...] | None) -> list[
     if test_types is None:
         return []
     if len(test_types) == 0:
-        return [BenchProblem("--bench_type_filter", None, None, f"empty list; give one or more of {', '.join(TEST_TYPES)}")]
-    unknown = [name for name in test_types if name not in TEST_TYPES]
+        return [BenchProblem("--bench_type_filter", None, None,
+                             f"empty list; give one or more of {', '.join(registered_types())}")]
+    unknown = [name for name in test_types if name not in registered_types()]
     if unknown:
         return [
             BenchProblem(
                 "--bench_type_filter",
                 None,
                 None,
-                f"unknown test type(s) {', '.join(map(repr, unknown))}; use one of {', '.join(TEST_TYPES)}",
+                f"unknown test type(s) {', '.join(map(repr, unknown))}; use one of {', '.join(registered_types())}",
             )
         ]
     return []

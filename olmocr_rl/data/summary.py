@@ -10,7 +10,8 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
-from olmocr_rl.data.scan import TEST_TYPES, BenchPage
+from olmocr_rl.bench import test_types
+from olmocr_rl.data.scan import BenchPage
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class BenchSummary:
 
 
 def _in_type_order(counts: Counter) -> dict[str, int]:
-    order = {name: index for index, name in enumerate(TEST_TYPES)}
+    order = {name: index for index, name in enumerate(test_types())}
     return {name: counts[name] for name in sorted(counts, key=lambda name: (order.get(name, len(order)), name))}
 
 

@@ -16,7 +16,8 @@ layer and one vision block of the model's own architecture (real sizes, random w
 in the training dtype) under ``torch.autograd.graph.saved_tensors_hooks`` at two lengths, and counts
 the bytes autograd keeps per token / per patch (parameters excluded). The micro-batch is the largest
 the flags allow: ``--per_device_train_batch_size`` rows of the longest page prompt at
-``--target_longest_image_dim`` plus ``--max_completion_length`` tokens.
+``--target_longest_image_dim`` (the caller passes its image and text token counts) plus
+``--max_completion_length`` tokens.
 
 Every choice trains the same numbers (recomputation repeats the same operations); the tests compare
 loss and gradients of the three. The memory budget is the GPU's (less a colocated vLLM engine's
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 logger = logging.getLogger(__name__)
 
 __all__ = ["ActivationFacts", "CheckpointPlan", "activation_bytes", "apply_checkpointing", "choose_mode",
-           "evenly_spaced", "measure_activation_facts", "plan_checkpointing"]
+           "evenly_spaced", "measure_activation_facts", "plan_checkpointing", "plan_for_run"]
 
 GIB = 2**30
 #: What the allocator, the CUDA context, the backward's transient gradients and the LM head's chunks may take.
@@ -197,27 +198,42 @@ def _memory_budget(cfg) -> float:
     return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
-def plan_checkpointing(cfg, config) -> CheckpointPlan:
-    """``--gradient_checkpointing`` resolved for the model of ``config`` (a transformers config)."""
+def plan_checkpointing(cfg, config, *, image_tokens: int, text_tokens: int) -> CheckpointPlan:
+    """``--gradient_checkpointing`` resolved for the model of ``config`` (a transformers config), a page prompt being
+    at most ``image_tokens`` image tokens and ``text_tokens`` other tokens (the config layer knows both)."""
     import torch
 
-    from olmocr_rl.config.checks import max_image_tokens
-    from olmocr_rl.config.flags import PROMPT_TEXT_TOKENS
     from olmocr_rl.model.colocate_memory import model_facts
 
     forced = {"true": "full", "false": "off", "vision": "vision"}.get(cfg.gradient_checkpointing)
     if forced:
         return CheckpointPlan(forced, f"--gradient_checkpointing {cfg.gradient_checkpointing}")
     dtype = torch.bfloat16 if cfg.environment.cuda else torch.float32
-    image_tokens = max_image_tokens(cfg.target_longest_image_dim)
     rows = cfg.per_device_train_batch_size
-    tokens = rows * (image_tokens + PROMPT_TEXT_TOKENS + cfg.max_completion_length)
-    patches = rows * image_tokens * 4  # 2 x 2 patches merge into one image token
+    tokens = rows * (image_tokens + text_tokens + cfg.max_completion_length)
+    # 2 x 2 patches merge into one image token; a frozen tower keeps no activations for the backward pass
+    patches = 0 if getattr(cfg, "freeze_vision_tower", False) else rows * image_tokens * 4
     per_parameter = STATE_BYTES_PER_PARAMETER + (2 if cfg.beta > 0 else 0)
     state = model_facts(config).parameters * per_parameter * (torch.finfo(dtype).bits // 16)
     plan = choose_mode(measure_activation_facts(config, dtype), budget_bytes=_memory_budget(cfg), state_bytes=state,
                        tokens=tokens, patches=patches)
     return CheckpointPlan(plan.mode, f"--gradient_checkpointing auto: {plan.reason}")
+
+
+def plan_for_run(cfg, *, image_tokens: int, text_tokens: int) -> CheckpointPlan:
+    """:func:`plan_checkpointing` for ``--model_name``, from its config alone (before the model loads). A config that
+    cannot be read plans every layer (the model load right after reports why)."""
+    from transformers import AutoConfig
+
+    from olmocr_rl.model.loading import ModelLoadError, resolve_model_path
+
+    try:
+        config = AutoConfig.from_pretrained(resolve_model_path(cfg.model_name, cache_dir=cfg.cache_dir))
+    except (OSError, ValueError, ModelLoadError) as exc:
+        if cfg.gradient_checkpointing != "auto":
+            return plan_checkpointing(cfg, None, image_tokens=image_tokens, text_tokens=text_tokens)
+        return CheckpointPlan("full", f"--gradient_checkpointing auto: no config for {cfg.model_name} ({exc})")
+    return plan_checkpointing(cfg, config, image_tokens=image_tokens, text_tokens=text_tokens)
 
 
 def _recompute_in_backward(layer) -> None:
@@ -250,7 +266,8 @@ def apply_checkpointing(model, plan: CheckpointPlan) -> str | None:
     if plan.mode not in ("vision", "partial"):
         return None
     inner = getattr(model, "model", None)
-    blocks = list(getattr(getattr(inner, "visual", None), "blocks", None) or [])
+    blocks = [block for block in getattr(getattr(inner, "visual", None), "blocks", None) or []
+              if any(p.requires_grad for p in block.parameters())]  # a frozen block has nothing to recompute for
     layers = list(getattr(getattr(inner, "language_model", None), "layers", None) or [])
     for block in blocks:
         _recompute_in_backward(block)

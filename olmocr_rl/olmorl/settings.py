@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+#: OLMo 3's clip range, lower side: ratios are clipped to [1 - 0.2, 1 + 0.272] ("clip-higher", after DAPO).
 EPS_LOW = 0.2
+#: OLMo 3's clip range, upper side (the 0.272 of [1 - 0.2, 1 + 0.272]).
 EPS_HIGH = 0.272
-"""OLMo 3's clip range: ratios are clipped to [1 - 0.2, 1 + 0.272] ("clip-higher", after DAPO)."""
+#: --active_sampling_max_rounds' default: extra generation rounds per optimizer step at most.
 ACTIVE_SAMPLING_MAX_ROUNDS = 4
-"""--active_sampling_max_rounds' default: extra generation rounds per optimizer step at most."""
 
 __all__ = ["EPS_HIGH", "EPS_LOW", "check_active_sampling_geometry", "check_olmorl_settings", "olmorl_config_overrides"]
 

@@ -2,9 +2,10 @@
 
 ``olmocr_bench_reward`` (micro: tests passed / tests run) and ``olmocr_bench_reward_macroavg`` (the mean of
 the per-test-type pass rates) have TRL's reward signature; TRL logs them as ``rewards/<__name__>/mean``.
-Reference §1.6 (a)-(b) describes olmOCR's version; the differences are listed in docs/rewards.md:
-tests see the completion without its front matter unless ``raw_completion=True``, tests are looked up in
-every JSONL file of the page (``jsonl_files``), and scoring runs in worker processes.
+:func:`bench_reward_function` builds both, for the registry (a scorer per run, with telemetry) and for the
+module-level functions of olmOCR's names (a process-wide default scorer). docs/rewards.md describes olmOCR's
+version and what differs: tests see the completion without its front matter unless ``raw_completion=True``,
+tests are looked up in every JSONL file of the page (``jsonl_files``), and scoring runs in worker processes.
 
 Nothing here raises during training: unreadable completions and pages without usable tests score None
 (TRL turns None into NaN and leaves it out of the weighted sum), a test that raises counts as failed, and
@@ -157,11 +158,50 @@ def _only_file(files: Sequence[str | None], wanted: str) -> list[str]:
     return [f for f in files if f and os.path.realpath(f) == target]
 
 
+def bench_reward_function(
+    scorer: BenchRewardScorer,
+    *,
+    macro_average: bool = False,
+    raw_completion: bool = False,
+    type_filter: Iterable[str] | None = None,
+    restrict_to_jsonl: str | None = None,
+    record_stats: bool = True,
+) -> Callable[..., list[float | None]]:
+    """The bench reward as TRL calls it, bound to ``scorer`` and these settings: the one way in to the bench reward
+    (the registry's rewards and the module-level functions below are both built here).
+
+    The function takes TRL's columns (``pdf_path``, ``jsonl_file``, ``jsonl_files``, ``test_ids``, aligned with
+    ``completions``) and is named ``olmocr_bench_reward`` or ``olmocr_bench_reward_macroavg`` (TRL logs it so).
+    ``restrict_to_jsonl`` keeps only that file's tests; ``record_stats`` sends the statistics to the scorer's sink.
+    """
+    type_filter = None if type_filter is None else tuple(type_filter)
+
+    def bench_reward(
+        prompts: Sequence[Any],
+        completions: Sequence[Any],
+        completion_ids: Any = None,
+        pdf_path: Sequence[str] | None = None,
+        jsonl_file: Sequence[str] | None = None,
+        test_ids: Sequence[Sequence[str]] | None = None,
+        *,
+        jsonl_files: Sequence[Sequence[str]] | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        return scorer.rewards(completions, pdf_path=pdf_path, jsonl_file=jsonl_file, jsonl_files=jsonl_files,
+                              test_ids=test_ids, macro_average=macro_average, raw_completion=raw_completion,
+                              type_filter=type_filter, restrict_to_jsonl=restrict_to_jsonl, record_stats=record_stats)
+
+    name = "olmocr_bench_reward_macroavg" if macro_average else "olmocr_bench_reward"
+    bench_reward.__name__ = bench_reward.__qualname__ = name
+    bench_reward.scorer = scorer  # type: ignore[attr-defined]  # lets the caller close the worker pool
+    return bench_reward
+
+
 _default_scorer: BenchRewardScorer | None = None
 
 
 def default_scorer() -> BenchRewardScorer:
-    """The scorer used when the reward functions are called directly (created on first use, no telemetry)."""
+    """The scorer used when the module-level functions are called directly (created on first use, no telemetry)."""
     global _default_scorer
     if _default_scorer is None:
         _default_scorer = BenchRewardScorer()
@@ -182,24 +222,16 @@ def olmocr_bench_reward(
     bench_type_filter: Iterable[str] | None = None,
     **kwargs: Any,
 ) -> list[float | None]:
-    """Per completion, the fraction of its page's unit tests that pass (TRL reward signature).
+    """Per completion, the fraction of its page's unit tests that pass (olmOCR's function, TRL's signature).
 
-    Columns (``pdf_path``, ``jsonl_file``, ``jsonl_files``, ``test_ids``) are aligned with ``completions``, as
-    TRL forwards dataset columns. Tests come from every file in ``jsonl_files[i]`` (else ``[jsonl_file[i]]``).
-    ``macro_average=True`` averages per-type pass rates instead. ``bench_type_filter`` keeps only tests of the
-    given types. Returns None where the completion is not a string / message list or the page has no usable
-    tests. Uses the process-wide default scorer; the registry builds scorers with telemetry attached.
+    A thin wrapper: :func:`bench_reward_function` on the process-wide default scorer with these settings.
+    Tests come from every file in ``jsonl_files[i]`` (else ``[jsonl_file[i]]``); ``macro_average=True`` averages
+    per-type pass rates instead; ``bench_type_filter`` keeps only tests of those types. None where the
+    completion is not a string / message list or the page has no usable tests.
     """
-    return default_scorer().rewards(
-        completions,
-        pdf_path=pdf_path,
-        jsonl_file=jsonl_file,
-        jsonl_files=jsonl_files,
-        test_ids=test_ids,
-        macro_average=macro_average,
-        raw_completion=raw_completion,
-        type_filter=bench_type_filter,
-    )
+    reward = bench_reward_function(default_scorer(), macro_average=macro_average, raw_completion=raw_completion,
+                                   type_filter=bench_type_filter)
+    return reward(prompts, completions, completion_ids, pdf_path, jsonl_file, test_ids, jsonl_files=jsonl_files)
 
 
 def olmocr_bench_reward_macroavg(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:

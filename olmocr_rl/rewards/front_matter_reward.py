@@ -1,6 +1,6 @@
 """The format reward: does the completion open with valid YAML front matter, and does it agree with the reference?
 
-Reference §1.6 (c). Scoring in tenths, so the values are exact: 0 without valid front matter; 5 for valid
+olmOCR's format reward (docs/rewards.md, "The rewards"). Scoring in tenths, so the values are exact: 0 without valid front matter; 5 for valid
 front matter; +1 for each of the five fields equal (Python ``==`` on the parsed values) to the reference's.
 Reward = points / 10, one of 0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0. An unparseable reference keeps the 5 points
 (warned once per reference).

@@ -1,156 +1,131 @@
-"""From ``--reward_*`` flags to TRL's ``reward_funcs`` and ``reward_weights``.
+"""From the reward table (``olmocr_rl.config.rewards.REWARDS``) and the parsed values to TRL's ``reward_funcs`` and
+``reward_weights``.
 
-The flag names, help lines and the parsing of their values live in ``olmocr_rl.config.rewards`` (light, shared
-with the CLI); this module builds the functions. Functions are returned in olmOCR's
-order and carry olmOCR's ``__name__``s, which TRL uses in ``rewards/<name>/mean``.
+Each enabled row's ``function`` is used as it is, or its ``factory(value, context)`` builds the function from the
+parsed :class:`~olmocr_rl.config.rewards.RewardValue` and the :class:`RewardContext`. Functions come in the
+table's order (olmOCR's) and carry the table's names, which TRL logs as ``rewards/<name>/mean``. The factories of
+the built-in rewards that need the run's settings (the two bench rewards, EOS) are below.
 """
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from olmocr_rl.config.rewards import (
-    BENCH_REWARDS,
-    NO_REWARD,
-    REWARD_FLAGS,
-    REWARD_HELP,
+    REWARDS,
+    Reward,
+    RewardValue,
     flag_list,
-    parse_reward_value,
+    no_reward_message,
+    parse_reward,
+    reward,
+    reward_table,
 )
-from olmocr_rl.rewards.bench_reward import BenchRewardScorer
+from olmocr_rl.rewards.bench_reward import BenchRewardScorer, bench_reward_function
 from olmocr_rl.rewards.eos import make_reward_eos
-from olmocr_rl.rewards.front_matter_reward import reward_front_matter
-from olmocr_rl.rewards.similarity import bench_edit_distance_reward, medoid_reward
-from olmocr_rl.rewards.structure import reward_element_count, reward_rect_tables
 
-REWARD_FUNCTION_NAMES: dict[str, str] = {
-    "bench": "olmocr_bench_reward",
-    "bench_macroavg": "olmocr_bench_reward_macroavg",
-    "medoid": "medoid_reward",
-    "bench_edit_distance": "bench_edit_distance_reward",
-    "front_matter": "reward_front_matter",
-    "element_count": "reward_element_count",
-    "rect_tables": "reward_rect_tables",
-    "eos": "reward_eos",
-}
+__all__ = ["REWARDS", "RewardContext", "RewardValue", "build_reward_functions", "flag_list", "parse_reward"]
 
-__all__ = [
-    "REWARD_FLAGS",
-    "REWARD_FUNCTION_NAMES",
-    "REWARD_HELP",
-    "build_reward_functions",
-    "flag_list",
-    "parse_reward_value",
-]
+RewardFunction = Callable[..., list[float | None]]
+
+
+@dataclass
+class RewardContext:
+    """What a reward factory may use besides its value: the run's settings, and the bench scorer both bench
+    rewards share (created by the first, which is also the one that records telemetry)."""
+
+    eos_token_id: int | Iterable[int] | None = None
+    raw_completion: bool = False
+    bench_type_filter: Sequence[str] | None = None
+    reward_logger: Any = None
+    workers: int | None = None
+    _scorer: BenchRewardScorer | None = field(default=None, init=False, repr=False)
+
+    def bench_scorer(self) -> tuple[BenchRewardScorer, bool]:
+        """``(scorer, first)``: the one scorer of the bench rewards (the tests run once per batch) and whether this
+        caller is its first user, the one that records the per-completion statistics (nothing is counted twice)."""
+        if self._scorer is not None:
+            return self._scorer, False
+        sink = self.reward_logger.add_batch_stats if self.reward_logger is not None else None
+        self._scorer = BenchRewardScorer(workers=self.workers, stats_sink=sink)
+        return self._scorer, True
 
 
 def build_reward_functions(
-    spec: Mapping[str, float | str | bool | None],
+    spec: Mapping[str, RewardValue | float | str | bool | None],
     *,
     eos_token_id: int | Iterable[int] | None = None,
     raw_completion: bool = False,
     bench_type_filter: Sequence[str] | None = None,
     reward_logger: Any = None,
     workers: int | None = None,
-) -> tuple[list[Callable[..., list[float | None]]], list[float], list[str]]:
-    """``(reward_funcs, reward_weights, names)`` for the enabled rewards, in ``REWARD_FLAGS`` order.
+) -> tuple[list[RewardFunction], list[float], list[str]]:
+    """``(reward_funcs, reward_weights, names)`` for the enabled rewards, in the table's order.
 
-    ``spec`` maps a reward key (``"bench"`` or ``"reward_bench"``) to None (disabled), a weight, or for the
-    bench rewards a JSONL path. ``eos_token_id`` is required when ``eos`` is enabled. ``raw_completion`` feeds
-    the bench tests the completion with its front matter (olmOCR's behaviour). ``bench_type_filter`` keeps only
-    tests of those types. ``reward_logger`` (anything with ``add_batch_stats(list)``, e.g. the telemetry's
-    ``DetailedRewardLogger``) receives per-completion statistics from exactly one bench reward, the micro one
-    when both are enabled, so nothing is counted twice. Both bench rewards share one scorer: the tests run once
-    per batch. ``workers`` is the reward process count (default: see ``resolve_workers``).
+    ``spec`` maps a reward key (``"bench"`` or ``"reward_bench"``) to its value: validation's
+    :class:`RewardValue` (``ResolvedConfig.rewards``), taken as it is, or a flag value as a caller writes it
+    (None = disabled, a weight, a bench JSONL path), parsed here by the same ``parse_reward``.
+    ``eos_token_id`` is required when ``eos`` is enabled. ``raw_completion`` feeds the bench tests the completion
+    with its front matter (olmOCR's behaviour). ``bench_type_filter`` keeps only tests of those types.
+    ``reward_logger`` (anything with ``add_batch_stats(list)``, e.g. the telemetry's ``DetailedRewardLogger``)
+    receives per-completion statistics from exactly one bench reward, the micro one when both are enabled.
+    ``workers`` is the reward process count (default: see ``resolve_workers``).
     Raises ValueError for unknown keys, bad values, or when no reward is enabled (listing every flag).
     """
-    values: dict[str, Any] = {}
+    values: dict[str, RewardValue] = {}
     for name, value in spec.items():
-        key = name[len("reward_") :] if name.startswith("reward_") else name
-        if key not in REWARD_FLAGS:
-            raise ValueError(f"unknown reward {name!r}; the reward flags are {flag_list()}")
-        values[key] = value
-    parsed = {key: parse_reward_value(key, values.get(key)) for key in REWARD_FLAGS}
-    enabled = [key for key in REWARD_FLAGS if parsed[key][0] is not None]
+        entry = reward(name)  # ValueError naming every flag for an unknown one
+        parsed = value if isinstance(value, RewardValue) else parse_reward(entry.key, value)
+        if parsed is not None:
+            values[entry.key] = parsed
+    enabled = [entry for entry in reward_table() if entry.key in values]
     if not enabled:
-        raise ValueError(NO_REWARD)
-
-    scorer = None
-    if any(key in enabled for key in BENCH_REWARDS):
-        sink = reward_logger.add_batch_stats if reward_logger is not None else None
-        scorer = BenchRewardScorer(workers=workers, stats_sink=sink)
-    recording_key = "bench" if "bench" in enabled else "bench_macroavg"
-
-    funcs, weights, names = [], [], []
-    for key in enabled:
-        weight, jsonl_path = parsed[key]
-        if key in BENCH_REWARDS:
-            func = _bench_function(
-                scorer,
-                macro_average=key == "bench_macroavg",
-                raw_completion=raw_completion,
-                type_filter=bench_type_filter,
-                restrict_to_jsonl=jsonl_path,
-                record_stats=key == recording_key,
-            )
-        elif key == "eos":
-            if eos_token_id is None:
-                raise ValueError("--reward_eos needs the tokenizer's eos_token_id, which is None for this tokenizer")
-            func = make_reward_eos(eos_token_id)
-        else:
-            func = _PLAIN_REWARDS[key]
-        assert func.__name__ == REWARD_FUNCTION_NAMES[key]
-        funcs.append(func)
-        weights.append(weight)
-        names.append(func.__name__)
-    return funcs, weights, names
+        raise ValueError(no_reward_message())
+    context = RewardContext(eos_token_id=eos_token_id, raw_completion=raw_completion,
+                            bench_type_filter=bench_type_filter, reward_logger=reward_logger, workers=workers)
+    funcs = [_build(entry, values[entry.key], context) for entry in enabled]
+    return funcs, [values[entry.key].weight for entry in enabled], [entry.name for entry in enabled]
 
 
-_PLAIN_REWARDS = {
-    "medoid": medoid_reward,
-    "bench_edit_distance": bench_edit_distance_reward,
-    "front_matter": reward_front_matter,
-    "element_count": reward_element_count,
-    "rect_tables": reward_rect_tables,
-}
+def _resolve(path: str) -> Any:
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
-def _bench_function(
-    scorer: BenchRewardScorer,
-    *,
-    macro_average: bool,
-    raw_completion: bool,
-    type_filter: Sequence[str] | None,
-    restrict_to_jsonl: str | None,
-    record_stats: bool,
-) -> Callable[..., list[float | None]]:
-    """A bench reward bound to ``scorer`` and these settings, named as olmOCR names it."""
+def _build(entry: Reward, value: RewardValue, context: RewardContext) -> RewardFunction:
+    """The row's reward function, checked to carry the row's name (TRL logs rewards by ``__name__``)."""
+    func = _resolve(entry.function) if entry.function else _resolve(entry.factory)(value, context)
+    if getattr(func, "__name__", None) != entry.name:
+        raise TypeError(f"{entry.function or entry.factory} gave a reward function named "
+                        f"{getattr(func, '__name__', None)!r}, but the reward table (config/rewards.py) names "
+                        f"{entry.flag} {entry.name!r}: TRL and W&B would log it under another name; rename one")
+    return func
 
-    def bench_reward(
-        prompts: Sequence[Any],
-        completions: Sequence[Any],
-        completion_ids: Any = None,
-        pdf_path: Sequence[str] | None = None,
-        jsonl_file: Sequence[str] | None = None,
-        test_ids: Sequence[Sequence[str]] | None = None,
-        *,
-        jsonl_files: Sequence[Sequence[str]] | None = None,
-        **kwargs: Any,
-    ) -> list[float | None]:
-        return scorer.rewards(
-            completions,
-            pdf_path=pdf_path,
-            jsonl_file=jsonl_file,
-            jsonl_files=jsonl_files,
-            test_ids=test_ids,
-            macro_average=macro_average,
-            raw_completion=raw_completion,
-            type_filter=type_filter,
-            restrict_to_jsonl=restrict_to_jsonl,
-            record_stats=record_stats,
-        )
 
-    name = "olmocr_bench_reward_macroavg" if macro_average else "olmocr_bench_reward"
-    bench_reward.__name__ = bench_reward.__qualname__ = name
-    bench_reward.scorer = scorer  # type: ignore[attr-defined]  # lets the caller close the worker pool
-    return bench_reward
+# ---- factories of the built-in rewards (the table's factory= entries) ------------------------------------
+
+
+def _bench(value: RewardValue, context: RewardContext, *, macro_average: bool) -> RewardFunction:
+    scorer, first = context.bench_scorer()
+    return bench_reward_function(scorer, macro_average=macro_average, raw_completion=context.raw_completion,
+                                 type_filter=context.bench_type_filter, restrict_to_jsonl=value.jsonl,
+                                 record_stats=first)
+
+
+def bench_reward(value: RewardValue, context: RewardContext) -> RewardFunction:
+    """``olmocr_bench_reward`` on the shared scorer (``value.jsonl``: only that file's tests)."""
+    return _bench(value, context, macro_average=False)
+
+
+def bench_macroavg_reward(value: RewardValue, context: RewardContext) -> RewardFunction:
+    """``olmocr_bench_reward_macroavg`` on the shared scorer (``value.jsonl``: only that file's tests)."""
+    return _bench(value, context, macro_average=True)
+
+
+def eos_reward(value: RewardValue, context: RewardContext) -> RewardFunction:
+    """``reward_eos`` for the tokenizer's EOS id(s)."""
+    if context.eos_token_id is None:
+        raise ValueError("--reward_eos needs the tokenizer's eos_token_id, which is None for this tokenizer")
+    return make_reward_eos(context.eos_token_id)

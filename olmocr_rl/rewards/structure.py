@@ -1,6 +1,6 @@
 """Structure rewards (experimental in olmOCR): element counts and rectangular HTML tables.
 
-Reference §1.6 (g) and (h).
+docs/rewards.md ("The rewards") gives their scores; olmOCR's versions score the same.
 """
 
 from __future__ import annotations

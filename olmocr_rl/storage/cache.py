@@ -24,6 +24,7 @@ from olmocr_rl.storage.s3 import (
     list_objects,
     parse_s3_uri,
     safe_relative,
+    storage_errors,
 )
 
 logger = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ def download_s3_prefix(uri: str, cache_dir: str | os.PathLike | None = None) -> 
     try:
         client = s3.make_s3_client()
         remote = list_objects(client, bucket, folder)
-    except Exception as exc:
+    except storage_errors() as exc:
         error = explain(exc, "listing", uri, client)
         cached = _read_marker(marker)
         if (
@@ -121,7 +122,7 @@ def download_s3_prefix(uri: str, cache_dir: str | os.PathLike | None = None) -> 
                 whole[rel] = meta
                 _write_marker(marker, canonical, whole, complete=False)
                 fetched, fetched_bytes = fetched + 1, fetched_bytes + meta["size"]
-        except Exception as exc:
+        except storage_errors() as exc:
             raise explain(exc, "downloading", uri, client) from exc
         _remove_stale_files(destination, set(wanted))
         _write_marker(marker, canonical, wanted, complete=True)

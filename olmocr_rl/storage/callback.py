@@ -28,7 +28,7 @@ from olmocr_rl.storage.checkpoints import (
 )
 from olmocr_rl.storage.mirror import DEFAULT_EXCLUDE, S3Mirror, SyncResult, is_excluded
 from olmocr_rl.storage.files import write_json_atomic
-from olmocr_rl.storage.s3 import explain, parse_s3_uri
+from olmocr_rl.storage.s3 import StorageError, explain, parse_s3_uri, storage_errors
 
 logger = logging.getLogger(__name__)
 
@@ -174,10 +174,16 @@ class S3SyncCallback(TrainerCallback):
                 with self._lock:
                     if self._manifests.get(name) is files:
                         del self._manifests[name]
-        except Exception as exc:  # never let S3 stop training
+        except StorageError as exc:  # never let S3 stop training
             self.last_error = str(exc)
             logger.error("S3 sync of %s to %s failed; training goes on, checkpoints stay on local disk: %s",
                          self.output_dir, self.s3_save_path, exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug, not S3: logged with its traceback, training still goes on
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            logger.exception("S3 sync of %s to %s stopped on an unexpected error (a bug in olmocr_rl, not an S3 "
+                             "failure; please report it); training goes on, checkpoints stay on local disk",
+                             self.output_dir, self.s3_save_path)
             return
         self.last_result, self.last_error = result, None
         logger.info("S3 sync %s -> %s: %s", self.output_dir, self.s3_save_path, result.summary())
@@ -196,7 +202,7 @@ class S3SyncCallback(TrainerCallback):
         write_json_atomic(path, record, indent=1, sort_keys=True)
         try:
             s3.make_s3_client().upload_file(str(path), self.mirror.bucket, f"{self.mirror.folder}{name}/{rel}")
-        except Exception as exc:
+        except storage_errors() as exc:
             raise explain(exc, f"uploading the manifest of {name} to", self.s3_save_path) from exc
         self.mirror.note_uploaded(f"{name}/{rel}", path)
 

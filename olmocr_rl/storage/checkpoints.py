@@ -36,6 +36,7 @@ from olmocr_rl.storage.s3 import (
     list_objects,
     parse_s3_uri,
     safe_relative,
+    storage_errors,
 )
 
 logger = logging.getLogger(__name__)
@@ -286,7 +287,7 @@ def pull_latest_checkpoint_from_s3(
     try:
         client = s3.make_s3_client()
         newest, files, manifests = _newest_remote_checkpoint(client, s3_uri, bucket, folder_prefix(prefix), current)
-    except Exception as exc:
+    except storage_errors() as exc:
         raise explain(exc, "listing checkpoints in", s3_uri, client) from exc
     if newest is None:
         logger.info("no complete checkpoint-<N>/ under %s", s3_uri)
@@ -297,7 +298,7 @@ def pull_latest_checkpoint_from_s3(
     with folder_lock(output / ".olmocr_rl-pull.lock"):
         try:
             fetched = _download_checkpoint(client, bucket, files, output / newest, source)
-        except Exception as exc:
+        except storage_errors() as exc:
             raise explain(exc, "downloading checkpoint from", source, client) from exc
     logger.info(
         "pulled %s (%d files, %s; %d fetched) into %s in %.1f s", source, len(files),
@@ -428,7 +429,7 @@ def _fetch_history(s3_save_path: str, destination: Path) -> None:
     key = folder_prefix(prefix) + destination.name  # where S3SyncCallback's mirror put it
     try:
         s3.download_object(s3.make_s3_client(), bucket, key, destination)
-    except Exception as exc:  # a missing object, a dead server: the run goes on with a shorter history
+    except storage_errors() as exc:  # a missing object, a dead server: the run goes on with a shorter history
         logger.warning("could not restore the run history from s3://%s/%s (%s: %s); %s starts at the resumed "
                        "step", bucket, key, type(exc).__name__, exc, destination.name)
         return

@@ -28,6 +28,7 @@ from olmocr_rl.storage.s3 import (
     is_permanent,
     list_objects,
     parse_s3_uri,
+    storage_errors,
 )
 
 logger = logging.getLogger(__name__)
@@ -163,7 +164,7 @@ class S3Mirror:
                 client = s3.make_s3_client()
                 self._sync_once(client, result)
                 break
-            except Exception as exc:
+            except storage_errors() as exc:  # anything else is a bug: raised at once, not retried
                 error = explain(exc, f"mirroring {self.local_dir} to", self.s3_uri, client)
                 if attempt == self.retries or is_permanent(exc):
                     result.seconds = time.monotonic() - started

@@ -141,8 +141,24 @@ def endpoint_of(client) -> str:
     return getattr(getattr(client, "meta", None), "endpoint_url", None) or "AWS's default endpoint"
 
 
+def storage_errors() -> tuple[type[BaseException], ...]:
+    """The exception families an S3 or file operation raises for reasons outside the program, the only ones the
+    storage modules catch (``except storage_errors():``): OSError (files, sockets), StorageError, botocore's
+    (``BotoCoreError``: credentials, endpoints, timeouts; ``ClientError``: S3's answers), boto3's and
+    s3transfer's transfer failures. Anything else (a KeyError, a TypeError: a bug) keeps its traceback."""
+    families: list[type[BaseException]] = [OSError, StorageError]
+    try:
+        from boto3.exceptions import Boto3Error
+        from botocore.exceptions import BotoCoreError, ClientError
+        from s3transfer.exceptions import RetriesExceededError, S3DownloadFailedError, S3UploadFailedError
+    except ImportError:  # no boto3: only OSError and our own can occur
+        return tuple(families)
+    return (*families, BotoCoreError, ClientError, Boto3Error, RetriesExceededError, S3UploadFailedError,
+            S3DownloadFailedError)
+
+
 def explain(exc: BaseException, action: str, uri: str, client=None) -> StorageError:
-    """Turn a boto/OS error into a StorageError that names the URI and the likely fix."""
+    """Turn one of :func:`storage_errors` into a StorageError that names the URI and the likely fix."""
     if isinstance(exc, StorageError):
         return exc
     endpoint = endpoint_of(client)
@@ -210,7 +226,7 @@ def check_s3_access(s3_uri: str) -> None:
     try:
         client = make_s3_client()
         client.list_objects_v2(Bucket=bucket, Prefix=folder_prefix(prefix), MaxKeys=1)
-    except Exception as exc:
+    except storage_errors() as exc:
         raise explain(exc, "listing", s3_uri, client) from exc
 
 

@@ -6,7 +6,8 @@ all ranks (torch.distributed, every rank takes part), adds ``bench_reward/...`` 
 on the global main process, so they reach every ``report_to`` backend and ``trainer_state.json``, and starts a
 new window. Its console table (per test type and per JSONL file) covers the steps since the last table and prints
 every ``detail_steps`` steps and at the end of training (``--console_detail_steps``; default: with each
-checkpoint), not at every log. The keys are olmOCR's trainer's; two are added here:
+checkpoint), not at every log. The keys are olmOCR's trainer's (docs/rewards.md, "Telemetry" lists them); two
+are added here:
 
 * ``bench_reward/<type>/mean_reward``: the mean bench reward of the completions whose page has tests of that
   type (how well pages "with math" go), next to the per-test ``pass_rate``;

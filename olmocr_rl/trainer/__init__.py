@@ -4,6 +4,7 @@
 ``checkpoint_load`` (resume loads every weight and the optimizer on any device), ``page_order`` (each
 epoch's page order from seed and epoch) and ``completions`` (the completions table with page prompts);
 ``active_sampling`` is OlmoRL's refill mixin, ``vllm_generation`` TRL's vLLM backend with the prompt,
-dtype and encoder-cache fixes, ``build`` the run's trainer with its callbacks in order. Importing this
-package imports nothing heavy; each module imports TRL itself.
+dtype and encoder-cache fixes, ``build`` the run's trainer with its callbacks in order, ``compat`` the
+private TRL / transformers / vLLM surface all of them rely on, as data, checked before a trainer is built.
+Importing this package imports nothing heavy; each module imports TRL itself.
 """

@@ -36,12 +36,14 @@ from transformers.trainer_callback import ExportableState
 from trl.trainer.utils import split_pixel_values_by_grid, unsplit_pixel_values_by_grid
 
 from olmocr_rl.olmorl.settings import ACTIVE_SAMPLING_MAX_ROUNDS, check_active_sampling_geometry
+from olmocr_rl.trainer.compat import COMPLETION_ALIGNED_KEYS, OTHER_BATCH_KEYS, PROMPT_ALIGNED_KEYS, broken
 
 logger = logging.getLogger(__name__)
 
-# Per-row 2-D tensors aligned with the prompt (left-padded by TRL); every other per-row 2-D tensor is
-# aligned with the completion (right-padded).
-_PROMPT_ALIGNED = {"prompt_ids", "prompt_mask", "token_type_ids", "mm_token_type_ids"}
+# Per-row 2-D tensors aligned with the prompt are left-padded by TRL, those aligned with the completion
+# right-padded; the key lists live in trainer/compat.py (a key in neither raises there, not mis-padded here).
+_BATCH_KEYS_POINT = "trl.trainer.grpo_trainer:GRPOTrainer._generate_and_score_completions#batch_keys"
+_TRAINING_VALUES_POINT = "transformers.trainer:Trainer.set_initial_training_values"
 
 
 class PushbackIterator:
@@ -123,8 +125,13 @@ def merge_rows(outputs: list[dict[str, Any]], picks: list[tuple[int, int]], pad_
 
     Scalars (``num_items_in_batch``) are taken from ``outputs[0]``; the caller recounts them. Pixel values
     follow their rows through TRL's own split/unsplit by image grid. Columns that are padding in every
-    picked row are trimmed, so the merged batch is no wider than it needs to be.
+    picked row are trimmed, so the merged batch is no wider than it needs to be. A 2-D per-row tensor under a
+    key trainer/compat.py does not list raises CompatError (its padding side is unknown).
     """
+    token_columns = {key for o in outputs for key, value in o.items() if isinstance(value, torch.Tensor) and value.ndim >= 2}
+    unknown = sorted(token_columns - PROMPT_ALIGNED_KEYS - COMPLETION_ALIGNED_KEYS - OTHER_BATCH_KEYS)
+    if unknown:  # a per-row token column whose padding side (prompt: left, completion: right) nobody told us
+        raise broken(_BATCH_KEYS_POINT, f"scored batch holds {', '.join(unknown)}, whose padding side is unknown")
     split = [split_pixel_values_by_grid(o) for o in outputs]
     merged: dict[str, Any] = {}
     for key, first in split[0].items():
@@ -133,7 +140,7 @@ def merge_rows(outputs: list[dict[str, Any]], picks: list[tuple[int, int]], pad_
         elif isinstance(first, torch.Tensor) and first.ndim == 0:
             merged[key] = first
         elif isinstance(first, torch.Tensor) and first.ndim >= 2 and key not in ("pixel_values", "image_grid_thw"):
-            left = key in _PROMPT_ALIGNED
+            left = key in PROMPT_ALIGNED_KEYS
             width = max(s[key].shape[1] for s in split)
             value = pad_token_id if key in ("prompt_ids", "completion_ids") else 0
             padded = [_pad_to(s[key], width, left, value) for s in split]
@@ -153,7 +160,7 @@ def merge_rows(outputs: list[dict[str, Any]], picks: list[tuple[int, int]], pad_
         lo, hi = (int(idx[0]), mask.shape[1]) if left else (0, int(idx[-1]) + 1)
         width = mask.shape[1]
         for key, value in list(merged.items()):
-            aligned = (key in _PROMPT_ALIGNED) if left else (key not in _PROMPT_ALIGNED)
+            aligned = (key in PROMPT_ALIGNED_KEYS) if left else (key not in PROMPT_ALIGNED_KEYS)
             if (aligned and isinstance(value, torch.Tensor) and value.ndim >= 2 and value.shape[1] == width
                     and key not in ("pixel_values", "image_grid_thw")):
                 merged[key] = value[:, lo:hi]
@@ -204,6 +211,8 @@ class ActiveSamplingMixin:
 
     def set_initial_training_values(self, args, dataloader):
         values = list(super().set_initial_training_values(args, dataloader))
+        if len(values) != 7:  # (num_train_epochs, ..., max_steps): values[0] is the epoch count
+            raise broken(_TRAINING_VALUES_POINT, f"returned {len(values)} values, not the 7 whose first is num_train_epochs")
         if self.active_sampling and args.max_steps > 0:
             # Refills consume pages, so an epoch gives fewer steps than the Trainer counts: allow enough
             # epochs to reach max_steps (training stops there).
@@ -265,7 +274,7 @@ class ActiveSamplingMixin:
 
     def _save_checkpoint(self, model, trial):
         if self.active_sampling:
-                # Stored by the Trainer inside trainer_state.json, written last (the checkpoint's completeness mark).
+            # Stored by the Trainer inside trainer_state.json, written last (the checkpoint's completeness mark).
             # A restored callback replaces the one added in __init__, so look it up each time.
             for callback in self.callback_handler.callbacks:
                 if isinstance(callback, ActiveSamplingPosition):

@@ -56,8 +56,11 @@ def console_detail_steps(cfg) -> int:
 
 
 def build_trainer(cfg, grpo_config, model, processor, reward_funcs, reward_names, reward_logger,
-                  train_dataset, eval_dataset=None):
-    """The run's trainer with its callbacks in place (W&B, when asked for, is started by the caller first)."""
+                  train_dataset, eval_dataset=None, peft_config=None):
+    """The run's trainer with its callbacks in place (W&B, when asked for, is started by the caller first).
+
+    ``peft_config`` (``--use_peft``) goes to TRL, which wraps the model with the LoRA adapters; then, with the
+    vision tower frozen (by LoRA or --freeze_vision_tower), its per-step feature cache is installed."""
     trainer_cls, extra = trainer_class(cfg)
     packing = None
     if cfg.padding_free:
@@ -69,10 +72,15 @@ def build_trainer(cfg, grpo_config, model, processor, reward_funcs, reward_names
             **extra, model=model, args=grpo_config, processing_class=processor, reward_funcs=reward_funcs,
             train_dataset=train_dataset.to_trl_dataset(),
             eval_dataset=eval_dataset.to_trl_dataset() if eval_dataset is not None else None,
+            peft_config=peft_config,
         )
     configure_speedups(trainer, padding_free=packing is not None, compiled_generation=cfg.compiled_generation)
     if packing:
         logger.info("training forwards: %s", packing)
+    if cfg.cache_vision_features:
+        from olmocr_rl.trainer.vision_cache import attach_feature_cache
+
+        attach_feature_cache(trainer)
     add_callbacks(trainer, cfg, reward_names, reward_logger)
     return trainer
 

@@ -10,15 +10,20 @@ trainer built directly (not through grpo_train) resumes correctly too.
   ``model.language_model.*``: every key missed and a resumed run went on from the *initial* weights
   (with the checkpoint's optimizer state). The replacement loads the checkpoint as a model folder
   (``from_pretrained`` applies the key conversion) and copies its weights in, refusing any mismatch.
-  DeepSpeed and FSDP checkpoints (their own, live-layout files) keep the Trainer's path.
+  DeepSpeed and FSDP checkpoints (their own, live-layout files) keep the Trainer's path. LoRA checkpoints
+  (``--use_peft``: the adapter only) keep it too, after the checks of
+  :func:`olmocr_rl.trainer.adapter_checkpoint.load_adapter_checkpoint`.
 - :func:`load_optimizer_and_scheduler`: several CPU processes could not load ``optimizer.pt`` (the
-  Trainer's map_location ``cpu:0`` is not one torch.load can restore to).
+  Trainer's map_location ``cpu:0`` is not one torch.load can restore to); within that one call, on that thread,
+  torch is taught to restore ``cpu:N`` (:func:`indexed_cpu_loads`; ``torch.load`` is not replaced).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +44,10 @@ def load_checkpoint_weights(trainer, checkpoint: str, model=None, original=None)
     import torch
 
     model = trainer.model if model is None else model
+    from olmocr_rl.trainer.adapter_checkpoint import load_adapter_checkpoint
+
+    if load_adapter_checkpoint(trainer, checkpoint, model, original):  # a LoRA checkpoint, or a LoRA run
+        return None
     if not _plain_hf_checkpoint(trainer, checkpoint):
         return original(checkpoint, model)
     from olmocr_rl.storage import CheckpointMismatchError
@@ -66,26 +75,45 @@ def load_optimizer_and_scheduler(trainer, checkpoint: str | None, original) -> N
 
     Several processes on CPU have ``args.device`` ``cpu:0``, which the Trainer passes to ``torch.load``
     as map_location, and torch cannot restore storages there ("don't know how to restore data location
-    ... cpu:0"): a multi-process CPU run could not resume at all. The load is unchanged otherwise.
+    ... cpu:0"): a multi-process CPU run could not resume at all. Within this one call, and on this thread
+    only, :func:`indexed_cpu_loads` lets torch restore ``cpu:N`` as the CPU; ``torch.load`` itself is never
+    replaced, and every other load (another thread's, a later one) is torch's own.
     """
-    import torch
-
     device = getattr(trainer.args, "device", None)
     if checkpoint is None or getattr(device, "type", None) != "cpu" or getattr(device, "index", None) is None:
         return original(checkpoint)
-    real_load = torch.load
-
-    def load(*args, **kwargs):
-        location = kwargs.get("map_location")
-        if isinstance(location, torch.device) and location.type == "cpu":
-            kwargs["map_location"] = "cpu"
-        return real_load(*args, **kwargs)
-
-    torch.load = load
-    try:
+    with indexed_cpu_loads():
         return original(checkpoint)
+
+
+_INDEXED_CPU = threading.local()  # .depth > 0 inside indexed_cpu_loads() on this thread
+_REGISTERED: list[bool] = []
+_PRIORITY = 97  # after torch's own packages (cpu 10, cuda 20, ...); a deserializer only, never a tagger
+
+
+def _restore_indexed_cpu(storage, location: str):
+    """torch's deserializer for ``cpu:N``: the CPU, inside :func:`indexed_cpu_loads` only (else None: torch's
+    own error stands)."""
+    if getattr(_INDEXED_CPU, "depth", 0) > 0 and location.startswith("cpu:") and location[4:].isdigit():
+        return storage  # read onto the CPU already
+    return None
+
+
+@contextlib.contextmanager
+def indexed_cpu_loads():
+    """On this thread, for the duration of the block, ``torch.load(..., map_location=torch.device("cpu", N))``
+    restores to the CPU. Registered with torch once (``torch.serialization.register_package``, a deserializer that
+    answers only inside this block); nothing of torch's is replaced."""
+    import torch
+
+    if not _REGISTERED:
+        torch.serialization.register_package(_PRIORITY, lambda storage: None, _restore_indexed_cpu)
+        _REGISTERED.append(True)
+    _INDEXED_CPU.depth = getattr(_INDEXED_CPU, "depth", 0) + 1
+    try:
+        yield
     finally:
-        torch.load = real_load
+        _INDEXED_CPU.depth -= 1
 
 
 class CheckpointLoadMixin:

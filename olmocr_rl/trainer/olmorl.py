@@ -55,6 +55,7 @@ from olmocr_rl.olmorl.settings import (  # noqa: F401  (re-exported: the trainer
 )
 from olmocr_rl.trainer.active_sampling import ActiveSamplingMixin
 from olmocr_rl.trainer.checkpoint_load import CheckpointLoadMixin
+from olmocr_rl.trainer.compat import broken, check_trainer_surface
 from olmocr_rl.trainer.completions import CompletionsLogMixin
 from olmocr_rl.trainer.generation import CompiledGenerationMixin
 from olmocr_rl.trainer.is_telemetry import ImportanceSamplingTelemetryMixin
@@ -68,6 +69,10 @@ __all__ = [
     "olmorl_config_overrides",
     "olmorl_group_plan",
 ]
+
+#: The compat point of TRL's per-process slice (checked on every generation batch by ``_local_rows``).
+SLICE_POINT = "trl.trainer.grpo_trainer:GRPOTrainer._generate_and_score_completions#process_slice"
+
 
 def olmorl_group_plan(
     rewards: torch.Tensor, unscorable: torch.Tensor, G: int
@@ -108,6 +113,7 @@ class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, ActiveSampli
 
     def __init__(self, *args: Any, active_sampling: bool = False, active_sampling_max_rounds: int | None = None,
                  **kwargs: Any) -> None:
+        check_trainer_surface(args, kwargs)  # CompatError (one line naming the point and the pin) before TRL runs
         config = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments.get("args")
         if config is None:
             raise ValueError(
@@ -140,7 +146,8 @@ class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, ActiveSampli
         output = super()._generate_and_score_completions(inputs)
         rewards_per_func = self._olmorl_rewards_per_func
         if rewards_per_func is None:  # only if a TRL change stops routing rewards through _calculate_rewards
-            raise RuntimeError("OlmoRLGRPOTrainer: TRL did not call _calculate_rewards; check the trl pin (1.16.0)")
+            raise broken("trl.trainer.grpo_trainer:GRPOTrainer._calculate_rewards",
+                         "was not called by _generate_and_score_completions")
         mode = "train" if self.model.training else "eval"
         G = self.num_generations if mode == "train" else self.num_generations_eval
 
@@ -149,10 +156,8 @@ class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, ActiveSampli
         rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
         advantages, keep_rows = olmorl_group_plan(rewards, unscorable, G)
 
-        # This process's rows, sliced exactly as the parent slices its advantages.
-        n_local = output["advantages"].shape[0]
-        rank = self.accelerator.process_index
-        local = slice(rank * n_local, (rank + 1) * n_local)
+        # This process's rows, sliced exactly as the parent slices its advantages (checked on the data).
+        local = self._local_rows(output["advantages"], rewards.shape[0], advantages, keep_rows)
         keep_local = keep_rows[local].unsqueeze(1)
         output["advantages"] = advantages[local].to(output["advantages"].dtype)
 
@@ -173,3 +178,24 @@ class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, ActiveSampli
         self._metrics[mode]["olmorl/tokens_kept"].append(float(tokens_kept))
         self._metrics[mode]["olmorl/frac_tokens_kept"].append(float(tokens_kept) / max(float(tokens_before), 1.0))
         return output, keep_rows[local].clone()
+
+    def _local_rows(self, trl_advantages: torch.Tensor, n_all: int, advantages: torch.Tensor,
+                    keep_rows: torch.Tensor) -> slice:
+        """This process's rows of the gathered batch: ``[rank * n_local, (rank + 1) * n_local)``, as TRL slices.
+
+        Checked on the data, not assumed: the gathered batch holds every process's rows, and on kept rows
+        TRL's own advantages (with --olmorl's ``scale_rewards="none"``: reward minus group mean) equal ours.
+        A TRL that sliced otherwise raises CompatError here instead of training on another process's rows.
+        """
+        n_local, processes = trl_advantages.shape[0], self.accelerator.num_processes
+        if n_all != n_local * processes:
+            raise broken(SLICE_POINT, f"gathered {n_all} reward rows for {processes} process(es) of {n_local} rows")
+        rank = self.accelerator.process_index
+        local = slice(rank * n_local, (rank + 1) * n_local)
+        kept = keep_rows[local]
+        ours, theirs = advantages[local][kept], trl_advantages[kept].to(advantages.dtype)
+        if not torch.allclose(ours, theirs, rtol=1e-4, atol=1e-5):
+            worst = float((ours - theirs).abs().max())
+            raise broken(SLICE_POINT, f"TRL's advantages of process {rank}'s kept rows differ from rows "
+                                      f"[{local.start}, {local.stop}) of the gathered batch (by up to {worst:.3g})")
+        return local

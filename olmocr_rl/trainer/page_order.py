@@ -14,6 +14,8 @@ from typing import Any
 
 from trl.trainer.utils import RepeatSampler
 
+from olmocr_rl.trainer.compat import broken
+
 
 class EpochSeededRepeatSampler(RepeatSampler):
     """``RepeatSampler`` reshuffled from ``seed`` and the epoch at every pass."""
@@ -34,7 +36,9 @@ class EpochSeededRepeatSampler(RepeatSampler):
 class EpochSeededOrderMixin:
     """Put before ``GRPOTrainer`` in the bases: its train sampler becomes an :class:`EpochSeededRepeatSampler`.
 
-    Relies on TRL's ``GRPOTrainer._get_train_sampler`` and the Trainer's ``_run_epoch(model, epoch, ...)``.
+    Relies on TRL's ``GRPOTrainer._get_train_sampler`` returning a ``RepeatSampler`` (checked: another class
+    raises CompatError, where it used to fall back to TRL's order silently) and the Trainer's
+    ``_run_epoch(model, epoch, ...)`` (trainer/compat.py lists both).
     """
 
     _page_sampler: EpochSeededRepeatSampler | None = None
@@ -42,7 +46,9 @@ class EpochSeededOrderMixin:
     def _get_train_sampler(self, dataset=None):
         sampler = super()._get_train_sampler(dataset)
         if type(sampler) is not RepeatSampler:
-            return sampler
+            raise broken("trl.trainer.grpo_trainer:RepeatSampler",
+                         f"is not what _get_train_sampler returned ({type(sampler).__module__}."
+                         f"{type(sampler).__qualname__}), so each epoch's page order cannot be seeded from the epoch")
         self._page_sampler = EpochSeededRepeatSampler(
             data_source=sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
             batch_size=sampler.batch_size, repeat_count=sampler.repeat_count, shuffle=sampler.shuffle,

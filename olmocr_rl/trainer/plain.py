@@ -10,13 +10,18 @@
 - :class:`~olmocr_rl.trainer.padding_free.PaddingFreeMixin` (``--padding_free``) and
   :class:`~olmocr_rl.trainer.generation.CompiledGenerationMixin` (``--compiled_generation``): exact speed-ups of the
   training forwards and of HF generation, switched on by :func:`olmocr_rl.trainer.build.configure_speedups`.
+
+Building one first checks TRL's private surface (:func:`olmocr_rl.trainer.compat.check_trainer_surface`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from trl import GRPOTrainer
 
 from olmocr_rl.trainer.checkpoint_load import CheckpointLoadMixin
+from olmocr_rl.trainer.compat import check_trainer_surface
 from olmocr_rl.trainer.completions import CompletionsLogMixin
 from olmocr_rl.trainer.generation import CompiledGenerationMixin
 from olmocr_rl.trainer.is_telemetry import ImportanceSamplingTelemetryMixin
@@ -29,3 +34,7 @@ __all__ = ["PlainGRPOTrainer"]
 class PlainGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsLogMixin,
                        ImportanceSamplingTelemetryMixin, PaddingFreeMixin, CompiledGenerationMixin, GRPOTrainer):
     """``trl.GRPOTrainer`` (plain GRPO) with the mixins of the module docstring."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        check_trainer_surface(args, kwargs)  # CompatError (one line naming the point and the pin) before TRL runs
+        super().__init__(*args, **kwargs)

@@ -21,6 +21,11 @@ ids, so the expanded form is right there. More that the pinned TRL does not do f
 * vLLM's CPU backend repacks linear weights (oneDNN; sgl-kernel for bfloat16 on AMX CPUs), which drops the
   ``weight_loader`` that TRL's weight sync needs; on CPU the repacking is switched off (plain
   ``torch.nn.functional.linear``).
+* With LoRA (``--use_peft``) TRL sends vLLM the merged weights by merging the adapters into the base weights
+  in place and unmerging them after the copy, which in bf16 moves the frozen base by rounding at every sync
+  (TRL #6688). Where the weights are not sharded (one process, DDP, ZeRO-2), the merged weights are computed
+  out of place instead (``olmocr_rl.model.adapters.merged_named_parameters``: same values, same names, the
+  base untouched); under ZeRO-3 / FSDP TRL's own gathered merge runs.
 
 All of it is one small subclass of TRL's ``VLLMGeneration``, swapped in only while the trainer is
 built (:func:`page_vllm_generation`); a TRL release that fixes the prompt form makes
@@ -64,6 +69,13 @@ def _disable_cpu_weight_repacking() -> None:
     layer_utils.check_cpu_sgl_kernel = lambda n, k, dtype: False
 
 
+def _sharded_parameters(accelerator) -> bool:
+    """DeepSpeed ZeRO-3 or FSDP: each process holds a shard of the weights (a merge must gather them)."""
+    state = accelerator.state
+    zero3 = state.deepspeed_plugin is not None and state.deepspeed_plugin.zero_stage == 3
+    return zero3 or getattr(state, "fsdp_plugin", None) is not None
+
+
 def _generation_class():
     """Build the subclass lazily: importing TRL's vLLM module imports vLLM."""
     from trl.generation import vllm_generation as trl_vllm
@@ -91,6 +103,14 @@ def _generation_class():
                 super()._init_vllm()
             finally:
                 trl_vllm.LLM = base_llm
+
+        def _iter_named_params(self):
+            from olmocr_rl.model.adapters import is_peft_model, merged_named_parameters
+
+            if is_peft_model(self.model) and not _sharded_parameters(self.accelerator):
+                yield from merged_named_parameters(self.model)
+            else:
+                yield from super()._iter_named_params()
 
         def sync_weights(self):
             super().sync_weights()

@@ -1,16 +1,21 @@
-"""Structure facts a reviewer can check: module sizes, function lengths, import cycles, launcher bash.
+"""Structure facts a reviewer can check: module sizes, function lengths, layers and import cycles, the root's
+size, TRL's private surface, launcher bash.
 
     python scripts/check/structure.py            # report; exit 1 when a limit is broken
 
 Limits: a module of the package at most MAX_MODULE_LINES lines; a function (or method) at most
-MAX_FUNCTION_LINES lines; no import cycle between the package's modules (every import counts,
-function-local ones too, so a cycle cannot hide in a function); the launchers' bash at most
-MAX_LAUNCHER_BASH_LINES lines in all. tests/unit/test_structure.py runs the same checks.
+MAX_FUNCTION_LINES lines; the package root at most MAX_ROOT_MODULES modules (the command-line front doors and
+tiny shared utilities; the rest lives in subpackages); no import cycle between the package's modules and no
+import from a lower layer into a higher one (LAYERS; every import counts, function-local ones too, so neither
+can hide in a function); every private name (``._x``) used on TRL, transformers or vLLM listed in
+``olmocr_rl/trainer/compat.py``; the launchers' bash at most MAX_LAUNCHER_BASH_LINES lines in all.
+tests/unit/test_structure.py runs the same checks.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -19,7 +24,28 @@ PACKAGE = "olmocr_rl"
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
 MAX_LAUNCHER_BASH_LINES = 150
+MAX_ROOT_MODULES = 10
 LAUNCHER_BASH = ("scripts/grpotrainer-beaker.sh", "scripts/beaker", "scripts/slurm")
+
+#: The import layers, lowest first: a module may import its own layer and the ones below, never one above.
+#: Names are the package's top-level parts; ROOT stands for the other modules at the package root (the CLIs),
+#: INIT for the package's own ``__init__`` (every import of a submodule runs it, so it sits lowest).
+ROOT, INIT = "<root>", "<__init__>"
+LAYERS: tuple[tuple[str, ...], ...] = (
+    (INIT, "ranks"),
+    ("bench", "olmorl", "storage"),
+    ("data", "model"),
+    ("config",),
+    ("rewards",),
+    ("telemetry",),
+    ("trainer", "launch"),
+    (ROOT,),
+)
+#: The libraries whose private names must be listed in COMPAT (olmocr_rl.trainer.compat.private_names()).
+STACK = ("trl", "transformers", "vllm")
+COMPAT = "olmocr_rl/trainer/compat.py"
+#: Our own attributes kept on other libraries' objects carry this prefix (e.g. a cache on a vision tower).
+OWN_PREFIX = "_olmocr_rl"
 
 
 def module_files(repo: Path = REPO) -> dict[str, Path]:
@@ -119,6 +145,133 @@ def import_cycles(repo: Path = REPO) -> list[list[str]]:
     return sorted(groups)
 
 
+def root_modules(repo: Path = REPO) -> list[str]:
+    """The modules at the package root (``__init__`` not counted)."""
+    return sorted(p.stem for p in (repo / PACKAGE).glob("*.py") if p.name != "__init__.py")
+
+
+def _rank(repo: Path) -> dict[str, int]:
+    ranks = {name: i for i, names in enumerate(LAYERS) for name in names}
+    for name in sorted(p.name for p in (repo / PACKAGE).iterdir() if p.is_dir() and (p / "__init__.py").exists()):
+        ranks.setdefault(name, -1)  # a subpackage no layer names: reported by unlayered()
+    return ranks
+
+
+def _layer(module: str, repo: Path) -> str:
+    """A module's LAYERS name: INIT for the package, a top-level part LAYERS names, else the subpackage or ROOT."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return INIT
+    if any(parts[1] in names for names in LAYERS):
+        return parts[1]
+    return parts[1] if (repo / PACKAGE / parts[1]).is_dir() else ROOT
+
+
+def unlayered(repo: Path = REPO) -> list[str]:
+    """Subpackages that LAYERS does not place (add them to LAYERS where they belong)."""
+    return sorted(name for name, rank in _rank(repo).items() if rank < 0)
+
+
+def upward_imports(repo: Path = REPO) -> list[tuple[str, str]]:
+    """``(importer, imported)`` pairs where a module imports from a higher layer than its own."""
+    ranks = _rank(repo)
+    found = []
+    for module, targets in import_graph(repo).items():
+        mine = ranks.get(_layer(module, repo), -1)
+        for target in sorted(targets):
+            theirs = ranks.get(_layer(target, repo), -1)
+            if mine >= 0 and theirs > mine:
+                found.append((module, target))
+    return found
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and name != "_"
+
+
+def _super_names(cls: ast.ClassDef) -> set[str]:
+    """Names reached as ``super().<name>`` anywhere in a class: the inherited methods it wraps."""
+    return {n.attr for n in ast.walk(cls) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Call)
+            and isinstance(n.value.func, ast.Name) and n.value.func.id == "super"}
+
+
+def own_private_names(trees: dict[str, ast.AST]) -> set[str]:
+    """Private names the package defines itself: module-level and class-level names, methods that do not wrap
+    an inherited one (no ``super().<name>`` in their class), and attributes assigned on ``self`` / ``cls``."""
+    own: set[str] = set()
+    for tree in trees.values():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef)):
+                inherited = _super_names(node) if isinstance(node, ast.ClassDef) else set()
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                        if _private(item.name) and item.name not in inherited:
+                            own.add(item.name)
+                    targets = item.targets if isinstance(item, ast.Assign) else (
+                        [item.target] if isinstance(item, (ast.AnnAssign, ast.AugAssign)) else [])
+                    own.update(t.id for t in targets if isinstance(t, ast.Name) and _private(t.id))
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                own.update(t.attr for t in targets if isinstance(t, ast.Attribute) and _private(t.attr)
+                           and isinstance(t.value, ast.Name) and t.value.id in ("self", "cls"))
+    return own
+
+
+def _private_uses(tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, name)`` of every private name this module reaches: ``x._y`` (``super()._y`` included),
+    ``getattr(x, "_y")`` and its kin, and private parts of an imported stack module's path."""
+    uses = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            uses.append((node.lineno, node.attr))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "hasattr", "setattr", "delattr") and len(node.args) >= 2
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+              and _private(node.args[1].value)):
+            uses.append((node.lineno, node.args[1].value))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in STACK:
+                    uses += [(node.lineno, part) for part in alias.name.split(".") if _private(part)]
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in STACK:
+            parts = (node.module or "").split(".") + [alias.name for alias in node.names]
+            uses += [(node.lineno, part) for part in parts if _private(part)]
+    return uses
+
+
+def listed_private_names(repo: Path = REPO) -> frozenset[str]:
+    """``private_names()`` of the package's COMPAT module (loaded from its file; it imports only the standard
+    library), or nothing when it has none."""
+    path = repo / COMPAT
+    if not path.is_file():
+        return frozenset()
+    name = f"_structure_compat_{abs(hash(str(path)))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+        return frozenset(module.private_names())
+    finally:
+        del sys.modules[name]
+
+
+def unlisted_private_uses(repo: Path = REPO) -> list[tuple[str, str]]:
+    """``("file:line", name)`` for each private name a module of the package reaches that the package does not
+    define itself (``OWN_PREFIX`` names are ours wherever they are stored) and COMPAT does not list. Every module counts, not only those importing TRL: the mixins reach
+    TRL's private names on ``self`` without importing it (another library's names are listed there too)."""
+    trees = {str(path.relative_to(repo)): ast.parse(path.read_text()) for path in module_files(repo).values()}
+    own = own_private_names(trees)
+    listed = listed_private_names(repo)
+    found = []
+    for rel, tree in trees.items():
+        if rel == COMPAT:
+            continue
+        found += [(f"{rel}:{line}", name) for line, name in sorted(set(_private_uses(tree)))
+                  if name not in own and name not in listed and not name.startswith(OWN_PREFIX)]
+    return found
+
+
 def launcher_bash_lines(repo: Path = REPO) -> dict[str, int]:
     out = {}
     for entry in LAUNCHER_BASH:
@@ -137,11 +290,29 @@ def main() -> int:
         for name, size in rows:
             print(f"  {size:5d}  {name}")
         problems += len(rows)
+    root = root_modules()
+    print(f"modules at the package root: {len(root)} (limit {MAX_ROOT_MODULES}): {', '.join(root)}")
+    problems += len(root) > MAX_ROOT_MODULES
     cycles = import_cycles()
     print(f"import cycles: {len(cycles)}")
     for group in cycles:
         print("  " + " <-> ".join(group))
     problems += len(cycles)
+    print("layers (low -> high): " + " < ".join(", ".join(names) for names in LAYERS))
+    missing = unlayered()
+    print(f"subpackages in no layer: {len(missing)}" + (f" ({', '.join(missing)}: add them to LAYERS)" if missing else ""))
+    upward = upward_imports()
+    print(f"upward imports: {len(upward)}")
+    for importer, imported in upward:
+        print(f"  {importer} -> {imported}")
+    problems += len(missing) + len(upward)
+    unlisted = unlisted_private_uses()
+    print(f"private TRL/transformers/vLLM names used: {len(listed_private_names())} listed in {COMPAT}, "
+          f"{len(unlisted)} unlisted")
+    for where, name in unlisted:
+        print(f"  {where}: {name} is not in {COMPAT}; add a Point for it (or, for another library's name, an "
+              "OTHER_PRIVATE_NAMES entry)")
+    problems += len(unlisted)
     bash = launcher_bash_lines()
     total = sum(bash.values())
     print(f"launcher bash: {total} lines (limit {MAX_LAUNCHER_BASH_LINES})")

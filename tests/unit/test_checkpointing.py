@@ -164,16 +164,24 @@ def _cfg(*argv):
                                 "none", "--num_generations", "8", *argv]))
 
 
-def test_the_default_is_auto_and_the_flags_force_a_plan(loaded):
+def test_the_default_is_auto_and_the_flags_force_a_plan(loaded, tiny_model_dir):
+    from olmocr_rl.config.checks import max_image_tokens
+    from olmocr_rl.config.flags import PROMPT_TEXT_TOKENS
     from olmocr_rl.config.grpo import grpo_config_kwargs
+    from olmocr_rl.model.checkpointing import plan_for_run
 
     model, _ = loaded
-    cfg = _cfg()
+    cfg = _cfg("--model_name", str(tiny_model_dir))
+    sizes = dict(image_tokens=max_image_tokens(cfg.target_longest_image_dim), text_tokens=PROMPT_TEXT_TOKENS)
     assert cfg.gradient_checkpointing == "auto"
-    plan = plan_checkpointing(cfg, model.config)  # the tiny model on this machine: everything fits
+    plan = plan_for_run(cfg, **sizes)  # the tiny model on this machine, from its config.json: everything fits
     assert plan.mode == "off" and plan.reason.startswith("--gradient_checkpointing auto: nothing recomputes")
     assert grpo_config_kwargs(cfg, [1.0])["gradient_checkpointing"] is False
     assert grpo_config_kwargs(cfg, [1.0], gradient_checkpointing=True)["gradient_checkpointing"] is True
     for flag, mode in (("true", "full"), ("false", "off"), ("vision", "vision")):
-        assert plan_checkpointing(_cfg("--gradient_checkpointing", flag), model.config).mode == mode
+        assert plan_checkpointing(_cfg("--gradient_checkpointing", flag), model.config, **sizes).mode == mode
     assert grpo_config_kwargs(_cfg("--gradient_checkpointing"), [1.0])["gradient_checkpointing"] is True
+    missing = plan_for_run(_cfg("--model_name", "/no/such/model"), **sizes)
+    assert missing.mode == "full" and "no config for /no/such/model" in missing.reason
+    frozen = plan_checkpointing(_cfg("--freeze_vision_tower"), model.config, **sizes)
+    assert "and 0 patches per micro-batch" in frozen.reason  # a frozen tower keeps nothing for the backward pass

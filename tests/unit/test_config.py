@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 
 import pytest
 
 from olmocr_rl.config import ConfigError, build_parser, parse_args, validate
+from olmocr_rl.config.rewards import RewardValue
 
 
 @pytest.fixture
@@ -56,10 +58,79 @@ def test_reward_flags_bare_weight_and_path(bench):
                        "--reward_bench_macroavg", str(bench / "test1.jsonl"), "--num_generations", "2",
                        "--gradient_accumulation_steps", "2"])
     resolved = validate(args)
-    assert resolved.reward_spec["bench"] == 1.0
-    assert resolved.reward_spec["eos"] == 0.5
-    assert resolved.reward_spec["bench_macroavg"] == str((bench / "test1.jsonl").resolve())
-    assert resolved.reward_spec["medoid"] is None
+    assert resolved.rewards["bench"] == RewardValue(1.0)
+    assert resolved.rewards["eos"] == RewardValue(0.5)
+    assert resolved.rewards["bench_macroavg"] == RewardValue(1.0, str((bench / "test1.jsonl").resolve()))
+    assert "medoid" not in resolved.rewards
+    assert list(resolved.rewards) == ["bench", "bench_macroavg", "eos"]  # olmOCR's order, whatever the flags' order
+
+
+def test_the_resolved_config_declares_one_field_per_flag():
+    """Flags are added in parallel: a flag without its typed field (or a field without its flag) fails here,
+    saying exactly what to write."""
+    from olmocr_rl.config.resolved import flags_without_field
+
+    missing, extra = flags_without_field()
+    assert not missing, ("declare a field in ResolvedConfig (olmocr_rl/config/resolved.py, in the flag's group) "
+                         "for each new flag: " + "; ".join(f"{name}: <its type after parsing>" for name in missing))
+    assert not extra, f"ResolvedConfig declares {extra}, which no flag of config/flags.py has: remove the field(s)"
+
+
+def test_validate_names_the_field_a_new_flag_lacks(bench, monkeypatch):
+    from olmocr_rl.config import flags, resolved
+
+    real_parser = flags.build_parser
+
+    def parser_with_a_new_flag():
+        parser = real_parser()
+        parser.add_argument("--brand_new_flag", type=int, default=3, help="a flag someone just added")
+        return parser
+
+    monkeypatch.setattr(flags, "build_parser", parser_with_a_new_flag)
+    monkeypatch.setattr(resolved, "build_parser", parser_with_a_new_flag)
+    args = flags.parse_args(["--train_bench_data_folder", str(bench), "--reward_bench", "--num_generations", "4",
+                             "--gradient_accumulation_steps", "4"])
+    assert args.brand_new_flag == 3
+    with pytest.raises(TypeError, match=r"declares no field for the flag\(s\) --brand_new_flag: add "
+                                        r"`brand_new_flag: <its type>` to ResolvedConfig"):
+        validate(args)
+    assert resolved.flags_without_field(parser_with_a_new_flag()) == (["brand_new_flag"], [])
+
+
+def _matches(value, hint) -> bool:
+    """``value`` is of the declared type (the unions, tuples and mappings ResolvedConfig uses)."""
+    import collections.abc
+    import types
+    import typing
+
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arm) for arm in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is typing.Any:
+        return True
+    if origin is tuple:
+        return isinstance(value, tuple) and all(_matches(v, typing.get_args(hint)[0]) for v in value)
+    if origin in (collections.abc.Mapping, typing.Mapping) or hint is typing.Mapping:
+        return isinstance(value, collections.abc.Mapping)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, origin or hint)
+
+
+@pytest.mark.parametrize("extra", [(), ("--bench_type_filter", "table", "--max_train_samples", "3", "--eval_steps", "2",
+                                        "--per_device_eval_batch_size", "4", "--generation_kwargs", '{"a": [1]}',
+                                        "--resume_from_checkpoint", "--report_to", "tensorboard", "--olmorl")])
+def test_each_field_holds_a_value_of_its_declared_type(bench, extra):
+    import typing
+
+    from olmocr_rl.config.resolved import ResolvedConfig
+
+    cfg = validate(_args(bench, *extra))
+    hints = typing.get_type_hints(ResolvedConfig)
+    wrong = {name: (getattr(cfg, name), hint) for name, hint in hints.items() if not _matches(getattr(cfg, name), hint)}
+    assert not wrong, wrong
 
 
 def test_booleans_can_be_switched_off(bench):
@@ -172,7 +243,7 @@ def test_guide_command_lines(bench):
                        "--learning_rate", "5e-5", "--num_iterations", "5000", "--logging_steps", "100",
                        "--save_steps", "500", "--macro_average", "--num_generations", "2"])
     resolved = validate(args)
-    assert resolved.reward_spec["bench_macroavg"] == 1.0
+    assert resolved.rewards == {"bench_macroavg": RewardValue(1.0)}
     assert any("--max_steps 5000" in n for n in resolved.notices)
 
     args = parse_args(["--train_bench_data_folder", str(bench), "--output_dir", "./output", "--reward_bench",
@@ -292,3 +363,47 @@ def test_speed_flags_their_defaults_spellings_and_errors(bench, tmp_path, capsys
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "expected auto, true, false or vision, got 'sometimes'" in err
     assert "--profile_step must be > 0 (got 0)" in _error(bench, "--profile_step", "0")
+
+
+def test_trls_own_config_checks_run_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    """GRPOConfig is built in the preflight: whatever TRL's __post_init__ refuses stops the run in one line,
+    before any model loads (it used to be built after the model, minutes in)."""
+    from trl import GRPOConfig
+
+    from conftest import BENCH_DATA_SAMPLE
+    from olmocr_rl import grpo_train
+
+    def refuse(self):
+        raise ValueError("generation_batch_size (3) must be divisible by num_generations (2).")
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model must not load")
+
+    monkeypatch.setattr(GRPOConfig, "__post_init__", refuse)
+    monkeypatch.setattr("olmocr_rl.model.loading.load_model_and_processor", no_loading)
+    code = grpo_train.main([
+        "--train_bench_data_folder", str(BENCH_DATA_SAMPLE), "--model_name", str(tmp_path / "no-model"),
+        "--output_dir", str(tmp_path / "out"), "--reward_bench", "--num_generations", "2",
+        "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1", "--report_to", "none",
+    ])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 2 and err == ["error: TRL's GRPOConfig refuses these settings: generation_batch_size (3) must be "
+                                 "divisible by num_generations (2)."]
+
+
+def test_the_grpo_config_built_before_loading_gets_the_pad_tokens_once_the_tokenizer_is_there(bench):
+    """The one value that needs the tokenizer (vLLM's banned vision pad tokens) is added after loading."""
+    from types import SimpleNamespace
+
+    from olmocr_rl.config import build_grpo_config
+    from olmocr_rl.config.grpo import ban_vision_pad_tokens
+
+    cfg = validate(_args(bench, "--report_to", "none", "--generation_kwargs", '{"min_tokens": 2}'))
+    config = build_grpo_config(cfg)
+    assert config.reward_weights == [1.0] and config.generation_kwargs == {"min_tokens": 2}
+    tokenizer = SimpleNamespace(unk_token_id=0, convert_tokens_to_ids={"<|image_pad|>": 5, "<|video_pad|>": 6}.get)
+    ban_vision_pad_tokens(config, cfg, tokenizer)  # HF generation (CPU): nothing to ban
+    assert config.generation_kwargs == {"min_tokens": 2}
+    vllm_cfg = dataclasses.replace(cfg, vllm_mode="server")
+    ban_vision_pad_tokens(config, vllm_cfg, tokenizer)
+    assert config.generation_kwargs == {"min_tokens": 2, "bad_words": ["<|image_pad|>", "<|video_pad|>"]}

@@ -16,7 +16,7 @@ import pytest
 from olmocr_rl.config import ConfigError, Environment, ResolvedConfig, build_parser, parse_args, validate
 from olmocr_rl.config.flags import CHOSEN
 from olmocr_rl.config import checks
-from olmocr_rl.config.rewards import NO_REWARD, parse_reward_value
+from olmocr_rl.config.rewards import NO_REWARD, RewardValue, flag_value, parse_reward
 
 REPO = Path(__file__).resolve().parents[2]
 CPU = Environment(cuda=False, vllm=False, num_processes=1)
@@ -70,11 +70,12 @@ def test_check_filters():
 
 def test_resolve_rewards(tmp_path):
     (tmp_path / "t.jsonl").write_text("")
-    spec, notices = checks.resolve_rewards(flags(train_bench_data_folder=str(tmp_path), reward_bench="t.jsonl",
-                                                 reward_eos=0.5))
-    assert spec["bench"] == str((tmp_path / "t.jsonl").resolve()) and spec["eos"] == 0.5 and notices == []
-    spec, notices = checks.resolve_rewards(flags(train_bench_data_folder=str(tmp_path), macro_average=True))
-    assert spec["bench_macroavg"] == 1.0 and spec["bench"] is None and len(notices) == 1
+    rewards, notices = checks.resolve_rewards(flags(train_bench_data_folder=str(tmp_path), reward_bench="t.jsonl",
+                                                    reward_eos=0.5))
+    assert rewards == {"bench": RewardValue(1.0, str((tmp_path / "t.jsonl").resolve())), "eos": RewardValue(0.5)}
+    assert list(rewards) == ["bench", "eos"] and notices == []  # the table's order, enabled ones only
+    rewards, notices = checks.resolve_rewards(flags(train_bench_data_folder=str(tmp_path), macro_average=True))
+    assert rewards == {"bench_macroavg": RewardValue(1.0)} and len(notices) == 1
     with pytest.raises(ConfigError) as error:
         checks.resolve_rewards(flags(train_bench_data_folder=str(tmp_path)))
     assert str(error.value) == NO_REWARD
@@ -142,8 +143,9 @@ def test_resolve_report_to_resume_and_s3(tmp_path):
 
 
 def test_one_reward_value_parser_and_its_messages(tmp_path):
-    assert parse_reward_value("eos", "-1") == (-1.0, None)
-    assert parse_reward_value("bench", "x.jsonl", form_only=True) == (1.0, "x.jsonl")
+    assert parse_reward("eos", "-1") == RewardValue(-1.0)
+    assert flag_value("bench", "x.jsonl") == "x.jsonl"  # argparse's view: the form, the file is not looked up
+    assert flag_value("eos", True) == 1.0 and flag_value("eos", None) is None and parse_reward("eos", False) is None
     for key, value, line in [
         ("eos", "lots", "--reward_eos takes an optional weight (a number), got 'lots'"),
         ("eos", float("inf"), "--reward_eos inf: the weight must be a finite number"),
@@ -151,11 +153,11 @@ def test_one_reward_value_parser_and_its_messages(tmp_path):
                            "got 'x.txt'"),
     ]:
         with pytest.raises(ValueError) as error:
-            parse_reward_value(key, value)
+            parse_reward(key, value)
         assert str(error.value) == line
     (tmp_path / "t.jsonl").write_text("")
     with pytest.raises(ValueError, match=r"^--reward_eos takes a weight, not a JSONL path"):
-        parse_reward_value("eos", "t.jsonl", tmp_path)
+        parse_reward("eos", "t.jsonl", tmp_path)
 
 
 # --- validate: composed, frozen, args untouched ---------------------------------------------------------------
@@ -178,11 +180,13 @@ def test_validate_returns_a_frozen_config_and_leaves_args_alone(tmp_path):
     with pytest.raises(TypeError):
         cfg.flags["output_dir"] = "elsewhere"
     with pytest.raises(TypeError):
-        cfg.reward_spec["bench"] = 2.0
-    with pytest.raises(AttributeError, match="no flag or setting 'no_such_flag'"):
-        cfg.no_such_flag
+        cfg.rewards["bench"] = RewardValue(2.0)
+    with pytest.raises(AttributeError):
+        cfg.no_such_flag  # declared fields only
+    assert cfg.rewards == {"bench": RewardValue(1.0)} and cfg.reward_weights == [1.0]
     as_dict = cfg.as_dict()  # W&B's config: plain values, nested ones too
     assert json.loads(json.dumps(as_dict))["generation_kwargs"] == {"min_new_tokens": 4, "stop": ["a"]}
+    assert as_dict["rewards"] == {"bench": {"weight": 1.0, "jsonl": None}} and as_dict["reward_bench"] == 1.0
 
 
 def test_no_assignment_to_args_in_validation_or_the_trainer():

@@ -12,6 +12,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from olmocr_rl.data import OlmOCRBenchDataset, PageRenderCache, RenderError
+import olmocr_rl.data.dataset as dataset_module
 from olmocr_rl.data.dataset import page_key
 from olmocr_rl.data.front_matter import parse_page_response
 from olmocr_rl.data.prompts import build_no_anchoring_v4_yaml_prompt
@@ -204,51 +205,65 @@ def test_real_bench_sample_grouping_and_sizes():
 
 
 def test_validation_and_the_dataset_read_the_folder_once(monkeypatch):
-    """The training CLI's start-up: validate_bench_folder's scan feeds the dataset, so every PDF opens once."""
+    """The training CLI's start-up: the dataset is built from validate_bench_folder's report, so the folder is
+    scanned once, every PDF opens once, every reference is parsed once and the summary is validation's."""
     from collections import Counter
 
-    import olmocr_rl.data.dataset as dataset_module
+    import olmocr_rl.data.references as references_module
     import olmocr_rl.data.render as render_module
-    import olmocr_rl.validate_bench as validate_module
-    from olmocr_rl.validate_bench import validate_bench_folder
+    import olmocr_rl.data.summary as summary_module
+    import olmocr_rl.data.validation as validation_module
+    from olmocr_rl.data.validation import validate_bench_folder
 
-    opened, scans = Counter(), []
-    real_open, real_scan = render_module._open_document, validate_module.scan_bench_folder
+    opened, scans, parsed, summaries = Counter(), [], Counter(), []
+    real_open, real_scan = render_module._open_document, validation_module.scan_bench_folder
+    real_parse, real_summarize = references_module.parse_page_response, summary_module.summarize
     monkeypatch.setattr(render_module, "_open_document", lambda path: opened.update([Path(path).name]) or real_open(path))
+    monkeypatch.setattr(references_module, "parse_page_response", lambda text: parsed.update([text]) or real_parse(text))
 
     def counting_scan(*args, **kwargs):
         scans.append(args[0])
         return real_scan(*args, **kwargs)
 
-    monkeypatch.setattr(validate_module, "scan_bench_folder", counting_scan)
-    monkeypatch.setattr(dataset_module, "scan_bench_folder", counting_scan)
+    def counting_summarize(*args, **kwargs):
+        summaries.append(args[0])
+        return real_summarize(*args, **kwargs)
+
+    monkeypatch.setattr(validation_module, "scan_bench_folder", counting_scan)
+    monkeypatch.setattr(validation_module, "summarize", counting_summarize)
+    monkeypatch.setattr(dataset_module, "summarize", counting_summarize)
     report = validate_bench_folder(SAMPLE, test_types=["present", "absent"])
-    dataset = OlmOCRBenchDataset(SAMPLE, test_types=["present", "absent"], scan=report.scan,
+    dataset = OlmOCRBenchDataset(SAMPLE, test_types=["present", "absent"], report=report,
                                  render_cache=PageRenderCache())
     assert report.ok and len(dataset) == len(report.scan.pages) > 0
-    assert scans == [SAMPLE]  # one scan of the folder
+    assert scans == [SAMPLE] and summaries == [str(SAMPLE)]  # one scan, one summary
     assert opened and set(opened.values()) == {1}, opened  # each PDF opened once, by that scan
+    assert parsed and set(parsed.values()) == {1}, parsed  # each reference parsed once, by validation
+    assert dataset.summary == {**report.summary.as_dict(), "dropped_pages_by_page_filter": 0}
+    assert [s["claude_original"] for s in dataset.samples] == [report.references[(s["pdf"], s["page"])]
+                                                                for s in dataset.samples]
+    fewer = OlmOCRBenchDataset(SAMPLE, test_types=["present", "absent"], report=report, max_samples=1)
+    assert fewer.summary["pages"] == 1 and fewer.summary["dropped"]["pages_by_max_samples"] == len(dataset) - 1
 
-    with pytest.raises(ValueError, match=r"scan= is of .* \(jsonl_filter=None, test_types=\('present', 'absent'\)\)"):
-        OlmOCRBenchDataset(SAMPLE, test_types=["present"], scan=report.scan)
-    with pytest.raises(ValueError, match="pass the matching scan or none"):
-        OlmOCRBenchDataset(SAMPLE, jsonl_filter="basic", test_types=["present", "absent"], scan=report.scan)
+    with pytest.raises(ValueError, match=r"report= is of .* \(jsonl_filter=None, test_types=\('present', 'absent'\)\)"):
+        OlmOCRBenchDataset(SAMPLE, test_types=["present"], report=report)
+    with pytest.raises(ValueError, match="pass the matching report or none"):
+        OlmOCRBenchDataset(SAMPLE, jsonl_filter="basic", test_types=["present", "absent"], report=report)
 
 
 def test_evaluate_reads_the_bench_folder_once(monkeypatch):
-    """evaluate's load_bench_pages validates the folder and builds the dataset from that one scan."""
-    from olmocr_rl import evaluate, validate_bench
-    from olmocr_rl.data import dataset as dataset_module
+    """evaluate's load_bench_pages validates the folder and builds the dataset from that one report."""
+    from olmocr_rl import evaluate
+    from olmocr_rl.data import validation
 
     calls = []
-    real = validate_bench.scan_bench_folder
+    real = validation.scan_bench_folder
 
     def counting(*args, **kwargs):
         calls.append(args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(validate_bench, "scan_bench_folder", counting)
-    monkeypatch.setattr(dataset_module, "scan_bench_folder", counting)
+    monkeypatch.setattr(validation, "scan_bench_folder", counting)
     dataset, selected = evaluate.load_bench_pages(str(SAMPLE), None, None, None)
     assert len(calls) == 1
     assert selected == list(range(len(dataset.samples))) and selected

@@ -1,4 +1,4 @@
-"""The --reward_* registry: order, names, weights, JSONL-path values, errors, micro+macro sharing."""
+"""The reward table and its builder: order, names, weights, JSONL-path values, errors, micro+macro sharing."""
 
 from __future__ import annotations
 
@@ -6,21 +6,23 @@ import json
 
 import pytest
 
-from olmocr_rl.rewards import REWARD_FLAGS, REWARD_FUNCTION_NAMES, build_reward_functions, parse_reward_value
+from olmocr_rl.config.rewards import Reward, RewardValue
+from olmocr_rl.rewards import REWARDS, build_reward_functions, parse_reward
 from olmocr_rl.telemetry.bench_rewards import DetailedRewardLogger
+
+KEYS = [entry.key for entry in REWARDS]
 
 
 def test_flags_are_olmocr_order():
-    assert REWARD_FLAGS == (
-        "bench", "bench_macroavg", "medoid", "bench_edit_distance",
-        "front_matter", "element_count", "rect_tables", "eos",
-    )
+    assert KEYS == ["bench", "bench_macroavg", "medoid", "bench_edit_distance",
+                    "front_matter", "element_count", "rect_tables", "eos"]
+    assert [entry.key for entry in REWARDS if entry.per_file] == ["bench", "bench_macroavg"]
 
 
 def test_all_rewards_built_in_order_with_olmocr_names():
-    spec = {key: 1.0 for key in REWARD_FLAGS}
+    spec = {key: 1.0 for key in KEYS}
     funcs, weights, names = build_reward_functions(spec, eos_token_id=2)
-    assert names == [REWARD_FUNCTION_NAMES[key] for key in REWARD_FLAGS]
+    assert names == [entry.name for entry in REWARDS]
     assert [f.__name__ for f in funcs] == names
     assert names == [
         "olmocr_bench_reward", "olmocr_bench_reward_macroavg", "medoid_reward", "bench_edit_distance_reward",
@@ -43,7 +45,7 @@ def test_release_recipe_weights_and_disabled_flags():
 def test_no_reward_is_an_error_listing_every_flag():
     with pytest.raises(ValueError) as error:
         build_reward_functions({"bench": None}, eos_token_id=2)
-    for key in REWARD_FLAGS:
+    for key in KEYS:
         assert f"--reward_{key}" in str(error.value)
 
 
@@ -62,11 +64,40 @@ def test_bad_values_name_the_flag(spec, match):
         build_reward_functions(spec, eos_token_id=None)
 
 
-def test_parse_reward_value():
-    assert parse_reward_value("bench", None) == (None, None)
-    assert parse_reward_value("bench", True) == (1.0, None)
-    assert parse_reward_value("bench", "0.25") == (0.25, None)
-    assert parse_reward_value("eos", 3) == (3.0, None)
+def test_parse_reward():
+    assert parse_reward("bench", None) is None
+    assert parse_reward("bench", True) == RewardValue(1.0)
+    assert parse_reward("bench", "0.25") == RewardValue(0.25)
+    assert parse_reward("eos", 3) == RewardValue(3.0)
+
+
+def test_validated_values_are_taken_as_they_are(tmp_path):
+    """The CLI's values (ResolvedConfig.rewards) reach the builder unchanged: a JSONL path is not looked up again."""
+    funcs, weights, names = build_reward_functions(
+        {"bench": RewardValue(1.0, str(tmp_path / "gone.jsonl")), "eos": RewardValue(-0.5)}, eos_token_id=3)
+    assert (weights, names) == ([1.0, -0.5], ["olmocr_bench_reward", "reward_eos"])
+    funcs[0].scorer.close()
+
+
+def test_every_row_of_the_table_builds_a_function_of_its_name():
+    for entry in REWARDS:
+        funcs, _, names = build_reward_functions({entry.key: 1.0}, eos_token_id=2, workers=1)
+        assert names == [entry.name] == [funcs[0].__name__], entry
+        if hasattr(funcs[0], "scorer"):
+            funcs[0].scorer.close()
+    with pytest.raises(ValueError, match="exactly one of function= or factory="):
+        Reward("x", "x_reward", "help", function="a:b", factory="a:c")
+
+
+def test_a_row_whose_function_has_another_name_is_refused(monkeypatch):
+    from olmocr_rl.config import rewards
+
+    row = Reward("rect_tables", "rect_tables_reward", "renamed in the table only",
+                 function="olmocr_rl.rewards.structure:reward_rect_tables")
+    monkeypatch.setattr(rewards, "REWARDS", tuple(row if e.key == row.key else e for e in rewards.REWARDS))
+    with pytest.raises(TypeError, match="gave a reward function named 'reward_rect_tables', but the reward table "
+                                        r"\(config/rewards.py\) names --reward_rect_tables 'rect_tables_reward'"):
+        build_reward_functions({"rect_tables": 1.0})
 
 
 def test_jsonl_path_value_restricts_the_bench_tests(tmp_path, monkeypatch):

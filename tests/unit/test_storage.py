@@ -707,3 +707,116 @@ def test_a_file_noted_as_uploaded_is_not_sent_again(moto_s3, tmp_path):
     (out / "checkpoint-1" / "extra.json").unlink()
     mirror.sync()
     assert "noted/checkpoint-1/extra.json" not in remote_keys(moto_s3, "noted/")  # ours: deleted remotely too
+
+
+# ---- errors that keep bugs visible -------------------------------------------------------------------
+
+
+def test_only_io_and_boto_families_become_storage_errors():
+    from botocore.exceptions import ClientError, EndpointConnectionError
+    from boto3.exceptions import S3UploadFailedError
+
+    families = storage_s3.storage_errors()
+    for error in (OSError("disk"), EndpointConnectionError(endpoint_url="http://x"), S3UploadFailedError("x"),
+                  ClientError({"Error": {"Code": "NoSuchBucket"}}, "ListObjectsV2"), StorageError("x")):
+        assert isinstance(error, families), error
+    for bug in (KeyError("etag"), TypeError("x"), AttributeError("x"), ValueError("x")):
+        assert not isinstance(bug, families), bug
+
+
+def test_a_bug_in_the_mirror_is_raised_at_once_with_its_traceback(moto_s3, tmp_path, monkeypatch):
+    """A KeyError inside a pass was turned into a StorageError, retried, and logged at every save."""
+    out = tmp_path / "out"
+    write_files(out, {"a.txt": b"a"})
+    passes = []
+
+    def buggy_pass(self, client, result):
+        passes.append(1)
+        return {}["etag"]
+
+    monkeypatch.setattr(S3Mirror, "_sync_once", buggy_pass)
+    with pytest.raises(KeyError, match="etag"):
+        S3Mirror(out, f"s3://{moto_s3.bucket}/r", retries=3, backoff_s=0.01).sync()
+    assert passes == [1]  # not retried
+
+
+def test_the_callback_logs_a_bug_with_its_traceback_and_training_goes_on(moto_s3, tmp_path, monkeypatch, caplog):
+    out = tmp_path / "out"
+    fake_checkpoint(out, 1)
+    monkeypatch.setattr(S3Mirror, "_sync_once", lambda self, client, result: {}["etag"])
+    callback = S3SyncCallback(f"s3://{moto_s3.bucket}/run", out, retries=2, backoff_s=0.01, background=False)
+    with caplog.at_level(logging.ERROR, logger="olmocr_rl.storage"):
+        callback.on_save(None, WorldState(), None)  # no exception: the mirror never stops training
+    [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert "unexpected error (a bug in olmocr_rl, not an S3 failure" in record.getMessage()
+    assert record.exc_info and record.exc_info[0] is KeyError  # the traceback is in the log
+    assert callback.last_error == "KeyError: 'etag'"
+
+
+def test_a_bug_on_the_resume_path_keeps_its_traceback(moto_s3, tmp_path, monkeypatch, capsys):
+    """resume_checkpoint and grpo_train let an unexpected error through as it is (it was a StorageError, and
+    grpo_train's one-line message dropped its traceback)."""
+    from conftest import BENCH_DATA_SAMPLE
+    from olmocr_rl import grpo_train
+    from olmocr_rl.storage import checkpoints
+
+    def buggy(*args, **kwargs):
+        raise KeyError("LastModified")
+
+    real = checkpoints._newest_remote_checkpoint
+    monkeypatch.setattr(checkpoints, "_newest_remote_checkpoint", buggy)
+    uri = f"s3://{moto_s3.bucket}/run/"
+    with pytest.raises(KeyError, match="LastModified"):
+        resume_checkpoint(True, tmp_path / "out", uri)
+    with pytest.raises(KeyError, match="LastModified"):
+        grpo_train.main(["--train_bench_data_folder", str(BENCH_DATA_SAMPLE), "--reward_bench", "--report_to", "none",
+                         "--num_generations", "2", "--per_device_train_batch_size", "2",
+                         "--gradient_accumulation_steps", "1", "--output_dir", str(tmp_path / "out2"),
+                         "--resume_from_checkpoint", "--s3_save_path", uri])
+    monkeypatch.setattr(checkpoints, "_newest_remote_checkpoint", real)
+    moto_s3.stop()  # an S3 failure is still one line
+    code = grpo_train.main(["--train_bench_data_folder", str(BENCH_DATA_SAMPLE), "--reward_bench", "--report_to",
+                            "none", "--num_generations", "2", "--per_device_train_batch_size", "2",
+                            "--gradient_accumulation_steps", "1", "--output_dir", str(tmp_path / "out3"),
+                            "--resume_from_checkpoint", "--s3_save_path", uri])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 1 and len(err) == 1 and err[0].startswith("error: --resume_from_checkpoint: ")
+
+
+def test_the_cpu_index_fix_is_scoped_to_the_one_load_and_thread(tmp_path):
+    """torch cannot restore map_location cpu:0 (the Trainer's device for several CPU processes). The optimizer load
+    may, on its own thread and for that call only; torch.load is never replaced (it was, process-wide)."""
+    import threading
+    from types import SimpleNamespace
+
+    import torch
+
+    from olmocr_rl.trainer.checkpoint_load import load_optimizer_and_scheduler
+
+    path = tmp_path / "optimizer.pt"
+    torch.save({"step": torch.ones(2)}, path)
+    cpu0 = torch.device("cpu", 0)
+    real_load = torch.load
+    with pytest.raises(RuntimeError, match="don't know how to restore data location"):
+        torch.load(path, map_location=cpu0, weights_only=True)
+    seen = {}
+
+    def other_thread():
+        try:
+            torch.load(path, map_location=cpu0, weights_only=True)
+        except RuntimeError as exc:
+            seen["other thread"] = str(exc)
+
+    def trainers_load(checkpoint):  # what the Trainer's _load_optimizer_and_scheduler does with cpu:0
+        assert torch.load is real_load
+        seen["loaded"] = torch.load(path, map_location=cpu0, weights_only=True)["step"].tolist()
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+
+    trainer = SimpleNamespace(args=SimpleNamespace(device=cpu0))
+    load_optimizer_and_scheduler(trainer, str(tmp_path), trainers_load)
+    assert seen["loaded"] == [1.0, 1.0]
+    assert "don't know how to restore" in seen["other thread"]  # another thread, same moment: torch's own rules
+    with pytest.raises(RuntimeError, match="don't know how to restore data location"):
+        torch.load(path, map_location=cpu0, weights_only=True)  # and after the call
