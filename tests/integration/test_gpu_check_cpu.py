@@ -30,6 +30,9 @@ def test_gpu_check_on_cpu_reports_the_mfu_columns(tmp_path):
     assert row["train_mfu"] == pytest.approx(row["model_flops"] / row["train_s"] / table["peak_flops"])
     for column in ("mfu_6n", "mfu", "train_mfu"):
         assert column in result.stdout
+    lora = table["rows"][1]
+    assert lora["arm"] == "lora" and lora["steps_measured"] == 1 and lora["train_s"] > 0
+    assert "LoRA: adapters on 14 layers of the language model" in result.stderr
 
 
 @pytest.mark.slow
@@ -86,7 +89,3 @@ def test_bad_arms_are_one_error_line(tmp_path):
     assert result.returncode == 2 and result.stderr.startswith("error: --arms: arm 'grpo/fast'")
     assert result.stderr.count("\n") == 1
 
-
-    lora = table["rows"][1]
-    assert lora["arm"] == "lora" and lora["steps_measured"] == 1 and lora["train_s"] > 0
-    assert "LoRA: adapters on 14 layers of the language model" in result.stderr
