@@ -1,7 +1,7 @@
 """One-command check and measurement of the training path: ``bash scripts/gpu_check.sh``.
 
 On a CUDA machine: builds a random-weight model with the real Qwen2.5-VL-3B architecture (the tiny
-tokenizer's vocabulary), then runs the training CLI for a few steps on ``bench_data_sample/`` in
+tokenizer's vocabulary; ``--family qwen3_vl --shape 8b`` or ``--family qwen3_vl_moe`` for Qwen3-VL's), then runs the training CLI for a few steps on ``bench_data_sample/`` in
 bf16 — vLLM colocate when vLLM is importable, HF generation otherwise — with 1288 px pages, G = 8 and
 a fixed completion length (EOS suppressed by a minimum length), once with plain GRPO and once with
 ``--olmorl``. On CPU the same runs use the tiny model and tiny sizes (under a minute), so CI checks it.
@@ -158,8 +158,14 @@ def _arm_cli(arm: str, bench: str, model_dir: Path, out_dir: Path, G: int, lengt
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m olmocr_rl.gpu_check", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shape", choices=("tiny", "3b", "7b"), default=None,
-                        help="model architecture (default 3b on CUDA, tiny on CPU)")
+    from olmocr_rl.model.families import FAMILIES
+
+    parser.add_argument("--family", choices=list(FAMILIES), default="qwen2_5_vl",
+                        help="model family (config.json model_type; default qwen2_5_vl)")
+    presets = "; ".join(f"{t}: {', '.join(f.shapes)}" for t, f in FAMILIES.items())
+    parser.add_argument("--shape", default=None,
+                        help="model architecture, a preset of the family (" + presets + "); default: the family's "
+                             "smallest released shape on CUDA (Qwen2.5-VL: 3b), tiny on CPU")
     parser.add_argument("--steps", type=int, default=None, help="training steps per arm (default 4 GPU, 3 CPU)")
     parser.add_argument("--completion_length", type=int, default=None, help="fixed completion tokens (256 GPU, 16 CPU)")
     parser.add_argument("--num_generations", type=int, default=None, help="G (default 8 GPU, 4 CPU)")
@@ -180,9 +186,15 @@ def main(argv: list[str] | None = None) -> int:
     from olmocr_rl.config.flags import DEFAULT_TARGET_LONGEST_IMAGE_DIM
     from olmocr_rl.tiny_model import build_tiny_model
 
+    from olmocr_rl.model.families import FAMILIES
+
     environment = probe_environment()
     cuda = environment.cuda
-    shape = args.shape or ("3b" if cuda else "tiny")
+    presets = list(FAMILIES[args.family].shapes)
+    shape = args.shape or (next(name for name in presets if name != "tiny") if cuda else "tiny")
+    if shape not in presets:
+        print(f"error: --shape {shape}: {FAMILIES[args.family].label} has {', '.join(presets)}", file=sys.stderr)
+        return 2
     steps = args.steps or (4 if cuda else 3)
     length = args.completion_length or (256 if cuda else 16)
     G = args.num_generations or (8 if cuda else 4)
@@ -192,14 +204,15 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
 
     start = time.time()
-    model_dir = work / f"model-{shape}"
+    model_dir = work / f"model-{args.family}-{shape}"
     if not (model_dir / "config.json").is_file():
-        build_tiny_model(model_dir, seed=0, shape=shape, dtype="bfloat16" if cuda else "float32",
+        build_tiny_model(model_dir, seed=0, family=args.family, shape=shape, dtype="bfloat16" if cuda else "float32",
                          device="cuda" if cuda else "cpu")
     info = json.loads((model_dir / "olmocr_rl_tiny_model.json").read_text())
     params = info["parameters"]
     build_s = time.time() - start
-    print(f"[gpu_check] device {device_name}; model {shape} ({params / 1e6:.1f}M params) built in {build_s:.0f}s",
+    print(f"[gpu_check] device {device_name}; model {FAMILIES[args.family].label} {shape} ({params / 1e6:.1f}M params) "
+          f"built in {build_s:.0f}s",
           flush=True)
 
     if environment.vllm:  # not imported here: each arm's process starts its engine
@@ -228,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.empty_cache()
 
     result = {
-        "date": time.strftime("%Y-%m-%d"), "device": device_name, "shape": shape, "parameters": params,
+        "date": time.strftime("%Y-%m-%d"), "device": device_name, "family": args.family, "shape": shape,
+        "parameters": params,
         "backend": backend, "num_generations": G, "completion_length": length, "image_dim": image_dim,
         "steps": steps, "peak_flops": _peak_flops(device_name),
         "memory": "GPU peak allocated" if cuda else "process peak RSS", "total_s": time.time() - start,

@@ -139,10 +139,13 @@ def _build_datasets(cfg: ResolvedConfig, scans: dict):
 
 
 def _load_model(cfg: ResolvedConfig):
-    """``(model, processor)`` with the vision speedups applied; the colocate memory check first."""
-    from olmocr_rl.model.loading import ModelLoadError, load_model_and_processor
+    """``(model, processor)`` with the vision speedups applied; the router-loss and colocate memory checks first."""
+    from olmocr_rl.model.loading import ModelLoadError, load_model_and_processor, router_aux_loss_problem
     from olmocr_rl.model.vision_speedups import apply_vision_speedups
 
+    problem = router_aux_loss_problem(cfg.model_name, cfg.router_aux_loss_coef, cfg.cache_dir)
+    if problem:  # from the config alone: TRL would refuse it only once the weights are in memory
+        raise _Stop(problem)
     if cfg.vllm_mode == "colocate":
         from olmocr_rl.model.colocate_memory import colocate_memory_problem
 

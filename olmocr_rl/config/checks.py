@@ -69,6 +69,9 @@ def check_ranges(a: Namespace) -> Problems:
         problems.append(f"--temperature must be > 0 for sampling (got {a.temperature})")
     if not 0 < a.top_p <= 1:
         problems.append(f"--top_p must be in (0, 1] (got {a.top_p})")
+    if a.router_aux_loss_coef is not None and a.router_aux_loss_coef < 0:
+        problems.append(f"--router_aux_loss_coef must be >= 0 (got {a.router_aux_loss_coef}); 0 turns the "
+                        "load-balancing loss off, omitting the flag keeps the model config's")
     if a.num_generations < 2:
         problems.append(f"--num_generations must be >= 2: GRPO compares completions within a group "
                         f"(got {a.num_generations})")

@@ -40,7 +40,8 @@ class ModelFacts:
 
 def model_facts(config) -> ModelFacts:
     """Parameter count (the model built on the meta device: no memory, no weights) and KV-cache size per token."""
-    from olmocr_rl.model.loading import head_dim, meta_model
+    from olmocr_rl.model.families import head_dim
+    from olmocr_rl.model.loading import meta_model
 
     parameters = sum(p.numel() for p in meta_model(config).parameters())
     text = config.get_text_config()
@@ -109,7 +110,7 @@ def colocate_memory_problem(cfg) -> str | None:
     import torch
     from transformers import AutoConfig
 
-    from olmocr_rl.model.families import MODEL_CLASSES
+    from olmocr_rl.model.families import FAMILIES
     from olmocr_rl.model.loading import ModelLoadError, resolve_model_path
     from olmocr_rl.ranks import local_rank
 
@@ -118,7 +119,7 @@ def colocate_memory_problem(cfg) -> str | None:
     except (OSError, ValueError, ModelLoadError) as exc:  # the model load right after reports it properly
         logger.warning("colocate memory check skipped: no config for %s (%s)", cfg.model_name, exc)
         return None
-    if config.model_type not in MODEL_CLASSES:
+    if config.model_type not in FAMILIES:
         return None  # load_model_and_processor names the supported types
     gpu_bytes = torch.cuda.get_device_properties(local_rank()).total_memory
     problem = check_fit(
