@@ -68,9 +68,12 @@ def _qwen25_vision(depth: int = 32, hidden: int = 1280, intermediate: int = 3420
 
 def _qwen3_vision(depth: int, hidden: int, intermediate: int, heads: int, deepstack: tuple[int, ...], out: int,
                   positions: int = 2304) -> dict:
-    return dict(depth=depth, hidden_size=hidden, intermediate_size=intermediate, num_heads=heads,
-                deepstack_visual_indexes=list(deepstack), patch_size=16, spatial_merge_size=2, temporal_patch_size=2,
-                in_channels=3, out_hidden_size=out, num_position_embeddings=positions, hidden_act="gelu_pytorch_tanh")
+    vision = dict(depth=depth, hidden_size=hidden, intermediate_size=intermediate, num_heads=heads, patch_size=16,
+                  spatial_merge_size=2, temporal_patch_size=2, in_channels=3, out_hidden_size=out,
+                  num_position_embeddings=positions, hidden_act="gelu_pytorch_tanh")
+    if deepstack:  # Qwen3-VL: vision layers whose features go to the first LM layers
+        vision["deepstack_visual_indexes"] = list(deepstack)
+    return vision
 
 
 def _text(hidden, intermediate, layers, heads, kv, section, theta, head_dim=None, **extra) -> dict:
@@ -173,13 +176,12 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (QWEN2_VL, QWEN2_5_VL, Q
 #: ``model_type`` in config.json -> transformers class name.
 MODEL_CLASSES = {model_type: f.model_class for model_type, f in FAMILIES.items()}
 
-#: Families whose linear-attention text layers this package does not handle yet, with what is missing.
-NOT_SUPPORTED = {
-    "qwen3_5": "Qwen3.5's text model mixes gated-delta-net (linear attention) layers with full attention; "
-               "the FLOP counter, the colocate memory preflight and the vLLM lane do not model those layers yet",
-    "qwen3_5_moe": "Qwen3.5-MoE's text model mixes gated-delta-net (linear attention) layers with full attention; "
-                   "the FLOP counter, the colocate memory preflight and the vLLM lane do not model those layers yet",
-}
+_QWEN3_5_GAP = ("its text model's gated-delta-net (linear attention) layers do not run on vLLM 0.31's CPU engine "
+                "(no float32 causal_conv1d kernel; in bfloat16 the weight sync fails), so the vLLM guarantees cannot "
+                "be checked, and the FLOP counter and colocate preflight do not model those layers (HF training "
+                "alone works: docs/models.md)")
+#: Model types that were tried and are refused, with what is missing (one line each).
+NOT_SUPPORTED = {"qwen3_5": f"Qwen3.5: {_QWEN3_5_GAP}", "qwen3_5_moe": f"Qwen3.5-MoE: {_QWEN3_5_GAP}"}
 
 
 def family(config_or_type) -> Family:
