@@ -105,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineErrorParser(
         prog="python -m olmocr_rl.grpo_train",
         description=(
-            "GRPO fine-tuning of a vision-language OCR model (Qwen2.5-VL family) on an olmOCR-bench folder, "
+            "GRPO fine-tuning of a vision-language OCR model (Qwen2.5-VL, Qwen3-VL dense or MoE, Qwen2-VL) on an "
+            "olmOCR-bench folder, "
             "rewarded by the unit tests of each page. Flags follow olmOCR's trainer; --config FILE.yaml "
             "supplies any of them (the command line wins)."
         ),
