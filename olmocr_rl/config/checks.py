@@ -182,10 +182,11 @@ def check_geometry(a: Namespace, num_processes: int) -> Problems:
 
 
 def max_image_tokens(longest_side: int) -> int:
-    """Most image tokens a page rendered at ``longest_side`` px can take in Qwen2.5-VL (square page).
+    """Most image tokens a page rendered at ``longest_side`` px can take (square page), in any supported family.
 
     The processor rounds each side to a multiple of 28 px (14 px patches merged 2 x 2) and gives one
-    token per 28 x 28 block.
+    token per 28 x 28 block. That is the smallest block of the families (model/families.py: Qwen3-VL's is
+    32 px, fewer tokens), and this runs before any config is read, so it bounds them all.
     """
     blocks = math.ceil(longest_side / 28)
     return blocks * blocks

@@ -50,9 +50,8 @@ class Family:
     #: sends the released one.
     released_transposed: tuple[str, ...] = ()
     #: presets: name -> dict(text=..., vision=..., tie_word_embeddings=..., vocab_size=released vocab,
-    #: max_pixels=processor budget for the tiny builder, hub=released checkpoint id or None)
+    #: max_pixels=processor budget for the tiny builder); docs/models.md names the released checkpoints
     shapes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    tested: str = ""  # how this family is tested (docs/models.md)
 
     @property
     def moe(self) -> bool:
@@ -97,13 +96,12 @@ QWEN2_VL = Family(
         "tiny": dict(text=_text(128, 256, 2, 4, 2, (4, 6, 6), 1e6), tie_word_embeddings=False,
                      vision=dict(depth=2, embed_dim=64, hidden_size=128, mlp_ratio=2, num_heads=2, patch_size=14,
                                  spatial_merge_size=2, temporal_patch_size=2, in_channels=3),
-                     max_pixels=_TINY_PIXELS_14, vocab_size=None, hub=None),
+                     max_pixels=_TINY_PIXELS_14, vocab_size=None),
         "7b": dict(text=_text(3584, 18944, 28, 28, 4, (16, 24, 24), 1e6), tie_word_embeddings=False,
                    vision=dict(depth=32, embed_dim=1280, hidden_size=3584, mlp_ratio=4, num_heads=16, patch_size=14,
                                spatial_merge_size=2, temporal_patch_size=2, in_channels=3),
-                   max_pixels=_RELEASED_PIXELS_14, vocab_size=152064, hub="Qwen/Qwen2-VL-7B-Instruct"),
+                   max_pixels=_RELEASED_PIXELS_14, vocab_size=152064),
     },
-    tested="tiny build, 2 CLI steps, shared page encoding exact, FLOP widths (no vLLM lane run)",
 )
 
 QWEN2_5_VL = Family(
@@ -113,16 +111,12 @@ QWEN2_5_VL = Family(
     window_attention=True,
     shapes={
         "tiny": dict(text=_text(128, 256, 2, 4, 2, (4, 6, 6), 1e6), tie_word_embeddings=False,
-                     vision=_qwen25_vision(2, 64, 128, 2, (1,), 128), max_pixels=_TINY_PIXELS_14, vocab_size=None,
-                     hub=None),
+                     vision=_qwen25_vision(2, 64, 128, 2, (1,), 128), max_pixels=_TINY_PIXELS_14, vocab_size=None),
         "3b": dict(text=_text(2048, 11008, 36, 16, 2, (16, 24, 24), 1e6), tie_word_embeddings=True,
-                   vision=_qwen25_vision(out=2048), max_pixels=_RELEASED_PIXELS_14, vocab_size=151936,
-                   hub="Qwen/Qwen2.5-VL-3B-Instruct"),
+                   vision=_qwen25_vision(out=2048), max_pixels=_RELEASED_PIXELS_14, vocab_size=151936),
         "7b": dict(text=_text(3584, 18944, 28, 28, 4, (16, 24, 24), 1e6), tie_word_embeddings=False,
-                   vision=_qwen25_vision(out=3584), max_pixels=_RELEASED_PIXELS_14, vocab_size=152064,
-                   hub="Qwen/Qwen2.5-VL-7B-Instruct"),
+                   vision=_qwen25_vision(out=3584), max_pixels=_RELEASED_PIXELS_14, vocab_size=152064),
     },
-    tested="everything: unit and integration lanes, vLLM colocate and server lane, learning signal, GPU check",
 )
 
 QWEN3_VL = Family(
@@ -133,19 +127,17 @@ QWEN3_VL = Family(
     shapes={
         "tiny": dict(text=_text(128, 256, 2, 4, 2, (6, 5, 5), 5e6, head_dim=32), tie_word_embeddings=False,
                      vision=_qwen3_vision(3, 64, 128, 2, (0, 1), 128, positions=256), max_pixels=_TINY_PIXELS_16,
-                     vocab_size=None, hub=None),
+                     vocab_size=None),
         "2b": dict(text=_text(2048, 6144, 28, 16, 8, (24, 20, 20), 5e6, head_dim=128), tie_word_embeddings=True,
                    vision=_qwen3_vision(24, 1024, 4096, 16, (5, 11, 17), 2048), max_pixels=_RELEASED_PIXELS_16,
-                   vocab_size=151936, hub="Qwen/Qwen3-VL-2B-Instruct"),
+                   vocab_size=151936),
         "4b": dict(text=_text(2560, 9728, 36, 32, 8, (24, 20, 20), 5e6, head_dim=128), tie_word_embeddings=True,
                    vision=_qwen3_vision(24, 1024, 4096, 16, (5, 11, 17), 2560), max_pixels=_RELEASED_PIXELS_16,
-                   vocab_size=151936, hub="Qwen/Qwen3-VL-4B-Instruct"),
+                   vocab_size=151936),
         "8b": dict(text=_text(4096, 12288, 36, 32, 8, (24, 20, 20), 5e6, head_dim=128), tie_word_embeddings=False,
                    vision=_qwen3_vision(27, 1152, 4304, 16, (8, 16, 24), 4096), max_pixels=_RELEASED_PIXELS_16,
-                   vocab_size=151936, hub="Qwen/Qwen3-VL-8B-Instruct"),
+                   vocab_size=151936),
     },
-    tested="release-layout folder through the CLI, shared encoding exact with deepstack, vLLM colocate lane, "
-           "resume/soup/evaluate, learning signal (scripts/bench/learning_signal_qwen3vl.py)",
 )
 
 # 32: neither expert matrix square (2 x 32 != 128, 32 != 128: transformers tells the released layout apart by
@@ -161,14 +153,13 @@ QWEN3_VL_MOE = Family(
     shapes={
         "tiny": dict(text=_text(128, 256, 2, 4, 2, (6, 5, 5), 5e6, head_dim=32, **_MOE_TINY), tie_word_embeddings=False,
                      vision=_qwen3_vision(3, 64, 128, 2, (0, 1), 128, positions=256), max_pixels=_TINY_PIXELS_16,
-                     vocab_size=None, hub=None),
+                     vocab_size=None),
         "30b-a3b": dict(text=_text(2048, 6144, 48, 32, 4, (24, 20, 20), 5e6, head_dim=128, moe_intermediate_size=768,
                                    num_experts=128, num_experts_per_tok=8, decoder_sparse_step=1, mlp_only_layers=[],
                                    router_aux_loss_coef=0.001),
                         tie_word_embeddings=False, vision=_qwen3_vision(27, 1152, 4304, 16, (8, 16, 24), 2048),
-                        max_pixels=_RELEASED_PIXELS_16, vocab_size=151936, hub="Qwen/Qwen3-VL-30B-A3B-Instruct"),
+                        max_pixels=_RELEASED_PIXELS_16, vocab_size=151936),
     },
-    tested="release-layout folder through the CLI, router aux loss logged, active-expert FLOPs, shared encoding exact",
 )
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (QWEN2_VL, QWEN2_5_VL, QWEN3_VL, QWEN3_VL_MOE)}

@@ -34,7 +34,6 @@ def test_released_presets_have_the_published_parameter_counts(model_type, shape)
     config = preset_config(model_type, shape)
     assert config.model_type == model_type
     assert _parameters(config) / 1e9 == pytest.approx(PUBLISHED[model_type, shape], abs=0.005)
-    assert FAMILIES[model_type].shapes[shape]["hub"].startswith("Qwen/")
 
 
 def test_every_family_has_a_tiny_preset_and_every_preset_is_listed():
@@ -123,3 +122,13 @@ def test_tiny_presets_build_for_every_family(tiny_family_dir):
         model, processor = load_model_and_processor(str(folder))
         assert type(model).__name__ == FAMILIES[model_type].model_class
         assert type(processor).__name__ == FAMILIES[model_type].processor_class
+
+
+def test_the_config_checks_image_token_bound_holds_for_every_family():
+    """config.checks.max_image_tokens runs before any config is read and assumes 28 px per token, the smallest
+    block of the families: a family with smaller blocks would need it changed."""
+    from olmocr_rl.config.checks import max_image_tokens
+
+    blocks = {vision_layout(preset_config(t, s)).token_block_px for (t, s) in PUBLISHED}
+    assert min(blocks) == 28 and blocks == {28, 32}
+    assert max_image_tokens(1288) == 46 * 46 >= (1288 // 32 + 1) ** 2
