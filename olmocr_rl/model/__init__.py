@@ -1,4 +1,5 @@
-"""Model facts and loading: ``families`` (what each supported model family is: class, vision tokens),
+"""Model facts and loading: ``families`` (one entry per supported model family: classes, processor classes,
+presets, and the readers of every model-specific fact from a config: vision layout, deepstack, experts, tokens),
 ``loading`` (hub id, folder or ``s3://``, with the processor that works without torchvision),
 ``vision_speedups`` (exact vision-tower speed-ups), ``flops`` (true training FLOPs for MFU),
 ``colocate_memory`` (does a colocated vLLM engine fit beside the trainer: the preflight) and
