@@ -24,7 +24,7 @@ from test_cli_s3 import remote_files
 
 pytestmark = pytest.mark.slow
 
-GEOMETRY = ["--num_generations", 4, "--per_device_train_batch_size", 4, "--gradient_accumulation_steps", 1]
+GEOMETRY = ["--num_generations", 2, "--per_device_train_batch_size", 2, "--gradient_accumulation_steps", 1]
 
 
 @pytest.mark.parametrize("kind", ["dense", "moe"])
