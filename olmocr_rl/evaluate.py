@@ -3,6 +3,7 @@
     python -m olmocr_rl.evaluate --model out/run/checkpoint-500 --bench bench_data_sample
     python -m olmocr_rl.evaluate --model models/tiny-sft --bench bench_data_sample --num_samples 3 --json
     python -m olmocr_rl.evaluate --model out/run --bench bench_data_sample --pages '^(table|equations)\\.pdf:'
+    python -m olmocr_rl.evaluate --model out/lora-run/checkpoint-100 --bench bench_data_sample   # a LoRA adapter
 
 Every selected page of the bench folder is rendered and prompted exactly as in training
 (:class:`~olmocr_rl.data.dataset.OlmOCRBenchDataset`), transcribed K times with Hugging Face
@@ -190,9 +191,9 @@ def check_model_path(model: str) -> None:
         return
     path = Path(model).expanduser()
     if path.is_dir():
-        if not (path / "config.json").is_file():
+        if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
             raise EvaluateError(
-                f"--model {model}: folder has no config.json; pass a checkpoint folder "
+                f"--model {model}: folder has no config.json (nor adapter_config.json); pass a checkpoint folder "
                 "(e.g. out/run/checkpoint-500, or one written by `python -m olmocr_rl.tiny_model DIR`)"
             )
         return
@@ -245,10 +246,11 @@ def load_model(model: str, device: str | None):
     """``(model, processor)`` in eval mode on ``device`` (default cuda when available); EvaluateError if unloadable."""
     import torch
 
-    from olmocr_rl.model.loading import ModelLoadError, load_model_and_processor
+    from olmocr_rl.model.adapters import load_policy
+    from olmocr_rl.model.loading import ModelLoadError
 
     try:
-        policy, processor = load_model_and_processor(model)
+        policy, processor = load_policy(model)  # a LoRA adapter folder is merged onto its base model
     except (ModelLoadError, OSError, ValueError) as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise EvaluateError(f"--model {model}: cannot load it: {first_line}") from None
@@ -441,7 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
             "--pages) and the same regex. Progress goes to stderr, the report (or --json) to stdout."
         ),
     )
-    parser.add_argument("--model", required=True, help="checkpoint folder (or s3://bucket/prefix, or a hub id)")
+    parser.add_argument("--model", required=True,
+                        help="checkpoint folder (or s3://bucket/prefix, or a hub id), or a LoRA adapter folder "
+                             "(a --use_peft checkpoint, or OUTPUT_DIR/adapter), merged onto its base model first")
     parser.add_argument("--bench", required=True, help="olmOCR-bench folder: *.jsonl test files + pdfs/")
     parser.add_argument("--outputs", default=None,
                         help="folder for the transcriptions (default outputs/eval/<model>__<bench>); "

@@ -3,8 +3,13 @@
 On a CUDA machine: builds a random-weight model with the real Qwen2.5-VL-3B architecture (the tiny
 tokenizer's vocabulary; ``--family qwen3_vl --shape 8b`` or ``--family qwen3_vl_moe`` for Qwen3-VL's), then runs the training CLI for a few steps on ``bench_data_sample/`` in
 bf16 — vLLM colocate when vLLM is importable, HF generation otherwise — with 1288 px pages, G = 8 and
-a fixed completion length (EOS suppressed by a minimum length), once with plain GRPO and once with
-``--olmorl``. On CPU the same runs use the tiny model and tiny sizes (under a minute), so CI checks it.
+a fixed completion length, once with plain GRPO, once with ``--olmorl`` and once with LoRA (``--use_peft``, its
+defaults: r 16 on the language model, the frozen vision tower's features computed once per step). vLLM runs to
+the length with ``ignore_eos`` (it only stops stopping: the sampled distribution and the log-probs TRL's
+importance-sampling correction compares are the model's own); ``min_tokens`` would mask EOS out of the logits, and
+vLLM's processed log-probs would then differ from the trainer's on every token (measured: sequence IS ratios 1e-4
+to 0.02 at 256 tokens, a loss scaled to almost nothing). HF generation uses ``min_new_tokens`` (no correction
+there). On CPU the same runs use the tiny model and tiny sizes (under a minute), so CI checks it.
 
 Prints one table and writes it as JSON (``--out``): seconds per step split into generation / reward /
 training (log-probs, forward/backward, optimizer), generated and trained tokens per second, a model
@@ -32,6 +37,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 #: Dense bf16 peak FLOP/s by GPU name fragment (vendor datasheets; used for the MFU estimate).
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 70e12}
 
+#: The runs: plain GRPO, OlmoRL, plain GRPO training LoRA adapters (--use_peft).
+ARMS = ("grpo", "olmorl", "lora")
 COLUMNS = ["arm", "step_s", "generate_s", "reward_s", "train_s", "gen_tok_per_s", "train_tok_per_s",
            "mfu_6n", "mfu", "train_mfu", "peak_mem_gb", "reward_share"]
 
@@ -139,13 +146,13 @@ def _run_arm_in_own_process(cli: list[str]) -> tuple[int, float]:
 
 
 def _arm_cli(arm: str, bench: str, model_dir: Path, out_dir: Path, G: int, length: int, steps: int,
-             image_dim: int, backend: str, min_tokens: dict) -> list[str]:
+             image_dim: int, backend: str, length_kwargs: dict) -> list[str]:
     """The trainer flags of one arm: fixed-length completions, one log per step, no saves."""
     cli = [
         "--train_bench_data_folder", bench, "--model_name", str(model_dir), "--output_dir", str(out_dir),
         "--reward_bench", "--reward_front_matter", "--reward_eos",
         "--num_generations", str(G), "--per_device_train_batch_size", str(G), "--gradient_accumulation_steps", "1",
-        "--max_completion_length", str(length), "--generation_kwargs", json.dumps(min_tokens),
+        "--max_completion_length", str(length), "--generation_kwargs", json.dumps(length_kwargs),
         "--max_steps", str(steps), "--logging_steps", "1", "--save_steps", "100000", "--warmup_steps", "0",
         "--learning_rate", "1e-6", "--temperature", "1.0", "--target_longest_image_dim", str(image_dim),
         "--dataloader_num_workers", "0", "--report_to", "none", "--seed", "0",
@@ -153,6 +160,8 @@ def _arm_cli(arm: str, bench: str, model_dir: Path, out_dir: Path, G: int, lengt
     ]
     if arm == "olmorl":
         cli.append("--olmorl")
+    elif arm == "lora":
+        cli.append("--use_peft")
     return cli
 
 
@@ -170,11 +179,31 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--completion_length", type=int, default=None, help="fixed completion tokens (256 GPU, 16 CPU)")
     parser.add_argument("--num_generations", type=int, default=None, help="G (default 8 GPU, 4 CPU)")
     parser.add_argument("--image_dim", type=int, default=None, help="page size, longest side (default: the trainer's --target_longest_image_dim on GPU, 448 on CPU)")
-    parser.add_argument("--arms", default="grpo,olmorl", help="comma list of grpo, olmorl")
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma list of {', '.join(ARMS)}")
     parser.add_argument("--work_dir", default=None, help="where the model and run outputs go (default a temp dir)")
     parser.add_argument("--out", default="gpu_check.json", help="JSON file for the table")
     parser.add_argument("--bench", default=str(REPO_ROOT / "bench_data_sample"), help="bench folder")
     return parser
+
+
+def _shape(args, cuda: bool) -> str | None:
+    """The preset to build: --shape, or the family's smallest released one on CUDA, tiny on CPU; None if unknown."""
+    from olmocr_rl.model.families import FAMILIES
+
+    presets = list(FAMILIES[args.family].shapes)
+    shape = args.shape or (next(name for name in presets if name != "tiny") if cuda else "tiny")
+    return shape if shape in presets else None
+
+
+def _model(work: Path, family: str, shape: str, cuda: bool) -> tuple[Path, int]:
+    """The random-weight model folder of the preset in ``work`` (built once) and its parameter count."""
+    from olmocr_rl.tiny_model import build_tiny_model
+
+    model_dir = work / f"model-{family}-{shape}"
+    if not (model_dir / "config.json").is_file():
+        build_tiny_model(model_dir, seed=0, family=family, shape=shape, dtype="bfloat16" if cuda else "float32",
+                         device="cuda" if cuda else "cpu")
+    return model_dir, json.loads((model_dir / "olmocr_rl_tiny_model.json").read_text())["parameters"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,16 +213,17 @@ def main(argv: list[str] | None = None) -> int:
 
     from olmocr_rl.config import probe_environment
     from olmocr_rl.config.flags import DEFAULT_TARGET_LONGEST_IMAGE_DIM
-    from olmocr_rl.tiny_model import build_tiny_model
-
     from olmocr_rl.model.families import FAMILIES
 
     environment = probe_environment()
     cuda = environment.cuda
-    presets = list(FAMILIES[args.family].shapes)
-    shape = args.shape or (next(name for name in presets if name != "tiny") if cuda else "tiny")
-    if shape not in presets:
-        print(f"error: --shape {shape}: {FAMILIES[args.family].label} has {', '.join(presets)}", file=sys.stderr)
+    shape = _shape(args, cuda)
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in ARMS]
+    if shape is None or unknown:  # before anything is built
+        print(f"error: --arms {unknown[0]}: choose from {', '.join(ARMS)}" if unknown else
+              f"error: --shape {args.shape}: {FAMILIES[args.family].label} has {', '.join(FAMILIES[args.family].shapes)}",
+              file=sys.stderr)
         return 2
     steps = args.steps or (4 if cuda else 3)
     length = args.completion_length or (256 if cuda else 16)
@@ -204,27 +234,20 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
 
     start = time.time()
-    model_dir = work / f"model-{args.family}-{shape}"
-    if not (model_dir / "config.json").is_file():
-        build_tiny_model(model_dir, seed=0, family=args.family, shape=shape, dtype="bfloat16" if cuda else "float32",
-                         device="cuda" if cuda else "cpu")
-    info = json.loads((model_dir / "olmocr_rl_tiny_model.json").read_text())
-    params = info["parameters"]
-    build_s = time.time() - start
+    model_dir, params = _model(work, args.family, shape, cuda)
     print(f"[gpu_check] device {device_name}; model {FAMILIES[args.family].label} {shape} ({params / 1e6:.1f}M params) "
-          f"built in {build_s:.0f}s",
-          flush=True)
+          f"built in {time.time() - start:.0f}s", flush=True)
 
     if environment.vllm:  # not imported here: each arm's process starts its engine
-        backend, min_tokens = "vllm-colocate", {"min_tokens": length}
+        backend, length_kwargs = "vllm-colocate", {"ignore_eos": True}  # runs to max_tokens, distribution untouched
     else:
-        backend, min_tokens = "hf-generate", {"min_new_tokens": length}
+        backend, length_kwargs = "hf-generate", {"min_new_tokens": length}
     print(f"[gpu_check] generation backend: {backend}", flush=True)
 
     rows = []
-    for arm in [a.strip() for a in args.arms.split(",") if a.strip()]:
+    for arm in arms:
         out_dir = work / f"run-{arm}"
-        cli = _arm_cli(arm, args.bench, model_dir, out_dir, G, length, steps, image_dim, backend, min_tokens)
+        cli = _arm_cli(arm, args.bench, model_dir, out_dir, G, length, steps, image_dim, backend, length_kwargs)
         print(f"[gpu_check] arm {arm}: python -m olmocr_rl.grpo_train {' '.join(cli)}", flush=True)
         if backend == "vllm-colocate":
             # A colocated engine holds GPU memory and torch.distributed state until its process ends: two

@@ -61,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         resume, scans = _check_before_loading(cfg)
         train_dataset, eval_dataset = _build_datasets(cfg, scans)
-        model, processor = _load_model(cfg)
+        model, processor, peft_config = _load_model(cfg)
         rewards = _build_rewards(cfg, processor)
-        trainer = _build_trainer(cfg, model, processor, rewards, train_dataset, eval_dataset, resume)
+        trainer = _build_trainer(cfg, model, processor, rewards, train_dataset, eval_dataset, resume, peft_config)
         _train_and_save(cfg, trainer, processor, resume)
     except _Stop as stop:
         return _fail(stop.message, stop.code)
@@ -104,6 +104,12 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
         resume = _resume_checkpoint(cfg)
     except StorageError as exc:  # resuming was asked for and S3 cannot be read: starting over would be wrong
         raise _Stop(f"--resume_from_checkpoint: {exc}") from None
+    if resume:
+        from olmocr_rl.trainer.adapter_checkpoint import kind_mismatch
+
+        problem = kind_mismatch(resume, cfg.use_peft)  # a LoRA checkpoint for a full fine-tune, or the reverse
+        if problem:
+            raise _Stop(f"--resume_from_checkpoint: {problem}")
     if cfg.s3_save_path:  # a mistyped bucket or missing credentials now, not as log lines at the first save
         from olmocr_rl.storage import check_s3_access
 
@@ -139,13 +145,15 @@ def _build_datasets(cfg: ResolvedConfig, scans: dict):
 
 
 def _load_model(cfg: ResolvedConfig):
-    """``(model, processor)`` with the vision speedups applied; the router-loss and colocate memory checks first."""
+    """``(model, processor, LoRA config or None)``: the router-loss and colocate memory checks and the LoRA plan
+    (on the architecture) first, then the weights, the frozen vision parts and the vision speedups."""
     from olmocr_rl.model.loading import ModelLoadError, load_model_and_processor, router_aux_loss_problem
     from olmocr_rl.model.vision_speedups import apply_vision_speedups
 
     problem = router_aux_loss_problem(cfg.model_name, cfg.router_aux_loss_coef, cfg.cache_dir)
     if problem:  # from the config alone: TRL would refuse it only once the weights are in memory
         raise _Stop(problem)
+    peft_config = _adapter_config(cfg)
     if cfg.vllm_mode == "colocate":
         from olmocr_rl.model.colocate_memory import colocate_memory_problem
 
@@ -158,10 +166,38 @@ def _load_model(cfg: ResolvedConfig):
         raise _Stop(f"--model_name: {exc}") from None
     except OSError as exc:  # hub id not reachable offline, missing files
         raise _Stop(f"cannot load --model_name {cfg.model_name}: {exc}") from None
+    if cfg.freeze_vision_tower or cfg.freeze_vision_merger:
+        from olmocr_rl.model.frozen_vision import freeze_vision
+
+        frozen = freeze_vision(model, tower=cfg.freeze_vision_tower, merger=cfg.freeze_vision_merger)
+        logger.info("vision tower: %s frozen (%.2fM parameters without gradients)", " and ".join(
+            part for part, on in (("tower", cfg.freeze_vision_tower), ("merger", cfg.freeze_vision_merger)) if on),
+            frozen / 1e6)
     for speedup in apply_vision_speedups(model, share_pages=cfg.share_page_encoding,
                                          batched_attention=cfg.batched_vision_attention):
         logger.info("vision tower: %s", speedup)
-    return model, processor
+    return model, processor, peft_config
+
+
+def _adapter_config(cfg: ResolvedConfig):
+    """The ``peft.LoraConfig`` of ``--use_peft`` (None without), checked on the model's architecture."""
+    if not cfg.use_peft:
+        return None
+    from olmocr_rl.model.adapters import AdapterError, plan_for_run
+    from olmocr_rl.model.loading import ModelLoadError, resolve_model_path
+
+    try:
+        plan = plan_for_run(cfg, resolve_model_path(cfg.model_name, cache_dir=cfg.cache_dir))
+    except AdapterError as exc:
+        raise _Stop(str(exc), code=2) from None
+    except ModelLoadError as exc:
+        raise _Stop(f"--model_name: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise _Stop(f"cannot load --model_name {cfg.model_name}: {exc}") from None
+    logger.info("LoRA: adapters on %d layers of the language model, %.2fM adapter parameters%s", plan.adapted_layers,
+                plan.adapter_parameters / 1e6,
+                f" + {plan.saved_parameters / 1e6:.2f}M trained in full" if plan.saved_parameters else "")
+    return plan.lora_config
 
 
 def _build_rewards(cfg: ResolvedConfig, processor):
@@ -181,9 +217,13 @@ def _build_rewards(cfg: ResolvedConfig, processor):
     return funcs, weights, names, reward_logger
 
 
-def _build_trainer(cfg: ResolvedConfig, model, processor, rewards, train_dataset, eval_dataset, resume):
+def _build_trainer(cfg: ResolvedConfig, model, processor, rewards, train_dataset, eval_dataset, resume,
+                   peft_config=None):
     """Plain TRL GRPO or OlmoRL (olmocr_rl.trainer.build), with W&B started first when asked for."""
+    from olmocr_rl.telemetry.console import filter_startup_noise
     from olmocr_rl.trainer.build import build_trainer
+
+    filter_startup_noise()  # before the Trainer logs its start-up messages (the fail-fast paths never import it)
 
     reward_funcs, reward_weights, reward_names, reward_logger = rewards
     grpo_config = build_grpo_config(cfg, reward_weights, tokenizer=processor.tokenizer)
@@ -194,7 +234,7 @@ def _build_trainer(cfg: ResolvedConfig, model, processor, rewards, train_dataset
         if problem:
             raise _Stop(problem)
     return build_trainer(cfg, grpo_config, model, processor, reward_funcs, reward_names, reward_logger,
-                         train_dataset, eval_dataset)
+                         train_dataset, eval_dataset, peft_config=peft_config)
 
 
 def _train_and_save(cfg: ResolvedConfig, trainer, processor, resume: str | None) -> None:
@@ -205,10 +245,29 @@ def _train_and_save(cfg: ResolvedConfig, trainer, processor, resume: str | None)
         trainer.train(resume_from_checkpoint=resume)
     except CheckpointMismatchError as exc:  # the checkpoint's weights do not fit --model_name's architecture
         raise _Stop(f"--resume_from_checkpoint: {exc}") from None
-    trainer.save_model(cfg.output_dir)
-    if is_main_process(trainer.state):  # the processor beside the final model, whatever the Trainer saved
-        processor.save_pretrained(cfg.output_dir)
+    if cfg.use_peft:
+        _save_adapter_run(cfg, trainer, processor)
+    else:
+        trainer.save_model(cfg.output_dir)
+        if is_main_process(trainer.state):  # the processor beside the final model, whatever the Trainer saved
+            processor.save_pretrained(cfg.output_dir)
     _finish(trainer, cfg)
+
+
+def _save_adapter_run(cfg: ResolvedConfig, trainer, processor) -> None:
+    """A LoRA run's final output: the adapter in OUTPUT_DIR/adapter/ and, merged onto a fresh copy of the base
+    model, the full model at the root (--save_merged); or the adapter alone at the root."""
+    from olmocr_rl.model.adapters import ADAPTER_DIR, portable_model_name, set_adapter_base_name, write_merged
+
+    adapter_dir = Path(cfg.output_dir) / ADAPTER_DIR if cfg.save_merged else Path(cfg.output_dir)
+    trainer.save_model(str(adapter_dir))
+    if not is_main_process(trainer.state):
+        return
+    processor.save_pretrained(adapter_dir)
+    set_adapter_base_name(adapter_dir, portable_model_name(cfg.model_name))  # where soup and evaluate find it
+    if cfg.save_merged:
+        write_merged(adapter_dir, cfg.output_dir, cache_dir=cfg.cache_dir)
+        logger.info("LoRA: adapter in %s, merged model in %s", adapter_dir, cfg.output_dir)
 
 
 def _resume_checkpoint(cfg: ResolvedConfig) -> str | None:

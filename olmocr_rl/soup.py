@@ -7,7 +7,11 @@ olmOCR 2 merged six RL runs (different seeds) this way before release. Run:
 Contract:
   * Inputs are local Hugging Face checkpoint folders (no ``s3://``: download first) with a
     ``config.json`` and weights as ``*.safetensors`` (one file or shards with
-    ``model.safetensors.index.json``) or, failing that, ``pytorch_model*.bin``.
+    ``model.safetensors.index.json``) or, failing that, ``pytorch_model*.bin``; or LoRA adapter folders
+    (``adapter_config.json``: a ``--use_peft`` checkpoint, or a run's ``adapter/``), each merged onto its
+    base model first (averaging adapters is not averaging models: the product of two averaged factors is
+    not the average of the products). A merged input is written to a temporary folder beside OUT_DIR, one at
+    a time, and removed at the end.
   * Every input must have the same ``architectures`` and ``model_type``, the same weight files, and in
     each file the same tensor names, shapes and dtypes; otherwise nothing is written and the command
     exits with a one-line error naming the first difference.
@@ -140,11 +144,9 @@ def read_layout(ckpt: Path) -> CheckpointLayout:
     if not ckpt.is_dir():
         raise SoupError(f"{ckpt}: is not a directory (soup takes checkpoint folders)")
     names = sorted(p.name for p in ckpt.iterdir() if p.is_file())
-    if any(n.startswith("adapter_model.") for n in names):
-        raise SoupError(
-            f"{ckpt}: holds a LoRA adapter (adapter_model.*); averaging adapters is not averaging models, "
-            "merge each adapter into its base model first"
-        )
+    if any(n.startswith("adapter_model.") for n in names):  # adapter folders were merged before this point
+        raise SoupError(f"{ckpt}: holds LoRA adapter weights (adapter_model.*) but no adapter_config.json, so "
+                        "its base model is unknown; pass the adapter's own folder (with its adapter_config.json)")
     safetensors_files = [n for n in names if n.endswith(".safetensors")]
     bin_files = [n for n in names if n.startswith("pytorch_model") and n.endswith(".bin")]
     if safetensors_files:
@@ -327,14 +329,42 @@ def soup_checkpoints(inputs: Sequence[Path | str], out_dir: Path | str, overwrit
     out_dir = Path(out_dir)
     if len(inputs) < 2:
         raise SoupError(f"soup needs at least 2 checkpoints, got {len(inputs)}")
+    for ckpt in inputs:
+        if not ckpt.is_dir():
+            read_layout(ckpt)  # its one-line error
+    _prepare_out_dir(out_dir, inputs, overwrite)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    merged_root = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.merged-", dir=out_dir.parent))
+    try:
+        return _soup(_merge_adapters(inputs, merged_root), out_dir)
+    finally:
+        shutil.rmtree(merged_root, ignore_errors=True)
+
+
+def _merge_adapters(inputs: Sequence[Path], root: Path) -> list[Path]:
+    """Each LoRA adapter folder among ``inputs`` replaced by its merge onto its base model (under ``root``)."""
+    from olmocr_rl.model.adapters import AdapterError, is_adapter_folder, write_merged
+
+    out = []
+    for index, ckpt in enumerate(inputs):
+        if not is_adapter_folder(ckpt) or (ckpt / "config.json").is_file():
+            out.append(ckpt)
+            continue
+        print(f"soup: merging the LoRA adapter {ckpt} onto its base model", file=sys.stderr, flush=True)
+        try:
+            out.append(write_merged(ckpt, root / f"input-{index}"))
+        except (AdapterError, OSError, ValueError) as err:
+            raise SoupError(f"{ckpt}: {err}") from None
+    return out
+
+
+def _soup(inputs: Sequence[Path], out_dir: Path) -> SoupSummary:
     layouts = [read_layout(ckpt) for ckpt in inputs]
     configs = [_read_config(ckpt) for ckpt in inputs]
     check_compatible(layouts, configs)
-    _prepare_out_dir(out_dir, inputs, overwrite)
 
     ref = layouts[0]
     rename = _bin_to_safetensors_name if ref.weight_format == "bin" else (lambda name: name)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.soup-", dir=out_dir.parent))
     try:
         num_tensors = 0
@@ -384,6 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Uniform weight average ('model soup') of N>=2 Hugging Face checkpoints of the same model, "
             "the step olmOCR 2 used to merge its RL runs. Tensors are accumulated in fp32 and cast back "
             "to their stored dtype, streamed one at a time (peak memory about one model in fp32). "
+            "A LoRA adapter folder (adapter_config.json) is merged onto its base model first. "
             "Local folders only: download s3:// checkpoints first."
         ),
         epilog=(
@@ -397,7 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
         "paths",
         nargs="+",
         metavar="PATH",
-        help="CKPT_DIR... OUT_DIR: two or more local checkpoint folders, then the output folder",
+        help="CKPT_DIR... OUT_DIR: two or more local checkpoint (or LoRA adapter) folders, then the output folder",
     )
     parser.add_argument(
         "--overwrite",

@@ -26,7 +26,9 @@ _POSITIVE = ("learning_rate", "per_device_train_batch_size", "per_device_eval_ba
              "max_eval_samples")
 _NON_NEGATIVE = ("warmup_steps", "dataloader_num_workers", "beta")
 #: The GRPOConfig values --olmorl fixes that also have a flag.
-OLMORL_FLAGS = ("loss_type", "scale_rewards", "beta", "importance_sampling_level")
+OLMORL_FLAGS = ("loss_type", "scale_rewards", "beta", "importance_sampling_level",
+                "epsilon", "epsilon_high", "delta", "top_entropy_quantile", "off_policy_mask_threshold",
+                "entropy_coef", "multi_objective_aggregation")
 
 
 def check_folders(a: Namespace) -> Problems:
@@ -151,11 +153,69 @@ def check_olmorl(a: Namespace, explicit: Mapping[str, Any]) -> Problems:
     return problems
 
 
+#: Flags that only mean something with --use_peft.
+LORA_FLAGS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save")
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def check_adapters(a: Namespace, chosen: frozenset[str] | set[str]) -> Problems:
+    """--use_peft and the --lora_* flags (``chosen``: the flags the user set); the frozen vision parts.
+
+    Whether the names match the model's modules is checked on the model's config before its weights load
+    (olmocr_rl.model.adapters)."""
+    if not a.use_peft:
+        given = [name for name in LORA_FLAGS if name in chosen]
+        return [f"--{given[0]} only applies to LoRA training; add --use_peft (or drop --{given[0]})"] if given else []
+    problems = []
+    if a.lora_r < 1:
+        problems.append(f"--lora_r must be >= 1 (got {a.lora_r})")
+    if a.lora_alpha <= 0:
+        problems.append(f"--lora_alpha must be > 0 (got {a.lora_alpha})")
+    if not 0 <= a.lora_dropout < 1:
+        problems.append(f"--lora_dropout must be in [0, 1) (got {a.lora_dropout})")
+    for flag in ("lora_target_modules", "lora_modules_to_save"):
+        for name in getattr(a, flag) or ():
+            if name == "all-linear" and flag == "lora_target_modules":
+                continue
+            if not _MODULE_NAME.match(name):
+                problems.append(f"--{flag} {name!r}: expected a module name such as q_proj (one name per value, "
+                                "no dots or patterns)" + (" or all-linear" if flag == "lora_target_modules" else ""))
+    for flag in ("lora_target_modules", "lora_modules_to_save"):
+        if "lm_head" in (getattr(a, flag) or ()):
+            problems.append(f"--{flag} lm_head: TRL computes log-probs from lm_head's own weight directly, so "
+                            "neither an adapter nor a trained copy of it would ever train; drop lm_head (a full "
+                            "fine-tune without --use_peft trains it)")
+    if a.freeze_vision_merger and "merger" in (a.lora_modules_to_save or ()):
+        problems.append("--freeze_vision_merger and --lora_modules_to_save merger contradict each other; drop one")
+    return problems
+
+
+def adapter_notices(a: Namespace, chosen: frozenset[str] | set[str]) -> list[str]:
+    """What the adapter and freezing flags do in this run, for the log."""
+    notices = []
+    if a.use_peft:
+        notices.append(f"--use_peft: LoRA r={a.lora_r} alpha={a.lora_alpha} on the language model's "
+                       f"{' '.join(a.lora_target_modules)}; the base model and the vision tower stay frozen")
+        if a.freeze_vision_tower:
+            notices.append("--freeze_vision_tower: LoRA already leaves the vision tower frozen (it gets no adapters)")
+    elif "save_merged" in chosen:
+        notices.append("--save_merged applies to --use_peft runs only; a full fine-tune saves its model as is")
+    return notices
+
+
 def check_geometry(a: Namespace, num_processes: int) -> Problems:
     """Batch geometry (TRL: generation batch = per-device batch x processes x steps_per_generation)."""
     per_step = a.per_device_train_batch_size * num_processes
-    generation_batch = per_step * a.gradient_accumulation_steps
+    steps_per_generation, problems = resolve_steps_per_generation(a, num_processes)
+    if problems:
+        return problems
+    generation_batch = per_step * steps_per_generation
     G = a.num_generations
+    if generation_batch % G and steps_per_generation != a.gradient_accumulation_steps:
+        return [f"batch geometry: the generation batch (per_device_train_batch_size {a.per_device_train_batch_size} x "
+                f"processes {num_processes} x steps_per_generation {steps_per_generation} = {generation_batch} "
+                f"completions) is not a multiple of --num_generations {G}; use a --steps_per_generation or "
+                f"--generation_batch_size that makes it one (e.g. --generation_batch_size {math.lcm(per_step, G)})"]
     if generation_batch % G:
         need_ga = G // math.gcd(per_step, G)
         return [
@@ -169,16 +229,120 @@ def check_geometry(a: Namespace, num_processes: int) -> Problems:
         from olmocr_rl.olmorl.settings import check_active_sampling_geometry
 
         try:
-            check_active_sampling_geometry(a.per_device_train_batch_size, a.gradient_accumulation_steps,
+            check_active_sampling_geometry(a.per_device_train_batch_size, steps_per_generation,
                                            a.gradient_accumulation_steps, G, a.active_sampling_max_rounds)
         except ValueError as exc:
             return [str(exc)]
     eval_batch = a.per_device_eval_batch_size * num_processes
-    if a.eval_steps is not None and eval_batch % G:
+    G_eval = a.num_generations_eval or G
+    flag = "--num_generations_eval" if a.num_generations_eval else "--num_generations"
+    if a.eval_steps is not None and eval_batch % G_eval:
         return [f"eval geometry: per_device_eval_batch_size ({a.per_device_eval_batch_size}) x processes "
-                f"({num_processes}) = {eval_batch} is not a multiple of --num_generations {G}; "
-                f"use --per_device_eval_batch_size {G // math.gcd(num_processes, G)} (or a multiple)"]
+                f"({num_processes}) = {eval_batch} is not a multiple of {flag} {G_eval}; "
+                f"use --per_device_eval_batch_size {G_eval // math.gcd(num_processes, G_eval)} (or a multiple)"]
     return []
+
+
+def resolve_steps_per_generation(a: Namespace, num_processes: int) -> tuple[int, Problems]:
+    """TRL's steps_per_generation from --steps_per_generation / --generation_batch_size (at most one), else
+    --gradient_accumulation_steps; with the problem when the two are set or do not divide."""
+    per_step = a.per_device_train_batch_size * num_processes
+    if a.steps_per_generation is not None and a.generation_batch_size is not None:
+        return a.gradient_accumulation_steps, [
+            "--steps_per_generation and --generation_batch_size both set the generation batch; give at most one"]
+    if a.generation_batch_size is not None:
+        if a.generation_batch_size % per_step:
+            return a.gradient_accumulation_steps, [
+                f"--generation_batch_size {a.generation_batch_size} must be a multiple of per_device_train_batch_size "
+                f"({a.per_device_train_batch_size}) x processes ({num_processes}) = {per_step}; use "
+                f"{per_step * max(1, round(a.generation_batch_size / per_step))}"]
+        return a.generation_batch_size // per_step, []
+    return a.steps_per_generation or a.gradient_accumulation_steps, []
+
+
+def check_trl_knobs(a: Namespace) -> Problems:
+    """The TRL GRPOConfig knobs (flags.TRL_KNOB_FLAGS) within the ranges where they mean something."""
+    problems = []
+    if not 0 <= a.epsilon < 1:
+        problems.append(f"--epsilon must be in [0, 1): the ratio's lower clip is 1 - epsilon (got {a.epsilon})")
+    if a.epsilon_high is not None and a.epsilon_high < 0:
+        problems.append(f"--epsilon_high must be >= 0 (got {a.epsilon_high}); none = --epsilon")
+    if a.delta is not None and a.delta <= 1:
+        problems.append(f"--delta caps the ratio and must be > 1 (got {a.delta}; INTELLECT-2 suggests more than "
+                        "1 + --epsilon_high); none = off")
+    if not 0 <= a.top_entropy_quantile <= 1:
+        problems.append(f"--top_entropy_quantile must be in [0, 1] (got {a.top_entropy_quantile}); 1.0 = every token")
+    if a.off_policy_mask_threshold is not None and a.off_policy_mask_threshold <= 0:
+        problems.append(f"--off_policy_mask_threshold must be > 0 (got {a.off_policy_mask_threshold}); none = off")
+    if not math.isfinite(a.entropy_coef) or a.entropy_coef < 0:
+        problems.append(f"--entropy_coef must be >= 0 (got {a.entropy_coef}): it weights an entropy bonus")
+    for name in ("steps_per_generation", "generation_batch_size"):
+        if getattr(a, name) is not None and getattr(a, name) < 1:
+            problems.append(f"--{name} must be >= 1 (got {getattr(a, name)}); omit it for TRL's default")
+    if a.num_generations_eval is not None and a.num_generations_eval < 1:
+        problems.append(f"--num_generations_eval must be >= 1 (got {a.num_generations_eval})")
+    if a.top_k < 0:
+        problems.append(f"--top_k must be >= 0 (got {a.top_k}); 0 = off")
+    if a.min_p is not None and not 0 <= a.min_p <= 1:
+        problems.append(f"--min_p must be in [0, 1] (got {a.min_p}); none = off")
+    if a.repetition_penalty <= 0:
+        problems.append(f"--repetition_penalty must be > 0 (got {a.repetition_penalty}); 1.0 = off")
+    return problems + _check_is_bounds(a)
+
+
+def check_console(a: Namespace) -> Problems:
+    """--console_detail_steps is a step count (0 = only at the end)."""
+    if a.console_detail_steps is not None and a.console_detail_steps < 0:
+        return [f"--console_detail_steps must be >= 0 (got {a.console_detail_steps}); 0 = only at the end"]
+    return []
+
+
+def _check_is_bounds(a: Namespace) -> Problems:
+    low, high = a.vllm_importance_sampling_clip_min, a.vllm_importance_sampling_cap
+    if low is not None and low < 0:
+        return [f"--vllm_importance_sampling_clip_min must be >= 0 (got {low}); none = no lower bound"]
+    if high is not None and high <= 0:
+        return [f"--vllm_importance_sampling_cap must be > 0 (got {high}); none = no upper bound"]
+    if low is not None and high is not None and low >= high:
+        return [f"--vllm_importance_sampling_clip_min {low} must be below --vllm_importance_sampling_cap {high}"]
+    if (a.vllm_importance_sampling_correction and a.vllm_importance_sampling_mode.endswith("_truncate")
+            and low is None and high is None):
+        return [f"--vllm_importance_sampling_mode {a.vllm_importance_sampling_mode} needs a bound: set "
+                "--vllm_importance_sampling_cap or --vllm_importance_sampling_clip_min"]
+    return []
+
+
+#: Sampling settings that reshape vLLM's processed log-probs while the trainer's stay plain (top-p/top-k/min-p
+#: renormalise over the kept tokens; penalties, min_tokens and logit_bias change the logits), each with the test
+#: that it is off.
+_SAMPLING_IS_OFF = {
+    "top_p": lambda v: v is None or v >= 1, "top_k": lambda v: v is None or v <= 0,
+    "min_p": lambda v: not v, "repetition_penalty": lambda v: v is None or v == 1,
+    "presence_penalty": lambda v: not v, "frequency_penalty": lambda v: not v,
+    "min_tokens": lambda v: not v, "logit_bias": lambda v: not v,
+}
+
+
+def _biasing_sampling(a: Namespace) -> list[str]:
+    """The sampling settings in effect that make vLLM's log-probs differ from the trainer's, as ``name=value``
+    (``--generation_kwargs`` overrides the flags, as in TRL)."""
+    settings = {"top_p": a.top_p, "top_k": a.top_k, "min_p": a.min_p, "repetition_penalty": a.repetition_penalty}
+    settings.update({k: v for k, v in dict(a.generation_kwargs or {}).items() if k in _SAMPLING_IS_OFF})
+    return [f"{k}={v}" for k, v in settings.items() if not _SAMPLING_IS_OFF[k](v)]
+
+
+def importance_sampling_notices(a: Namespace, vllm_mode: str) -> list[str]:
+    """A warning when vLLM's sampling is reshaped while its importance-sampling correction is on."""
+    if vllm_mode == "none" or not a.vllm_importance_sampling_correction:
+        return []
+    biased = _biasing_sampling(a)
+    if not biased:
+        return []
+    return [f"WARNING: {', '.join(biased)} with --vllm_importance_sampling_correction: vLLM reports the log-probs "
+            "of the truncated or penalised distribution it sampled from, the trainer those of the plain model, so "
+            "every token's IS ratio carries that difference (top_p 0.9 makes it about 0.9 a token, trl#6789) and a "
+            "sequence's ratio its product over the page; sample with the plain distribution (top_p 1, top_k 0, "
+            "no min_p / penalties / min_tokens) or turn the correction off (--no-vllm_importance_sampling_correction)"]
 
 
 def max_image_tokens(longest_side: int) -> int:

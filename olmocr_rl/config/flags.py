@@ -18,6 +18,7 @@ from typing import Any, Callable
 import yaml
 
 from olmocr_rl.config.rewards import REWARD_FLAGS, REWARD_HELP, parse_reward_value
+from olmocr_rl.model.adapters import LORA_TARGET_MODULES  # the default of --lora_target_modules
 from olmocr_rl.olmorl.settings import ACTIVE_SAMPLING_MAX_ROUNDS
 
 # TRL 1.16's loss formulations (GRPOConfig.loss_type).
@@ -28,7 +29,10 @@ VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
 #: Upper bound on a page prompt's text tokens (instructions, chat markup, vision start/end).
 PROMPT_TEXT_TOKENS = 512
 #: Flag aliases (another name for the same value), accepted on the command line and as YAML keys.
-ALIASES = {"num_completions": "num_generations"}
+ALIASES = {"num_completions": "num_generations",
+           "vllm_importance_sampling_clip_max": "vllm_importance_sampling_cap"}
+#: Flags that take one or more values (nargs="+"), given as a YAML list or a single string in --config files.
+LIST_FLAGS = ("bench_type_filter", "lora_target_modules", "lora_modules_to_save")
 
 
 class ConfigError(ValueError):
@@ -60,6 +64,16 @@ def _json_object(text: str) -> dict:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"expected a JSON object, e.g. '{{\"min_new_tokens\": 256}}', got {text!r}")
     return value
+
+
+def _optional_float(value: Any) -> float | None:
+    """A number, or ``none`` / ``null`` for no value (TRL's ``None``)."""
+    if value is None or str(value).strip().lower() in ("none", "null"):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or none, got {value!r}") from None
 
 
 def _reward_type(key: str) -> Callable[[Any], float | str | None]:
@@ -118,8 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     group = parser.add_argument_group("config")
     group.add_argument("--config", default=None, help="YAML file of flag values (keys are flag names without --)")
-    for add_group in (_add_data_flags, _add_model_flags, _add_optimisation_flags, _add_speed_flags,
-                      _add_grpo_flags, _add_reward_flags, _add_backend_flags, _add_logging_flags):
+    for add_group in (_add_data_flags, _add_model_flags, _add_adapter_flags, _add_optimisation_flags,
+                      _add_speed_flags, _add_grpo_flags, _add_trl_knob_flags, _add_reward_flags, _add_backend_flags,
+                      _add_logging_flags, _add_console_flags):
         add_group(parser)
     return parser
 
@@ -151,6 +166,44 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
                    help="HF hub id, local folder, or s3://bucket/prefix (downloaded to --cache_dir)")
     g.add_argument("--cache_dir", default=None, help="local cache for s3:// models (default ~/.cache/olmocr_rl/s3)")
     g.add_argument("--output_dir", default="outputs/grpo_test", help="checkpoints, final model and metrics.jsonl")
+
+
+def _add_adapter_flags(parser: argparse.ArgumentParser) -> None:
+    """LoRA adapters and frozen vision parts: what is trained (docs/lora.md)."""
+    g = parser.add_argument_group("what is trained: LoRA adapters, frozen vision tower (docs/lora.md)")
+    g.add_argument("--use_peft", action=_BoolFlag, default=False,
+                   help="train LoRA adapters (Hu et al. 2021, https://huggingface.co/papers/2106.09685) on the "
+                        "language model instead of every weight: the base model stays frozen and only the adapters get "
+                        "gradients and AdamW state (a 7B model then fits one 80 GB GPU beside colocated vLLM). The "
+                        "vision tower gets no adapters (vLLM cannot serve LoRA on it) and stays frozen. LoRA usually "
+                        "wants a ~10x larger --learning_rate than full fine-tuning")
+    g.add_argument("--lora_r", type=int, default=16, help="LoRA rank (--use_peft)")
+    g.add_argument("--lora_alpha", type=int, default=32,
+                   help="LoRA alpha (--use_peft): each adapter's update is scaled by lora_alpha / lora_r")
+    g.add_argument("--lora_dropout", type=float, default=0.0,
+                   help="dropout on the adapters' input (--use_peft). 0 by default, unlike TRL's ModelConfig (0.05): "
+                        "in GRPO the importance ratio compares the trainer's log-probs with the sampler's (vLLM, or "
+                        "the same weights one forward earlier), and dropout makes them differ with equal weights")
+    g.add_argument("--lora_target_modules", nargs="+", default=list(LORA_TARGET_MODULES), metavar="NAME",
+                   help="the language model's linear layers that get adapters (--use_peft), by name, or all-linear "
+                        "for every one of them; never the vision tower, nor lm_head (TRL reads its weight directly)")
+    g.add_argument("--lora_modules_to_save", nargs="+", default=None, metavar="NAME",
+                   help="modules trained in full beside the adapters and saved with them (--use_peft), e.g. merger "
+                        "(the vision-language projector), or embed_tokens where it is not tied to lm_head (lm_head "
+                        "itself cannot: TRL reads its weight directly)")
+    g.add_argument("--save_merged", action=_BoolFlag, default=True,
+                   help="with --use_peft, the final output folder holds the adapter merged into the base model at its "
+                        "root (a full model, as a full fine-tune leaves it: evaluate, soup and vLLM take it as is) "
+                        "and the adapter alone in OUTPUT_DIR/adapter/; false: the adapter alone at the root, as TRL "
+                        "saves it")
+    g.add_argument("--freeze_vision_tower", action=_BoolFlag, default=False,
+                   help="do not train the vision tower (its ViT blocks and patch embedding); the merger, the "
+                        "projector into the language model, stays trainable unless --freeze_vision_merger. The "
+                        "tower then has no gradients or AdamW state, and each page's tower features are computed "
+                        "once per step (--cache_vision_features). As verl and EasyR1 offer for VLM RL")
+    g.add_argument("--freeze_vision_merger", action=_BoolFlag, default=False,
+                   help="do not train the vision merger (the projector from the vision tower into the language "
+                        "model)")
 
 
 def _add_optimisation_flags(parser: argparse.ArgumentParser) -> None:
@@ -185,6 +238,11 @@ def _add_speed_flags(parser: argparse.ArgumentParser) -> None:
                         "of transformers' per-window loop (SDPA/eager; flash attention is already batched). "
                         "Default: on with a CUDA GPU, where the loop's ~100 kernel launches per image and layer "
                         "dominate; off on CPU, where it measured no faster (scripts/bench/bench_vision.py)")
+    g.add_argument("--cache_vision_features", action=_BoolFlag, default=True,
+                   help="with the vision tower frozen (--freeze_vision_tower, or --use_peft), encode each distinct "
+                        "page once per optimizer step and reuse its tower features in every forward of that step "
+                        "(generation prefill, old log-probs, each micro-batch); the merger still runs, with "
+                        "gradients when it is trained (scripts/bench/bench_frozen_vision.py)")
 
 
 def _add_grpo_flags(parser: argparse.ArgumentParser) -> None:
@@ -211,7 +269,12 @@ def _add_grpo_flags(parser: argparse.ArgumentParser) -> None:
                    help="correct for vLLM-vs-trainer log-prob mismatch (vLLM only)")
     g.add_argument("--vllm_importance_sampling_mode", choices=IS_MODES, default="sequence_mask",
                    help="how the vLLM IS ratio is constrained")
-    g.add_argument("--vllm_importance_sampling_cap", type=float, default=3.0, help="IS ratio cap")
+    g.add_argument("--vllm_importance_sampling_cap", "--vllm_importance_sampling_clip_max",
+                   dest="vllm_importance_sampling_cap", type=_optional_float, default=3.0,
+                   help="upper bound C_max of the vLLM IS ratio (TRL: vllm_importance_sampling_clip_max; "
+                        "--vllm_importance_sampling_clip_max is an alias): *_truncate modes clip ratios above it, "
+                        "*_mask modes zero them; none = no upper bound. A sequence ratio is the product of its "
+                        "tokens' ratios, so sequence_* modes need a larger cap on long pages (docs/vllm.md)")
     g.add_argument("--olmorl", action=_BoolFlag, default=False,
                    help="OLMo 3's OlmoRL objective: no std normalisation, zero-signal groups dropped, "
                         "clip-higher (0.2/0.272), token-level loss, beta 0")
@@ -228,6 +291,78 @@ def _add_grpo_flags(parser: argparse.ArgumentParser) -> None:
                         "0 turns it off")
     g.add_argument("--macro_average", action=_BoolFlag, default=False,
                    help="use the macro-averaged bench reward (alias: turns --reward_bench into --reward_bench_macroavg)")
+
+
+#: TRL GRPOConfig fields exposed by ``_add_trl_knob_flags`` under their own names; the flag's default is TRL 1.16's
+#: (olmOCR sets none of them), so a run that gives none of them builds the GRPOConfig it built before they existed.
+TRL_KNOB_FLAGS = (
+    "epsilon", "epsilon_high", "delta", "mask_truncated_completions", "top_entropy_quantile",
+    "off_policy_mask_threshold", "entropy_coef", "multi_objective_aggregation", "steps_per_generation",
+    "generation_batch_size", "num_generations_eval", "disable_dropout", "top_k", "min_p", "repetition_penalty",
+    "vllm_importance_sampling_clip_min", "vllm_model_impl",
+)
+MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
+VLLM_MODEL_IMPLS = ("vllm", "transformers")
+
+
+def _add_trl_knob_flags(parser: argparse.ArgumentParser) -> None:
+    """TRL GRPOConfig knobs under TRL's names and defaults (``TRL_KNOB_FLAGS``), passed through unchanged."""
+    g = parser.add_argument_group(
+        "GRPO knobs (TRL GRPOConfig fields: same name, same default; --olmorl fixes the clip, entropy and "
+        "aggregation ones)")
+    g.add_argument("--epsilon", type=float, default=0.2,
+                   help="TRL epsilon: lower clip of the policy ratio, clip(ratio, 1 - epsilon, 1 + epsilon_high) "
+                        "(PPO, Schulman et al. 2017)")
+    g.add_argument("--epsilon_high", type=_optional_float, default=None,
+                   help="TRL epsilon_high: upper clip of the policy ratio; none = --epsilon. DAPO (Yu et al. 2025) "
+                        "recommends 0.28 ('clip-higher'); with --loss_type cispo it is ScaleRL's eps_max (5.0)")
+    g.add_argument("--delta", type=_optional_float, default=None,
+                   help="TRL delta: two-sided GRPO, the unclipped ratio is also capped at delta (INTELLECT-2 tech "
+                        "report, 2025); should exceed 1 + epsilon_high; none = standard clipping")
+    g.add_argument("--mask_truncated_completions", action=_BoolFlag, default=False,
+                   help="TRL mask_truncated_completions: leave completions that reach --max_completion_length "
+                        "without EOS out of the loss (DAPO's overlong filtering: a page that loops until the cap "
+                        "is not trained on as if it had ended)")
+    g.add_argument("--top_entropy_quantile", type=float, default=1.0,
+                   help="TRL top_entropy_quantile: train only on the top-rho share of tokens by entropy; 1.0 = "
+                        "every token ('Beyond the 80/20 Rule', Wang et al. 2025, recommends 0.2)")
+    g.add_argument("--off_policy_mask_threshold", type=_optional_float, default=None,
+                   help="TRL off_policy_mask_threshold: drop sequences with negative advantage whose KL from the "
+                        "sampling policy exceeds this (DeepSeek-V3.2's off-policy sequence masking, e.g. 0.5); "
+                        "none = off")
+    g.add_argument("--entropy_coef", type=float, default=0.0,
+                   help="TRL entropy_coef: weight of a mean per-token entropy bonus in the loss (keeps "
+                        "exploration; Skywork-OR1, He et al. 2025); 0 = none")
+    g.add_argument("--multi_objective_aggregation", choices=MULTI_OBJECTIVE_AGGREGATIONS, default="sum_then_normalize",
+                   help="TRL multi_objective_aggregation: sum the weighted rewards then normalise, or normalise each "
+                        "reward within its group then sum (GDPO, Liu et al. 2026)")
+    g.add_argument("--steps_per_generation", type=int, default=None, metavar="N",
+                   help="TRL steps_per_generation: micro-steps fed by one generation batch; none = "
+                        "--gradient_accumulation_steps (larger values reuse one generation over several optimizer "
+                        "steps, each further off-policy)")
+    g.add_argument("--generation_batch_size", type=int, default=None, metavar="N",
+                   help="TRL generation_batch_size: completions per generation over all processes (a multiple of "
+                        "per-device batch x processes and of --num_generations); none = from --steps_per_generation. "
+                        "Set at most one of the two")
+    g.add_argument("--num_generations_eval", type=int, default=None, metavar="G",
+                   help="TRL num_generations_eval: completions per page in evaluation; none = --num_generations")
+    g.add_argument("--disable_dropout", action=_BoolFlag, default=False,
+                   help="TRL disable_dropout: turn the model's dropout off, so log-probs of the same completion "
+                        "agree between forwards (useful with a --beta reference model)")
+    g.add_argument("--top_k", type=int, default=0,
+                   help="TRL top_k: sample from the k most likely tokens; 0 = off. With vLLM's importance-sampling "
+                        "correction on, truncated sampling biases the ratio (trl#6789; docs/vllm.md)")
+    g.add_argument("--min_p", type=_optional_float, default=None,
+                   help="TRL min_p: drop tokens below min_p x the top token's probability; none = off (same bias "
+                        "as --top_k)")
+    g.add_argument("--repetition_penalty", type=float, default=1.0,
+                   help="TRL repetition_penalty: > 1 discourages repeating tokens (Keskar et al. 2019, CTRL); 1.0 = "
+                        "off. vLLM's log-probs include it and the trainer's do not, so it biases the IS ratio")
+    g.add_argument("--vllm_importance_sampling_clip_min", type=_optional_float, default=None, metavar="C_MIN",
+                   help="TRL vllm_importance_sampling_clip_min: lower bound of the vLLM IS ratio (*_truncate: clip "
+                        "below it, *_mask: zero below it); none = no lower bound")
+    g.add_argument("--vllm_model_impl", choices=VLLM_MODEL_IMPLS, default="vllm",
+                   help="TRL vllm_model_impl: vLLM's own model code, or transformers' modelling code run by vLLM")
 
 
 def _add_reward_flags(parser: argparse.ArgumentParser) -> None:
@@ -295,6 +430,18 @@ def _add_logging_flags(parser: argparse.ArgumentParser) -> None:
                         "when the local dir has none; starts fresh when neither has one), or a checkpoint path")
 
 
+def _add_console_flags(parser: argparse.ArgumentParser) -> None:
+    """What the console shows (metrics.jsonl and W&B always get every number)."""
+    g = parser.add_argument_group("console")
+    g.add_argument("--console_detail_steps", type=int, default=None, metavar="N",
+                   help="print the per test type and per JSONL pass-rate tables every N steps (over the steps since "
+                        "the last ones) and at the end; default: with each checkpoint (--save_steps); 0 = only at "
+                        "the end. The compact row prints at every logging step")
+    g.add_argument("--console_raw_metrics", action=_BoolFlag, default=False,
+                   help="also print the Trainer's raw metrics dict at every logging step (every key goes to "
+                        "metrics.jsonl and W&B either way)")
+
+
 def flag_key(name: str) -> str:
     """The attribute a flag or YAML key names: ``--num-completions`` -> ``num_generations``."""
     dest = str(name).lstrip("-").replace("-", "_")
@@ -303,7 +450,7 @@ def flag_key(name: str) -> str:
 
 def _yaml_value(action: argparse.Action, value: Any) -> Any:
     """A YAML value converted as the command line converts it. Raises ArgumentTypeError or ValueError."""
-    if isinstance(value, list) and action.dest != "bench_type_filter":
+    if isinstance(value, list) and action.dest not in LIST_FLAGS:
         raise argparse.ArgumentTypeError(f"expected a single value, got a list {value!r}")
     if isinstance(value, dict):
         if action.dest != "generation_kwargs":
@@ -317,7 +464,7 @@ def _yaml_value(action: argparse.Action, value: Any) -> Any:
         value = action.type(value)
     if action.choices and value is not None and value not in action.choices:
         raise argparse.ArgumentTypeError(f"choose one of {', '.join(map(str, action.choices))}")
-    if action.dest == "bench_type_filter" and isinstance(value, str):
+    if action.dest in LIST_FLAGS and isinstance(value, str):
         value = [value]
     return value
 

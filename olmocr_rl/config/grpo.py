@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from olmocr_rl.config.flags import TRL_KNOB_FLAGS
 from olmocr_rl.config.resolved import ResolvedConfig, plain
 from olmocr_rl.model.families import vision_pad_tokens
 
@@ -46,6 +47,7 @@ def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float], tokeniz
         log_multimodal=cfg.log_multimodal,  # TRL's default is True: page images gathered every generation
         num_completions_to_print=cfg.num_completions_to_print,
     )
+    kwargs.update(trl_knob_kwargs(cfg))
     if cfg.eval_steps is not None:
         kwargs.update(eval_strategy="steps", eval_steps=cfg.eval_steps)
     if cfg.dataloader_num_workers == 0:
@@ -55,6 +57,12 @@ def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float], tokeniz
 
         kwargs.update(olmorl_config_overrides())
     return kwargs
+
+
+def trl_knob_kwargs(cfg: ResolvedConfig) -> dict[str, Any]:
+    """The TRL knobs (``flags.TRL_KNOB_FLAGS``) as GRPOConfig arguments: each flag is the field of its name, its
+    default TRL's, so a run that sets none of them builds the same GRPOConfig as one without these flags."""
+    return {name: plain(getattr(cfg, name)) for name in TRL_KNOB_FLAGS}
 
 
 def build_grpo_config(cfg: ResolvedConfig, reward_weights: list[float], tokenizer=None):

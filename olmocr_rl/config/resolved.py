@@ -92,6 +92,8 @@ def validate(args: argparse.Namespace, env: Environment | None = None) -> Resolv
     _first(checks.check_folders(args))
     loss_type, scale_rewards = checks.resolve_loss(args)
     _first(checks.check_ranges(args))
+    _first(checks.check_trl_knobs(args))
+    _first(checks.check_console(args))
     notices = checks.schedule_notices(args)
     _first(checks.check_filters(args))
     reward_spec, reward_notices = checks.resolve_rewards(args)
@@ -101,9 +103,12 @@ def validate(args: argparse.Namespace, env: Environment | None = None) -> Resolv
     _first(checks.check_olmorl(args, explicit))
     if args.olmorl:
         notices.append("--olmorl: advantages without std, zero-signal groups dropped, eps 0.2/0.272, token-level loss")
+    _first(checks.check_adapters(args, _chosen(args)))
+    notices += checks.adapter_notices(args, _chosen(args))
     _first(checks.check_geometry(args, env.num_processes))
     backend = checks.resolve_backend(args, env)
     notices += backend.notices
+    notices += checks.importance_sampling_notices(args, backend.vllm_mode)
     report_to = checks.resolve_report_to(args)
     resume = checks.resolve_resume(args)
     _first(checks.check_s3(args))

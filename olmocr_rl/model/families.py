@@ -49,6 +49,9 @@ class Family:
     #: loads either (it compares shapes) but saves only its own; model.loading writes and trainer.vllm_generation
     #: sends the released one.
     released_transposed: tuple[str, ...] = ()
+    #: children of ``model.visual`` that project vision features into the language model: the merger, and
+    #: Qwen3-VL's deepstack mergers (what --freeze_vision_merger freezes; applied once per image token)
+    merger_modules: tuple[str, ...] = ("merger",)
     #: presets: name -> dict(text=..., vision=..., tie_word_embeddings=..., vocab_size=released vocab,
     #: max_pixels=processor budget for the tiny builder); docs/models.md names the released checkpoints
     shapes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -123,7 +126,7 @@ QWEN3_VL = Family(
     model_type="qwen3_vl", label="Qwen3-VL", model_class="Qwen3VLForConditionalGeneration", config_class="Qwen3VLConfig",
     processor_class="Qwen3VLProcessor", released_image_processor="Qwen2VLImageProcessorFast",
     video_processor_class="Qwen3VLVideoProcessor", deepstack=True, interleaved_mrope=True, image_mean_std=0.5,
-    separate_processor_files=True,
+    separate_processor_files=True, merger_modules=("merger", "deepstack_merger_list"),
     shapes={
         "tiny": dict(text=_text(128, 256, 2, 4, 2, (6, 5, 5), 5e6, head_dim=32), tie_word_embeddings=False,
                      vision=_qwen3_vision(3, 64, 128, 2, (0, 1), 128, positions=256), max_pixels=_TINY_PIXELS_16,
@@ -150,6 +153,7 @@ QWEN3_VL_MOE = Family(
     released_image_processor="Qwen2VLImageProcessorFast", video_processor_class="Qwen3VLVideoProcessor",
     deepstack=True, interleaved_mrope=True, experts_class="Qwen3VLMoeTextExperts", image_mean_std=0.5,
     separate_processor_files=True, released_transposed=("mlp.experts.gate_up_proj", "mlp.experts.down_proj"),
+    merger_modules=("merger", "deepstack_merger_list"),
     shapes={
         "tiny": dict(text=_text(128, 256, 2, 4, 2, (6, 5, 5), 5e6, head_dim=32, **_MOE_TINY), tie_word_embeddings=False,
                      vision=_qwen3_vision(3, 64, 128, 2, (0, 1), 128, positions=256), max_pixels=_TINY_PIXELS_16,
@@ -263,6 +267,11 @@ def experts(config) -> Experts | None:
                    if i not in dense and text.num_experts > 0 and (i + 1) % step == 0)
     return Experts(num_experts=text.num_experts, top_k=text.num_experts_per_tok, sparse_layers=sparse,
                    router_aux_loss_coef=float(getattr(text, "router_aux_loss_coef", 0.0) or 0.0))
+
+
+def vision_merger_modules(config) -> tuple[str, ...]:
+    """The names, under ``model.visual``, of the modules that project vision features into the language model."""
+    return family(config).merger_modules
 
 
 def head_dim(text_config) -> int:

@@ -50,7 +50,7 @@ class ArchFlops:
         """
         import torch
 
-        from olmocr_rl.model.families import experts, family, head_dim, vision_layout
+        from olmocr_rl.model.families import experts, family, head_dim, vision_layout, vision_merger_modules
         from olmocr_rl.model.loading import meta_model
 
         model = meta_model(config)
@@ -65,7 +65,7 @@ class ArchFlops:
             stacked = sum(count(m) for m in language_model.modules() if type(m).__name__ == expert_class)
             body -= round(stacked * (1 - moe.top_k / moe.num_experts))
         # the patch merger and, with deepstack, one merger per deepstack layer: each applied once per image token
-        mergers = [visual.merger, *getattr(visual, "deepstack_merger_list", [])]
+        mergers = [getattr(visual, name) for name in vision_merger_modules(config)]
         lookups = sum(count(m) for m in visual.modules() if isinstance(m, torch.nn.Embedding))
         return cls(
             lm_body_params=body,

@@ -112,6 +112,12 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
             raise ModelLoadError(str(exc)) from None
     path = Path(name_or_path).expanduser()
     if path.exists():
+        if not (path / "config.json").is_file() and (path / "adapter_config.json").is_file():
+            raise ModelLoadError(
+                f"{path} holds a LoRA adapter, not a model; train from a full model folder (a --use_peft run "
+                "leaves the adapter merged into its base at the output folder's root), or evaluate the adapter "
+                "with `python -m olmocr_rl.evaluate --model DIR`"
+            )
         if not (path / "config.json").is_file():
             raise ModelLoadError(
                 f"{path} exists but has no config.json; pass a model folder (e.g. one written by "

@@ -30,12 +30,15 @@ import functools
 import logging
 import types
 
+from olmocr_rl.model.adapters import unwrap
+
 logger = logging.getLogger(__name__)
 
 
 def _inner_model(model):
-    """The ``Qwen2_5_VLModel`` (holds ``visual`` and ``get_image_features``) of a conditional-generation model."""
-    inner = getattr(model, "model", None)
+    """The ``Qwen2_5_VLModel`` (holds ``visual`` and ``get_image_features``) of a conditional-generation model,
+    inside a PEFT wrapper too (``--use_peft``: its ``model`` attribute is the whole wrapped model, not this)."""
+    inner = getattr(unwrap(model), "model", None)
     if inner is None or not hasattr(inner, "visual") or not hasattr(inner, "get_image_features"):
         return None
     return inner

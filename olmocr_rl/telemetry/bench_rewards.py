@@ -3,8 +3,10 @@
 The bench reward hands each scored batch to :class:`DetailedRewardLogger` (``build_reward_functions(...,
 reward_logger=...)``). At every Trainer log event :class:`DetailedRewardLoggingCallback` gathers the counts of
 all ranks (torch.distributed, every rank takes part), adds ``bench_reward/...`` keys to the Trainer's ``logs``
-on the global main process, so they reach every ``report_to`` backend and ``trainer_state.json``, prints a
-table, and starts a new window. Reference §1.7 gives olmOCR's keys; two are added here:
+on the global main process, so they reach every ``report_to`` backend and ``trainer_state.json``, and starts a
+new window. Its console table (per test type and per JSONL file) covers the steps since the last table and prints
+every ``detail_steps`` steps and at the end of training (``--console_detail_steps``; default: with each
+checkpoint), not at every log. The keys are olmOCR's trainer's; two are added here:
 
 * ``bench_reward/<type>/mean_reward``: the mean bench reward of the completions whose page has tests of that
   type (how well pages "with math" go), next to the per-test ``pass_rate``;
@@ -100,11 +102,13 @@ def summarize(totals: RewardTotals, prefix: str = PREFIX) -> dict[str, float]:
     return out
 
 
-def format_table(totals: RewardTotals, step: int | None = None) -> str:
-    """A readable console table of ``totals`` (overall, per type, per JSONL file, zero-signal groups)."""
+def format_table(totals: RewardTotals, step: int | None = None, span: str | None = None) -> str:
+    """A readable console table of ``totals`` (overall, per type, per JSONL file, zero-signal groups); ``span``
+    (e.g. ``"steps 1-25"``) names the steps it covers, else ``step``."""
     if totals.completions == 0:
         return "bench reward: no scored completions since the last log"
-    header = f"bench reward{'' if step is None else f' at step {step}'}: {totals.completions} completions"
+    where = f" over {span}" if span else ("" if step is None else f" at step {step}")
+    header = f"bench reward{where}: {totals.completions} completions"
     if totals.total:
         header += f", {totals.passed}/{totals.total} tests passed ({100 * totals.passed / totals.total:.1f}%)"
     zero, counted = zero_signal_fraction(totals.groups.values())
@@ -202,16 +206,25 @@ class DetailedRewardLoggingCallback(TrainerCallback):
     Eval log events (keys starting ``eval_``) get ``eval_bench_reward/...`` keys.
     """
 
-    def __init__(self, reward_logger: DetailedRewardLogger, console: bool = True):
+    def __init__(self, reward_logger: DetailedRewardLogger, console: bool = True, detail_steps: int | None = None,
+                 print_fn=None):
         self.reward_logger = reward_logger
         self.console = console
+        self.detail_steps = detail_steps  # None: a table at every log; 0: only at the end; N: every N steps
+        if print_fn is None:
+            from olmocr_rl.telemetry.console import write as print_fn
+        self.print = print_fn
+        self._pending = RewardTotals()  # training totals since the last table
+        self._last_table_step = 0
+        self._last_table_block = 0
 
     @classmethod
-    def attach(cls, trainer: Any, reward_logger: DetailedRewardLogger, console: bool = True) -> "DetailedRewardLoggingCallback":
+    def attach(cls, trainer: Any, reward_logger: DetailedRewardLogger, console: bool = True,
+               detail_steps: int | None = None) -> "DetailedRewardLoggingCallback":
         """Create the callback and make it the first of ``trainer``'s callbacks; returns it."""
         callbacks = trainer.callback_handler.callbacks
         callbacks[:] = [cb for cb in callbacks if not isinstance(cb, cls)]
-        callback = cls(reward_logger, console=console)
+        callback = cls(reward_logger, console=console, detail_steps=detail_steps)
         callbacks.insert(0, callback)
         return callback
 
@@ -227,5 +240,27 @@ class DetailedRewardLoggingCallback(TrainerCallback):
         # Trainer.log appended a copy of logs to log_history before calling back; keep that file complete too.
         if state.log_history and state.log_history[-1].get("step") == state.global_step:
             state.log_history[-1].update(metrics)
-        if self.console:
-            print(format_table(totals, step=state.global_step), flush=True)
+        if not self.console:
+            return
+        if is_eval:
+            self.print("eval " + format_table(totals, step=state.global_step))
+            return
+        self._pending.merge(totals)
+        block = state.global_step // self.detail_steps if self.detail_steps else 0
+        if self.detail_steps is None or (self.detail_steps and block > self._last_table_block):
+            self._last_table_block = block
+            self._print_pending(state.global_step)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._last_table_step = state.global_step  # a resumed run counts from its checkpoint
+        self._last_table_block = state.global_step // self.detail_steps if self.detail_steps else 0
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.console and state.is_world_process_zero and self._pending.completions:
+            self._print_pending(state.global_step)
+
+    def _print_pending(self, step: int) -> None:
+        first = self._last_table_step + 1
+        span = f"steps {first}-{step}" if first < step else f"step {step}"
+        self.print(format_table(self._pending, span=span))
+        self._pending, self._last_table_step = RewardTotals(), step

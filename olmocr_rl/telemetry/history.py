@@ -4,8 +4,10 @@
   object per line, with ``step``), the history that ``python -m olmocr_rl.report`` plots. A resumed
   run appends to the same file after ``storage.checkpoints.trim_history`` dropped the records of the
   steps after its checkpoint (they are trained again), so each step is recorded by one run.
-- :class:`ProgressTableCallback` prints one row per training log: step, reward, its std, bench pass
-  rate overall and per test type, fraction of zero-signal groups, and seconds per step.
+- :class:`ProgressTableCallback` prints one row per training log above the progress bar: step, reward, its
+  std, bench pass rate overall and per test type, the share of sequences vLLM's importance-sampling correction
+  masked (vLLM runs), mean completion length, fraction of zero-signal groups, and seconds per step; the header
+  again every 20 rows.
 """
 
 from __future__ import annotations
@@ -40,18 +42,40 @@ def _fmt(value, pct: bool = False) -> str:
     return f"{100 * value:5.1f}%" if pct else f"{value:.3f}"
 
 
-class ProgressTableCallback(TrainerCallback):
-    """A compact per-log table on stdout; the first row prints the header."""
+#: Optional columns of the row: (header, logs key, as a percentage), shown when the first logged row has the key.
+OPTIONAL_COLUMNS = (
+    ("is_mask", "sampling/is_masked_sequence_fraction", True),  # vLLM IS correction: sequences masked/truncated
+    ("len", "completions/mean_length", False),
+)
 
-    def __init__(self, print_fn=print):
+
+class ProgressTableCallback(TrainerCallback):
+    """One compact row per training log, printed above the progress bar; the header every ``header_every`` rows.
+
+    Columns: step, reward and its std, bench pass rate overall and per test type, the share of sequences vLLM's
+    importance-sampling correction masked (with vLLM), mean completion length, fraction of zero-signal groups,
+    seconds per step. The columns are fixed by the first row.
+    """
+
+    def __init__(self, print_fn=None, header_every: int = 20):
+        if print_fn is None:
+            from olmocr_rl.telemetry.console import write as print_fn
         self.print = print_fn
+        self.header_every = header_every
         self._last_step_time: float | None = None
         self._last_step = 0
         self._types: list[str] | None = None
+        self._optional: list[tuple[str, str, bool]] = []
+        self._rows = 0
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._last_step_time = time.time()
         self._last_step = state.global_step
+
+    def _header(self) -> str:
+        header = (["step", "reward", "r_std", "pass"] + [t[:8] for t in self._types]
+                  + [name for name, _, _ in self._optional] + ["zero_sig", "s/step"])
+        return " ".join(f"{h:>8}" for h in header)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs or "reward" not in logs:
@@ -64,11 +88,21 @@ class ProgressTableCallback(TrainerCallback):
             self._types = sorted({k.split("/")[1] for k in logs
                                   if k.startswith("bench_reward/") and k.endswith("/pass_rate")
                                   and not k.split("/")[1].startswith("jsonl_")})
-            header = ["step", "reward", "r_std", "pass"] + [t[:8] for t in self._types] + ["zero_sig", "s/step"]
-            self.print(" ".join(f"{h:>8}" for h in header))
+            self._optional = [column for column in OPTIONAL_COLUMNS if column[1] in logs]
         zero = logs.get("bench_reward/frac_zero_signal_groups", logs.get("frac_reward_zero_std"))
         row = [f"{state.global_step:>8d}", f"{_fmt(logs.get('reward')):>8}", f"{_fmt(logs.get('reward_std')):>8}",
                f"{_fmt(logs.get('bench_reward/overall_pass_rate'), pct=True):>8}"]
         row += [f"{_fmt(logs.get(f'bench_reward/{t}/pass_rate'), pct=True):>8}" for t in self._types]
+        row += [f"{_fmt(logs.get(key), pct=pct) if pct else _fmt_plain(logs.get(key)):>8}"
+                for _, key, pct in self._optional]
         row += [f"{_fmt(zero):>8}", f"{step_time:8.2f}"]
+        if self._rows % self.header_every == 0:
+            self.print(self._header())
+        self._rows += 1
         self.print(" ".join(row))
+
+
+def _fmt_plain(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.1f}"

@@ -12,13 +12,19 @@ that do not need the trainer:
                         completions on the right.
 ``PushbackIterator``    the Trainer's epoch iterator with a front queue, so a refill can take whole page
                         chunks ahead of repeats of the current one that later micro-steps still expect.
-``ActiveSamplingPosition``  the epoch and how many dataloader batches it had consumed, kept in every
-                        checkpoint's ``trainer_state.json`` (a transformers stateful callback).
+``ActiveSamplingPosition``  the epoch, how many dataloader batches it had consumed and how many of the next
+                        epoch's its refills took, kept in every checkpoint's ``trainer_state.json`` (a
+                        transformers stateful callback).
+
+A refill that reaches the end of the epoch goes on into the next epoch's order (the same (seed, epoch) shuffle
+the Trainer will iterate), and that epoch then starts after the batches borrowed from it; it always keeps at
+least one page chunk of its own, and the run's last epoch lends nothing.
 """
 
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 from collections import deque
 from collections.abc import Iterator
@@ -70,23 +76,27 @@ class PushbackIterator:
 
 
 class ActiveSamplingPosition(TrainerCallback, ExportableState):
-    """Where the epoch's pages stand: ``epoch`` and ``batches_consumed`` (None before the first step).
+    """Where the epoch's pages stand: ``epoch``, ``batches_consumed`` (None before the first step) and
+    ``next_epoch_batches_consumed`` (batches of epoch + 1 that refills took before it began).
 
     The Trainer writes ``state()`` into ``trainer_state.json`` under ``stateful_callbacks`` (the file whose
     presence makes a checkpoint complete), so a checkpoint cannot lack it or hold half of it. The trainer sets
     the attributes just before each save and reads them back from the loaded state when it resumes.
     """
 
-    def __init__(self, epoch: int = 0, batches_consumed: int | None = None) -> None:
+    def __init__(self, epoch: int = 0, batches_consumed: int | None = None, next_epoch_batches_consumed: int = 0) -> None:
         self.epoch = epoch
         self.batches_consumed = batches_consumed
+        self.next_epoch_batches_consumed = next_epoch_batches_consumed
 
     def state(self) -> dict:
-        return {"args": {}, "attributes": {"epoch": self.epoch, "batches_consumed": self.batches_consumed}}
+        return {"args": {}, "attributes": {"epoch": self.epoch, "batches_consumed": self.batches_consumed,
+                                           "next_epoch_batches_consumed": self.next_epoch_batches_consumed}}
 
     @classmethod
-    def read(cls, stateful_callbacks: dict) -> tuple[int, int] | None:
-        """(epoch, batches consumed) from a loaded ``TrainerState.stateful_callbacks``, or None."""
+    def read(cls, stateful_callbacks: dict) -> tuple[int, int, int] | None:
+        """(epoch, batches consumed, batches of the next epoch consumed) from a loaded
+        ``TrainerState.stateful_callbacks``, or None (a checkpoint from before the third: 0)."""
         record = stateful_callbacks.get(cls.__name__)
         if isinstance(record, list):
             record = record[-1] if record else None
@@ -96,7 +106,8 @@ class ActiveSamplingPosition(TrainerCallback, ExportableState):
         epoch, consumed = attributes.get("epoch"), attributes.get("batches_consumed")
         if not isinstance(epoch, int) or not isinstance(consumed, int):
             return None
-        return epoch, consumed
+        borrowed = attributes.get("next_epoch_batches_consumed", 0)
+        return epoch, consumed, borrowed if isinstance(borrowed, int) else 0
 
 
 def _pad_to(t: torch.Tensor, width: int, left: bool, value: float) -> torch.Tensor:
@@ -160,7 +171,9 @@ class ActiveSamplingMixin:
     runs the same number of rounds), ``GRPOTrainer._get_train_sampler`` (RepeatSampler, epoch-seeded by
     ``EpochSeededOrderMixin``: each page chunk is one generation batch, repeated num_iterations x
     steps_per_generation times), ``Trainer.get_batch_samples`` (receives the epoch iterator),
-    ``Trainer._run_epoch`` (epoch index), ``Trainer.set_initial_training_values``,
+    ``Trainer._run_epoch`` (epoch index and dataloader: refills past the epoch's end iterate the next epoch's
+    order from the dataloader's ``base_dataloader`` (accelerate), so the shard's end-of-epoch bookkeeping is
+    left to the Trainer's own pass), ``Trainer.set_initial_training_values``,
     ``Trainer._init_training_state`` (resume position), ``Trainer._save_checkpoint`` (the position rides in
     trainer_state.json as ``TrainerState.stateful_callbacks["ActiveSamplingPosition"]``).
     """
@@ -179,6 +192,12 @@ class ActiveSamplingMixin:
         self._as_iterator: PushbackIterator | None = None  # over the Trainer's current epoch iterator
         self._as_epoch = 0
         self._as_resume_skip: tuple[int, int] | None = None  # (epoch, batches) read from the checkpoint
+        self._as_resume_borrowed: tuple[int, int] | None = None  # (epoch + 1, its batches taken), from it too
+        self._as_dataloader = None  # the Trainer's train dataloader, for the next epoch's order
+        self._as_num_epochs: int | None = None  # epochs the Trainer will run
+        self._as_lookahead: PushbackIterator | None = None  # over the next epoch's order, while refills borrow
+        self._as_borrowed = 0  # batches of epoch _as_epoch + 1 that refills of this epoch consumed
+        self._as_carried = 0  # batches of this epoch that the last epoch's refills consumed (skipped at its start)
         super().__init__(*args, **kwargs)
         if self.active_sampling:
             self.add_callback(ActiveSamplingPosition())
@@ -189,6 +208,7 @@ class ActiveSamplingMixin:
             # Refills consume pages, so an epoch gives fewer steps than the Trainer counts: allow enough
             # epochs to reach max_steps (training stops there).
             values[0] = max(values[0], args.max_steps)
+        self._as_num_epochs = int(values[0])
         return tuple(values)
 
     def _init_training_state(self, max_steps, num_update_steps_per_epoch, num_train_epochs,
@@ -209,15 +229,23 @@ class ActiveSamplingMixin:
                            resume_from_checkpoint)
             return epochs, steps
         # The Trainer's position assumes one page chunk per step; refills took more.
-        epochs, steps = position
+        epochs, steps, borrowed = position
         if self.args.ignore_data_skip:
-            steps = 0
+            steps = borrowed = 0
         self._as_resume_skip = (epochs, steps)
+        self._as_resume_borrowed = (epochs + 1, borrowed)
         return epochs, steps
 
     def _run_epoch(self, model, epoch, train_dataloader, *args, **kwargs):
+        self._as_carried = self._as_borrowed if epoch == self._as_epoch + 1 else 0
         self._as_epoch = epoch
         self._as_iterator = None
+        self._as_dataloader = train_dataloader
+        self._as_lookahead, self._as_borrowed = None, 0
+        if self._as_resume_borrowed is not None:  # resumed in this epoch after its refills had borrowed
+            if self._as_resume_borrowed[0] == epoch + 1:
+                self._as_borrowed = self._as_resume_borrowed[1]
+            self._as_resume_borrowed = None
         return super()._run_epoch(model, epoch, train_dataloader, *args, **kwargs)
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
@@ -230,6 +258,9 @@ class ActiveSamplingMixin:
                 skipped = self._as_resume_skip[1]
             self._as_resume_skip = None
             self._as_iterator = PushbackIterator(epoch_iterator, pulled=skipped)
+            if self._as_carried and not skipped:  # the last epoch's refills already trained on these
+                self._as_iterator.take_from_inner(self._as_carried)
+            self._as_carried = 0
         return super().get_batch_samples(self._as_iterator, num_batches, device)
 
     def _save_checkpoint(self, model, trial):
@@ -240,10 +271,12 @@ class ActiveSamplingMixin:
                 if isinstance(callback, ActiveSamplingPosition):
                     callback.epoch = self._as_epoch
                     callback.batches_consumed = None if self._as_iterator is None else self._as_iterator.pulled
+                    callback.next_epoch_batches_consumed = self._as_borrowed
         super()._save_checkpoint(model, trial)
 
     def _active_sampling_next_chunk(self):
-        """The next page chunk of the epoch (the local generation batch), consumed; None at the epoch's end."""
+        """The next page chunk (the local generation batch), consumed: from this epoch, then from the next
+        epoch's order; None when neither has one to give."""
         it = self._as_iterator
         if it is None:
             return None
@@ -255,7 +288,45 @@ class ActiveSamplingMixin:
             return None
         it.front.extend(held)
         batches = it.take_from_inner(repeat)
+        if batches is None:
+            batches = self._active_sampling_borrow(repeat)
         return None if batches is None else batches[0]
+
+    def _active_sampling_borrow(self, repeat: int) -> list | None:
+        """``repeat`` batches (one page chunk and its repeats) from the next epoch's order, or None: no next epoch
+        in this run, no epoch-seeded sampler, or the next epoch would be left without a chunk of its own."""
+        sampler = getattr(self, "_page_sampler", None)
+        if self._as_dataloader is None or sampler is None or self._as_num_epochs is None:
+            return None
+        if self._as_epoch + 1 >= self._as_num_epochs:
+            return None
+        if self._as_borrowed + 2 * repeat > len(self._as_dataloader):
+            return None
+        if self._as_lookahead is None:
+            self._as_lookahead = PushbackIterator(self._epoch_batches(self._as_epoch + 1, sampler))
+            if self._as_borrowed and self._as_lookahead.take_from_inner(self._as_borrowed) is None:
+                return None  # resumed: the batches borrowed before the checkpoint
+        batches = self._as_lookahead.take_from_inner(repeat)
+        if batches is not None:
+            self._as_borrowed += repeat
+        return batches
+
+    def _epoch_batches(self, epoch: int, sampler) -> Iterator:
+        """This process's dataloader batches of ``epoch``, in the order the Trainer will see them.
+
+        The epoch-seeded sampler draws its order when the first batch is taken, so the sampler's epoch is set for
+        that first batch only. accelerate's ``base_dataloader`` (the shard's own loader: same batches, this
+        process's share) is read so the Trainer's pass keeps the shard's state to itself.
+        """
+        loader = getattr(self._as_dataloader, "base_dataloader", self._as_dataloader)
+        current = sampler.epoch
+        sampler.set_epoch(epoch)
+        try:
+            iterator = iter(loader)
+            first = next(iterator, None)
+        finally:
+            sampler.set_epoch(current)
+        return iter(()) if first is None else itertools.chain([first], iterator)
 
     def _active_sampling_refill(self, batch):
         """One extra generation round (timed as such by olmocr_rl.telemetry.timing): (scored batch, kept rows)."""
@@ -282,7 +353,7 @@ class ActiveSamplingMixin:
             batch = self._active_sampling_next_chunk()
             got = torch.tensor([0.0 if batch is None else 1.0], device=device)
             if float(self.accelerator.gather(got).min()) == 0:  # every process stops together
-                why = "no pages left in the epoch"
+                why = "no pages left in this epoch or the next"
                 break
             rounds += 1
             output, keep = self._active_sampling_refill(batch)

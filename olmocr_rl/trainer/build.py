@@ -7,7 +7,8 @@ The callback order is written out in :func:`add_callbacks`, one slot per job:
 1. ``StepTimingCallback`` (``timing/*`` keys) and, with the bench reward, ``DetailedRewardLoggingCallback``
    (``bench_reward/*`` keys) go *first*, before the Trainer's own reporting callbacks (W&B, TensorBoard),
    because they add keys to the ``logs`` those send;
-2. the metrics file and the console table, after the Trainer's callbacks (they read the finished logs);
+2. the metrics file and the console table, after the Trainer's callbacks (they read the finished logs); the
+   Trainer's progress bar stays where it is, without its raw metrics dict unless ``--console_raw_metrics``;
 3. with W&B, transformers' ``WandbCallback`` is replaced in place by olmOCR's naming of it, and the run-id
    writer is added before the S3 mirror, so the id reaches S3 with the checkpoint;
 4. the S3 mirror last: it uploads what every callback before it wrote into the checkpoint.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-__all__ = ["add_callbacks", "build_trainer", "rollout_backend", "trainer_class"]
+__all__ = ["add_callbacks", "build_trainer", "console_detail_steps", "rollout_backend", "trainer_class"]
 
 
 def trainer_class(cfg):
@@ -43,16 +44,29 @@ def rollout_backend(cfg):
     return page_vllm_generation({"dtype": cfg.vllm_engine_dtype})
 
 
+def console_detail_steps(cfg) -> int:
+    """--console_detail_steps, or by default with each checkpoint (--save_steps)."""
+    return cfg.save_steps if cfg.console_detail_steps is None else cfg.console_detail_steps
+
+
 def build_trainer(cfg, grpo_config, model, processor, reward_funcs, reward_names, reward_logger,
-                  train_dataset, eval_dataset=None):
-    """The run's trainer with its callbacks in place (W&B, when asked for, is started by the caller first)."""
+                  train_dataset, eval_dataset=None, peft_config=None):
+    """The run's trainer with its callbacks in place (W&B, when asked for, is started by the caller first).
+
+    ``peft_config`` (``--use_peft``) goes to TRL, which wraps the model with the LoRA adapters; then, with the
+    vision tower frozen (by LoRA or --freeze_vision_tower), its per-step feature cache is installed."""
     trainer_cls, extra = trainer_class(cfg)
     with rollout_backend(cfg):
         trainer = trainer_cls(
             **extra, model=model, args=grpo_config, processing_class=processor, reward_funcs=reward_funcs,
             train_dataset=train_dataset.to_trl_dataset(),
             eval_dataset=eval_dataset.to_trl_dataset() if eval_dataset is not None else None,
+            peft_config=peft_config,
         )
+    if cfg.cache_vision_features:
+        from olmocr_rl.trainer.vision_cache import attach_feature_cache
+
+        attach_feature_cache(trainer)
     add_callbacks(trainer, cfg, reward_names, reward_logger)
     return trainer
 
@@ -60,14 +74,17 @@ def build_trainer(cfg, grpo_config, model, processor, reward_funcs, reward_names
 def add_callbacks(trainer, cfg, reward_names: list[str], reward_logger) -> None:
     """The run's callbacks, in the order of the module docstring."""
     from olmocr_rl.telemetry.bench_rewards import DetailedRewardLoggingCallback
+    from olmocr_rl.telemetry.console import use_console_progress
     from olmocr_rl.telemetry.history import MetricsFileCallback, ProgressTableCallback
     from olmocr_rl.telemetry.timing import instrument_trainer
 
     trainer.callback_handler.callbacks.insert(0, instrument_trainer(trainer))  # timing/* keys
     if {"olmocr_bench_reward", "olmocr_bench_reward_macroavg"} & set(reward_names):
-        DetailedRewardLoggingCallback.attach(trainer, reward_logger)  # bench_reward/* keys; goes first
+        DetailedRewardLoggingCallback.attach(trainer, reward_logger,  # bench_reward/* keys; goes first
+                                             detail_steps=console_detail_steps(cfg))
     trainer.add_callback(MetricsFileCallback(Path(cfg.output_dir) / "metrics.jsonl"))
     trainer.add_callback(ProgressTableCallback())
+    use_console_progress(trainer, raw_metrics=cfg.console_raw_metrics)  # the bar, without the raw dict
     if "wandb" in cfg.report_to:
         from transformers.integrations import WandbCallback
 

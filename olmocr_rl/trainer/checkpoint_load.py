@@ -10,7 +10,9 @@ trainer built directly (not through grpo_train) resumes correctly too.
   ``model.language_model.*``: every key missed and a resumed run went on from the *initial* weights
   (with the checkpoint's optimizer state). The replacement loads the checkpoint as a model folder
   (``from_pretrained`` applies the key conversion) and copies its weights in, refusing any mismatch.
-  DeepSpeed and FSDP checkpoints (their own, live-layout files) keep the Trainer's path.
+  DeepSpeed and FSDP checkpoints (their own, live-layout files) keep the Trainer's path. LoRA checkpoints
+  (``--use_peft``: the adapter only) keep it too, after the checks of
+  :func:`olmocr_rl.trainer.adapter_checkpoint.load_adapter_checkpoint`.
 - :func:`load_optimizer_and_scheduler`: several CPU processes could not load ``optimizer.pt`` (the
   Trainer's map_location ``cpu:0`` is not one torch.load can restore to).
 """
@@ -39,6 +41,10 @@ def load_checkpoint_weights(trainer, checkpoint: str, model=None, original=None)
     import torch
 
     model = trainer.model if model is None else model
+    from olmocr_rl.trainer.adapter_checkpoint import load_adapter_checkpoint
+
+    if load_adapter_checkpoint(trainer, checkpoint, model, original):  # a LoRA checkpoint, or a LoRA run
+        return None
     if not _plain_hf_checkpoint(trainer, checkpoint):
         return original(checkpoint, model)
     from olmocr_rl.storage import CheckpointMismatchError

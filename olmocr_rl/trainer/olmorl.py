@@ -19,7 +19,8 @@ It overrides two private methods of ``GRPOTrainer``, both by wrapping the parent
                                      ``num_items_in_batch``; logs ``olmorl/*`` metrics.
 
 Everything else comes from the mixins it shares with the plain trainer (checkpoint loading, the
-epoch-seeded page order, the completions table) and from :class:`~olmocr_rl.trainer.active_sampling.
+epoch-seeded page order, the completions table, the IS telemetry, which sees each generation batch as TRL made
+it, before the keep mask) and from :class:`~olmocr_rl.trainer.active_sampling.
 ActiveSamplingMixin`; ``trainer/compat.py`` lists every private name they rely on.
 
 The forward pass never sees the keep mask (``completion_mask`` is untouched), so log-probs, entropies
@@ -54,6 +55,7 @@ from olmocr_rl.olmorl.settings import (  # noqa: F401  (re-exported: the trainer
 from olmocr_rl.trainer.active_sampling import ActiveSamplingMixin
 from olmocr_rl.trainer.checkpoint_load import CheckpointLoadMixin
 from olmocr_rl.trainer.completions import CompletionsLogMixin
+from olmocr_rl.trainer.is_telemetry import ImportanceSamplingTelemetryMixin
 from olmocr_rl.trainer.page_order import EpochSeededOrderMixin
 
 __all__ = [
@@ -89,7 +91,7 @@ def olmorl_group_plan(
 
 
 class OlmoRLGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, ActiveSamplingMixin, CompletionsLogMixin,
-                        GRPOTrainer):
+                        ImportanceSamplingTelemetryMixin, GRPOTrainer):
     """``trl.GRPOTrainer`` with the OlmoRL objective (see the module docstring).
 
     Build its ``args`` with ``GRPOConfig(..., **olmorl_config_overrides())``; any contradicting value

@@ -4,7 +4,9 @@
   (whatever key layout they were saved in) and its optimizer state on any device;
 - :class:`~olmocr_rl.trainer.page_order.EpochSeededOrderMixin`: every epoch's page order comes from
   (seed, epoch), so a resumed run sees the pages it would have seen;
-- :class:`~olmocr_rl.trainer.completions.CompletionsLogMixin`: the completions table works with page prompts.
+- :class:`~olmocr_rl.trainer.completions.CompletionsLogMixin`: the completions table works with page prompts;
+- :class:`~olmocr_rl.trainer.is_telemetry.ImportanceSamplingTelemetryMixin`: how much of each batch vLLM's
+  importance-sampling correction masked (``sampling/is_*``).
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from trl import GRPOTrainer
 
 from olmocr_rl.trainer.checkpoint_load import CheckpointLoadMixin
 from olmocr_rl.trainer.completions import CompletionsLogMixin
+from olmocr_rl.trainer.is_telemetry import ImportanceSamplingTelemetryMixin
 from olmocr_rl.trainer.page_order import EpochSeededOrderMixin
 
 __all__ = ["PlainGRPOTrainer"]
 
 
-class PlainGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsLogMixin, GRPOTrainer):
-    """``trl.GRPOTrainer`` (plain GRPO) with the three mixins of the module docstring."""
+class PlainGRPOTrainer(CheckpointLoadMixin, EpochSeededOrderMixin, CompletionsLogMixin,
+                       ImportanceSamplingTelemetryMixin, GRPOTrainer):
+    """``trl.GRPOTrainer`` (plain GRPO) with the mixins of the module docstring."""

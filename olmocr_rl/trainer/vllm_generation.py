@@ -22,8 +22,14 @@ ids, so the expanded form is right there. More that the pinned TRL does not do f
   transformers 5.17 trains with: weight syncs send them transposed (``_iter_named_params``).
 * vLLM's CPU engine packs MoE expert weights for its kernel once, at load; after each sync they are packed
   again in place (:func:`_reprepack_cpu_moe_weights`).
-* vLLM's CPU backend repacks linear weights for oneDNN, which drops the ``weight_loader`` that TRL's
-  weight sync needs; on CPU the repacking is switched off (plain ``torch.nn.functional.linear``).
+* vLLM's CPU backend repacks linear weights (oneDNN; sgl-kernel for bfloat16 on AMX CPUs), which drops the
+  ``weight_loader`` that TRL's weight sync needs; on CPU the repacking is switched off (plain
+  ``torch.nn.functional.linear``).
+* With LoRA (``--use_peft``) TRL sends vLLM the merged weights by merging the adapters into the base weights
+  in place and unmerging them after the copy, which in bf16 moves the frozen base by rounding at every sync
+  (TRL #6688). Where the weights are not sharded (one process, DDP, ZeRO-2), the merged weights are computed
+  out of place instead (``olmocr_rl.model.adapters.merged_named_parameters``: same values, same names, the
+  base untouched); under ZeRO-3 / FSDP TRL's own gathered merge runs.
 
 All of it is one small subclass of TRL's ``VLLMGeneration``, swapped in only while the trainer is
 built (:func:`page_vllm_generation`); a TRL release that fixes the prompt form makes
@@ -61,10 +67,24 @@ def model_family(model):
 
 
 def _disable_cpu_weight_repacking() -> None:
-    """vLLM CPU only: keep linear layers as plain parameters so TRL's colocated weight sync can load them."""
+    """vLLM CPU only: keep linear layers as plain parameters so TRL's colocated weight sync can load them.
+
+    Two repacking paths replace a layer's weight by an empty parameter: oneDNN's (any dtype), and, for a
+    bfloat16/float16 engine on a CPU with AMX tiles, the sgl-kernel one (``check_cpu_sgl_kernel``), which is what
+    an engine in bfloat16 beside a float32 trainer hit at its first weight sync.
+    """
     import vllm._custom_ops as ops
+    from vllm.model_executor.layers import utils as layer_utils
 
     ops._supports_onednn = False
+    layer_utils.check_cpu_sgl_kernel = lambda n, k, dtype: False
+
+
+def _sharded_parameters(accelerator) -> bool:
+    """DeepSpeed ZeRO-3 or FSDP: each process holds a shard of the weights (a merge must gather them)."""
+    state = accelerator.state
+    zero3 = state.deepspeed_plugin is not None and state.deepspeed_plugin.zero_stage == 3
+    return zero3 or getattr(state, "fsdp_plugin", None) is not None
 
 
 def _reprepack_cpu_moe_weights(llm) -> int:
@@ -127,6 +147,20 @@ def _generation_class():
             finally:
                 trl_vllm.LLM = base_llm
 
+        def _iter_named_params(self):
+            from olmocr_rl.model.adapters import is_peft_model, merged_named_parameters
+
+            if is_peft_model(self.model) and not _sharded_parameters(self.accelerator):
+                named = merged_named_parameters(self.model)
+            else:
+                named = super()._iter_named_params()
+            # vLLM 0.31 reads Qwen3-VL-MoE's stacked experts in the released layout, the transpose of the live one
+            # (model.families.Family.released_transposed); everything else goes as it is.
+            family = model_family(self.model)
+            suffixes = family.released_transposed if family else ()
+            for name, param in named:
+                yield name, (param.transpose(1, 2) if suffixes and name.endswith(suffixes) else param)
+
         def sync_weights(self):
             super().sync_weights()
             # TRL resets only the prefix cache; vLLM also keeps the vision tower's outputs per image, and a
@@ -145,14 +179,6 @@ def _generation_class():
                 if response.status_code != 200:
                     raise RuntimeError(f"vLLM server: POST {url} answered {response.status_code} {response.text[:200]}; "
                                        "start it with `trl vllm-serve` (vLLM's dev mode endpoints)")
-
-        def _iter_named_params(self):
-            # vLLM 0.31 reads Qwen3-VL-MoE's stacked experts in the released layout, the transpose of the live one
-            # (model.families.Family.released_transposed); everything else goes as TRL sends it.
-            family = model_family(self.model)
-            suffixes = family.released_transposed if family else ()
-            for name, param in super()._iter_named_params():
-                yield name, (param.transpose(1, 2) if suffixes and name.endswith(suffixes) else param)
 
         def generate(self, prompts, images, num_generations, profiler=None):
             if self.mode == "colocate" and images is not None:

@@ -187,6 +187,73 @@ def test_resumed_run_sees_the_same_pages(tiny_model_dir, tmp_path):
     assert not (checkpoint / "active_sampling_state.json").exists()
 
 
+def _epoch_orders(epochs: int, pages_per_chunk: int, repeat: int) -> list[list[str]]:
+    """Each epoch's page order as the trainer's sampler draws it (seed 0), computed here from the sampler alone."""
+    from olmocr_rl.trainer.page_order import EpochSeededRepeatSampler
+
+    sampler = EpochSeededRepeatSampler(data_source=PAGES, mini_repeat_count=G, batch_size=pages_per_chunk,
+                                       repeat_count=repeat, shuffle=True, seed=0)
+    orders = []
+    block = pages_per_chunk * G * repeat
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        indices = list(sampler)
+        orders.append([PAGES[i] for start in range(0, len(indices), block)
+                       for i in indices[start:start + pages_per_chunk * G:G]])
+    return orders
+
+
+def _steps(run) -> list[list[str]]:
+    """The pages each optimizer step generated, in order (its first round and its refills)."""
+    rounds = _logged([run], "active_sampling/rounds")
+    pages = [[p for p, _ in call[::G]] for call in run["calls"]]
+    steps, at = [], 0
+    for r in rounds:
+        steps.append([p for chunk in pages[at:at + int(r) + 1] for p in chunk])
+        at += int(r) + 1
+    return steps
+
+
+def test_refills_go_on_into_the_next_epochs_order(tiny_model_dir, tmp_path):
+    """2 pages (groups) a step, half of them flat: steps refill, and those at an epoch's end used to train short
+    (kept [2, 2, 2, 2, 2, 1, 2, 1] before refills could cross the boundary)."""
+    run = _train(str(tiny_model_dir), str(tmp_path / "run"), per_device_batch=2, active=True, max_steps=8,
+                 num_iterations=1)
+    assert _logged([run], "active_sampling/groups_kept") == [2] * 8
+    consumed = [p for step in _steps(run) for p in step]
+    orders = _epoch_orders(6, pages_per_chunk=2, repeat=2)
+    # every page of every epoch once, in the sampler's order, the borrowed ones not again when their epoch comes
+    assert consumed == [p for order in orders for p in order][:len(consumed)]
+    boundaries = {len(PAGES) * k for k in range(1, 6)}
+    ends, spans = 0, []
+    for step in _steps(run):
+        spans.append(any(ends < b < ends + len(step) for b in boundaries))
+        ends += len(step)
+    assert any(spans), "no step drew pages from two epochs: the test no longer crosses a boundary"
+
+
+def test_a_resume_just_after_borrowing_from_the_next_epoch_is_exact(tiny_model_dir, tmp_path):
+    full = _train(str(tiny_model_dir), str(tmp_path / "full"), per_device_batch=2, active=True, max_steps=8,
+                  num_iterations=1)
+    ends, crossing = 0, None
+    for index, step in enumerate(_steps(full), start=1):
+        if crossing is None and any(ends < len(PAGES) * k < ends + len(step) for k in range(1, 6)):
+            crossing = index
+        ends += len(step)
+    assert crossing is not None and crossing < 8
+    part = tmp_path / "part"
+    first = _train(str(tiny_model_dir), str(part), per_device_batch=2, active=True, max_steps=crossing,
+                   num_iterations=1, save_steps=crossing)
+    position = json.loads((part / f"checkpoint-{crossing}" / "trainer_state.json").read_text())
+    attributes = position["stateful_callbacks"]["ActiveSamplingPosition"]["attributes"]
+    assert attributes["next_epoch_batches_consumed"] > 0  # the checkpoint holds what was borrowed
+    resumed = _train(str(tiny_model_dir), str(part), per_device_batch=2, active=True, max_steps=8,
+                     num_iterations=1, save_steps=crossing, resume=str(part / f"checkpoint-{crossing}"))
+    pages = lambda run: [p for call in run["calls"] for p, _ in call[::G]]  # noqa: E731
+    assert pages(first) + pages(resumed) == pages(full)
+    assert _logged([resumed], "active_sampling/groups_kept") == [2] * 8  # the history resumes with the state
+
+
 @pytest.mark.slow
 def test_two_gloo_processes(tiny_model_dir, tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")

@@ -126,6 +126,9 @@ def test_two_steps_with_wandb_offline_then_resume_to_four(tmp_path, tiny_model_d
     # The console table on stdout: its header once, then one row per step (step, reward, ...).
     assert len(re.findall(r"^\s+step\s+reward\s.*s/step$", first.stdout, re.M)) == 1, first.stdout
     assert [int(m) for m in re.findall(r"^\s+(\d+)\s+\d\.\d{3}\s", first.stdout, re.M)] == [1, 2], first.stdout
+    # The per-type table with the checkpoint (--save_steps 2), over the steps since the last; no raw dict.
+    assert re.findall(r"^\s*bench reward over steps? [\d-]+", first.stdout, re.M) == ["bench reward over steps 1-2"]
+    assert "{'loss'" not in log and "The tokenizer has new PAD/BOS/EOS" not in log
 
     # W&B offline: one run folder with its .wandb record file, holding the bench and timing keys and
     # the full flag set as config (keys are stored as plain strings in the protobuf records).
@@ -223,6 +226,12 @@ def test_default_flags_train_an_epoch_with_wandb_and_its_completions_table(tmp_p
     assert config.temperature == 0.8 and config.top_p == 1.0 and config.num_iterations == 1
     assert config.save_steps == 25 and config.save_total_limit == 30 and config.dataloader_num_workers == 0
     assert config.max_steps == -1 and config.num_train_epochs == 1
+
+    # The console by default: a compact row per log step, the per-type table with each checkpoint (--save_steps
+    # 25: none in 10 steps) and at the end, neither the Trainer's raw metrics dict nor start-up noise.
+    assert [int(m) for m in re.findall(r"^\s+(\d+)\s+\d\.\d{3}\s", result.stdout, re.M)] == [5, 10]
+    assert re.findall(r"^\s*bench reward over steps? [\d-]+", result.stdout, re.M) == ["bench reward over steps 1-10"]
+    assert "{'loss'" not in log and "The tokenizer has new PAD/BOS/EOS" not in log
 
     # The console table at each log step: --num_completions_to_print 2 rows, the prompt as its text.
     tables = console_tables(result.stdout)

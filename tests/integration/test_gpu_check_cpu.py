@@ -1,4 +1,4 @@
-"""python -m olmocr_rl.gpu_check on CPU: both arms train and the table has the MFU columns."""
+"""python -m olmocr_rl.gpu_check on CPU: the arms train and the table has the MFU columns."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_gpu_check_on_cpu_reports_the_mfu_columns(tmp_path):
     out = tmp_path / "gpu_check.json"
     result = subprocess.run(
-        [sys.executable, "-m", "olmocr_rl.gpu_check", "--steps", "2", "--arms", "grpo", "--work_dir", str(tmp_path),
+        [sys.executable, "-m", "olmocr_rl.gpu_check", "--steps", "2", "--arms", "grpo,lora", "--work_dir", str(tmp_path),
          "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600,
         env={**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"},
     )
@@ -30,6 +30,9 @@ def test_gpu_check_on_cpu_reports_the_mfu_columns(tmp_path):
     assert row["train_mfu"] == pytest.approx(row["model_flops"] / row["train_s"] / table["peak_flops"])
     for column in ("mfu_6n", "mfu", "train_mfu"):
         assert column in result.stdout
+    lora = table["rows"][1]
+    assert lora["arm"] == "lora" and lora["steps_measured"] == 1 and lora["train_s"] > 0
+    assert "LoRA: adapters on 14 layers of the language model" in result.stderr
 
 
 @pytest.mark.slow

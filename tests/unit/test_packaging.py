@@ -17,7 +17,7 @@ def _project() -> dict:
 
 def test_pins_and_extras():
     deps = _project()["dependencies"]
-    for pin in ("torch==2.13.0", "trl==1.16.0", "transformers==5.17.0", "accelerate==1.15.0"):
+    for pin in ("torch==2.13.0", "trl==1.16.0", "transformers==5.17.0", "accelerate==1.15.0", "peft==0.21.2"):
         assert pin in deps
     extras = _project()["optional-dependencies"]
     assert not any(d.startswith("torchvision") for d in deps + extras["dev"])
@@ -26,6 +26,7 @@ def test_pins_and_extras():
 
 def test_environment_has_the_cpu_stack():
     assert md.version("trl") == "1.16.0" and md.version("transformers") == "5.17.0"
+    assert md.version("peft") == "0.21.2"
     assert torch.__version__.split("+")[0] == "2.13.0"
     try:
         md.version("torchvision")

@@ -153,3 +153,24 @@ def test_router_aux_loss_flag_is_refused_for_a_dense_model_before_it_loads(relea
         "mixture of experts, so it has no router loss; drop the flag"]
     assert grpo_train.main([*common, "--model_name", str(dense), "--router_aux_loss_coef", "-1"]) == 2
     assert "--router_aux_loss_coef must be >= 0 (got -1.0)" in capsys.readouterr().err
+
+
+def test_deepstack_mergers_are_mergers_for_freezing_and_the_preflight(tiny_family_dir):
+    """Qwen3-VL's deepstack mergers project into the language model like its merger (families.merger_modules):
+    --freeze_vision_merger freezes them, --freeze_vision_tower does not, and the preflight counts them as merger."""
+    from olmocr_rl.model.colocate_memory import model_facts
+    from olmocr_rl.model.families import preset_config
+    from olmocr_rl.model.flops import ArchFlops
+    from olmocr_rl.model.frozen_vision import freeze_vision, vision_trainability
+
+    model, _ = load_model_and_processor(str(tiny_family_dir("qwen3_vl")))
+    deepstack = list(model.model.visual.deepstack_merger_list.parameters())
+    freeze_vision(model, tower=True, merger=False)
+    assert all(p.requires_grad for p in deepstack) and not model.model.visual.blocks[0].attn.qkv.weight.requires_grad
+    assert vision_trainability(model).merger_frozen is False
+    freeze_vision(model, tower=False, merger=True)
+    assert not any(p.requires_grad for p in deepstack) and vision_trainability(model).merger_frozen is True
+    config = preset_config("qwen3_vl", "8b")
+    facts = model_facts(config)
+    assert facts.vision_merger_parameters == ArchFlops.from_config(config).merger_params  # merger + 3 deepstack
+    assert facts.vision_merger_parameters > 4 * 1152 * 4 * 1152 * 3

@@ -149,7 +149,7 @@ def test_callback_puts_keys_into_trainer_logs_before_reporting_callbacks(tmp_pat
         assert event["bench_reward/frac_zero_signal_groups"] == 1.0  # both calls: page A at (2/3, 2/3)
     history = [h for h in trainer.state.log_history if "loss" in h]
     assert all(h["bench_reward/total_completions"] == 4 for h in history)
-    assert "bench reward at step 2: 4 completions" in capsys.readouterr().out
+    assert "bench reward over steps 1-2: 4 completions" in capsys.readouterr().out  # a table at every log by default
 
 
 # --- two ranks (gloo) ------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 A test helper for the vLLM lane. It wraps two TRL methods before ``olmocr_rl.grpo_train.main`` runs:
 ``GRPOTrainer._generate_single_turn`` (the prompt token ids the trainer scores, and the completion ids
 it trains on) and ``VLLMGeneration.generate`` (the prompt token ids as vLLM expanded them), and writes
-one JSON line per generation call to OUT.jsonl.
+one JSON line per generation call to OUT.jsonl, with the number of encoder-cache resets of the colocated
+engine so far (vLLM's ``LLMEngine.reset_encoder_cache``, wrapped too).
 
 ``--skip-weight-transfer`` (server mode on CPU only): TRL's weight transfer to a vLLM server needs
 CUDA/NCCL, so the communicator and the weight push are skipped and the run says so; the server keeps
@@ -25,8 +26,18 @@ def main() -> int:
     from trl.generation import vllm_client, vllm_generation
     from trl.trainer import grpo_trainer
 
+    from vllm.v1.engine.llm_engine import LLMEngine
+
     records: list[dict] = []
     vllm_views: list[list[list[int]]] = []
+    resets = [0]
+    base_reset = LLMEngine.reset_encoder_cache
+
+    def reset_encoder_cache(self):
+        resets[0] += 1
+        return base_reset(self)
+
+    LLMEngine.reset_encoder_cache = reset_encoder_cache
 
     base_generate = vllm_generation.VLLMGeneration.generate
 
@@ -45,6 +56,7 @@ def main() -> int:
             "trainer_prompt_ids": [list(map(int, ids)) for ids in prompt_ids],
             "vllm_prompt_ids": vllm_views[-1] if vllm_views else None,
             "completion_ids": [list(map(int, ids)) for ids in completion_ids],
+            "encoder_cache_resets": resets[0],
         })
         with open(out_path, "a") as fh:
             fh.write(json.dumps(records[-1]) + "\n")
