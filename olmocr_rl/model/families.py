@@ -172,7 +172,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (QWEN2_VL, QWEN2_5_VL, Q
 MODEL_CLASSES = {model_type: f.model_class for model_type, f in FAMILIES.items()}
 
 _QWEN3_5_GAP = ("its text model's gated-delta-net (linear attention) layers do not run on vLLM 0.31's CPU engine "
-                "(no float32 causal_conv1d kernel; in bfloat16 the weight sync fails), so the vLLM guarantees cannot "
+                "(no float32 causal_conv1d kernel; in bfloat16 TRL's weight sync fails on their conv1d weights), so the "
+                "vLLM guarantees cannot "
                 "be checked, and the FLOP counter and colocate preflight do not model those layers (HF training "
                 "alone works: docs/models.md)")
 #: Model types that were tried and are refused, with what is missing (one line each).

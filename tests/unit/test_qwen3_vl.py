@@ -174,3 +174,15 @@ def test_deepstack_mergers_are_mergers_for_freezing_and_the_preflight(tiny_famil
     facts = model_facts(config)
     assert facts.vision_merger_parameters == ArchFlops.from_config(config).merger_params  # merger + 3 deepstack
     assert facts.vision_merger_parameters > 4 * 1152 * 4 * 1152 * 3
+
+
+def test_tiny_model_cli_takes_a_family_and_refuses_a_shape_it_lacks(tmp_path, capsys):
+    from olmocr_rl.tiny_model import main
+
+    with pytest.raises(SystemExit) as stop:
+        main([str(tmp_path / "bad"), "--family", "qwen3_vl", "--shape", "7b"])
+    assert stop.value.code == 2 and "--shape 7b: Qwen3-VL has tiny, 2b, 4b, 8b" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+    assert main([str(tmp_path / "moe"), "--family", "qwen3_vl_moe"]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote tiny Qwen3-VL-MoE to {tmp_path / 'moe'} (")
+    assert json.loads((tmp_path / "moe" / "config.json").read_text())["text_config"]["num_local_experts"] == 4  # transformers writes num_experts under this name
