@@ -1,7 +1,7 @@
 """One-command check and measurement of the training path: ``bash scripts/gpu_check.sh``.
 
 On a CUDA machine: builds a random-weight model with the real Qwen2.5-VL-3B architecture (the tiny
-tokenizer's vocabulary), then runs the training CLI for a few steps on ``bench_data_sample/`` in
+tokenizer's vocabulary; ``--family qwen3_vl --shape 8b`` or ``--family qwen3_vl_moe`` for Qwen3-VL's), then runs the training CLI for a few steps on ``bench_data_sample/`` in
 bf16 — vLLM colocate when vLLM is importable, HF generation otherwise — with 1288 px pages, G = 8 and
 a fixed completion length, one run per *arm*: an objective (plain GRPO, ``--olmorl``, or LoRA: ``--use_peft``
 with its defaults, r 16 on the language model, the frozen vision tower's features computed once per step) with a
@@ -199,8 +199,14 @@ def _arm_cli(arm: str, bench: str, model_dir: Path, out_dir: Path, G: int, lengt
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m olmocr_rl.gpu_check", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shape", choices=("tiny", "small", "3b", "7b"), default=None,
-                        help="model architecture (default 3b on CUDA, tiny on CPU)")
+    from olmocr_rl.model.families import FAMILIES
+
+    parser.add_argument("--family", choices=list(FAMILIES), default="qwen2_5_vl",
+                        help="model family (config.json model_type; default qwen2_5_vl)")
+    presets = "; ".join(f"{t}: {', '.join(f.shapes)}" for t, f in FAMILIES.items())
+    parser.add_argument("--shape", default=None,
+                        help="model architecture, a preset of the family (" + presets + "); default: the family's "
+                             "smallest released shape on CUDA (Qwen2.5-VL: 3b), tiny on CPU")
     parser.add_argument("--steps", type=int, default=None, help="training steps per arm (default 4 GPU, 3 CPU)")
     parser.add_argument("--completion_length", type=int, default=None, help="fixed completion tokens (256 GPU, 16 CPU)")
     parser.add_argument("--num_generations", type=int, default=None, help="G (default 8 GPU, 4 CPU)")
@@ -223,16 +229,26 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _build_model(work: Path, shape: str, cuda: bool) -> tuple[Path, int]:
-    """The random-weight model folder of ``shape`` (built once in ``work``) and its parameter count."""
+def _shape(args, cuda: bool) -> str | None:
+    """The preset to build: --shape, or the family's smallest released one on CUDA, tiny on CPU; None if unknown."""
+    from olmocr_rl.model.families import CPU_SHAPES, FAMILIES
+
+    presets = list(FAMILIES[args.family].shapes)
+    shape = args.shape or (next(name for name in presets if name not in CPU_SHAPES) if cuda else "tiny")
+    return shape if shape in presets else None
+
+
+def _build_model(work: Path, family: str, shape: str, cuda: bool) -> tuple[Path, int]:
+    """The random-weight model folder of the preset (built once in ``work``) and its parameter count."""
+    from olmocr_rl.model.families import CPU_SHAPES
     from olmocr_rl.tiny_model import build_tiny_model
 
-    model_dir = work / f"model-{shape}"
+    model_dir = work / f"model-{family}-{shape}"
     if not (model_dir / "config.json").is_file():
-        build_tiny_model(model_dir, seed=0, shape=shape, dtype="bfloat16" if cuda and shape in ("3b", "7b") else
-                         "float32", device="cuda" if cuda else "cpu")
+        build_tiny_model(model_dir, seed=0, family=family, shape=shape,
+                         dtype="bfloat16" if cuda and shape not in CPU_SHAPES else "float32",
+                         device="cuda" if cuda else "cpu")
     return model_dir, json.loads((model_dir / "olmocr_rl_tiny_model.json").read_text())["parameters"]
-
 
 def _run_arms(plan: list[tuple[str, str]], args, settings: dict, work: Path, start: float) -> tuple[list, list, dict]:
     """Run each (shape, arm) of ``plan`` in order; returns (rows, arms left out for time, the profile or {})."""
@@ -246,7 +262,7 @@ def _run_arms(plan: list[tuple[str, str]], args, settings: dict, work: Path, sta
         if args.time_budget_s is not None and time.time() - start > args.time_budget_s:
             skipped.append(f"{shape} {arm}")
             continue
-        model_dir, params = _build_model(work, shape, cuda)
+        model_dir, params = _build_model(work, settings["family"], shape, cuda)
         out_dir = work / f"run-{shape}-{arm.replace('/', '-')}"
         profiled = settings["steps"] if index == profile_arm else None  # the last step: the others stay unprofiled
         cli = _arm_cli(arm, args.bench, model_dir, out_dir, settings["G"], settings["length"], settings["steps"],
@@ -275,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from olmocr_rl.config import probe_environment
     from olmocr_rl.data.render import DEFAULT_TARGET_LONGEST_IMAGE_DIM
+    from olmocr_rl.model.families import FAMILIES
 
     try:
         arms = [a.strip() for a in args.arms.split(",") if a.strip()]
@@ -285,11 +302,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     environment = probe_environment()
     cuda = environment.cuda
-    shape = args.shape or ("3b" if cuda else "tiny")
+    shape = _shape(args, cuda)
+    if shape is None:  # before anything is built
+        print(f"error: --shape {args.shape}: {FAMILIES[args.family].label} has "
+              f"{', '.join(FAMILIES[args.family].shapes)}", file=sys.stderr)
+        return 2
     length = args.completion_length or (256 if cuda else 16)
     backend = "vllm-colocate" if environment.vllm else "hf-generate"  # vLLM is not imported here: each arm's process
     settings = {
-        "cuda": cuda, "shape": shape, "steps": args.steps or (4 if cuda else 3), "length": length,
+        "cuda": cuda, "family": args.family, "shape": shape, "steps": args.steps or (4 if cuda else 3), "length": length,
         "G": args.num_generations or (8 if cuda else 4), "backend": backend,
         "image_dim": args.image_dim or (DEFAULT_TARGET_LONGEST_IMAGE_DIM if cuda else 448),
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
@@ -299,13 +320,16 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="olmocr_rl_gpu_check_"))
     work.mkdir(parents=True, exist_ok=True)
     start = time.time()
-    _, params = _build_model(work, shape, cuda)
-    print(f"[gpu_check] device {settings['device']}; model {shape} ({params / 1e6:.1f}M params) built in "
+    _, params = _build_model(work, args.family, shape, cuda)
+    print(f"[gpu_check] device {settings['device']}; model {FAMILIES[args.family].label} {shape} "
+          f"({params / 1e6:.1f}M params) built in "
           f"{time.time() - start:.0f}s; generation backend: {backend}", flush=True)
-    plan = [(shape, arm) for arm in arms] + ([("7b", "grpo/all")] if args.with_7b and shape != "7b" else [])
+    with_7b = args.with_7b and "7b" in FAMILIES[args.family].shapes and shape != "7b"
+    plan = [(shape, arm) for arm in arms] + ([("7b", "grpo/all")] if with_7b else [])
     rows, skipped, profile = _run_arms(plan, args, settings, work, start)
     result = {
-        "date": time.strftime("%Y-%m-%d"), "device": settings["device"], "shape": shape, "parameters": params,
+        "date": time.strftime("%Y-%m-%d"), "device": settings["device"], "family": args.family, "shape": shape,
+        "parameters": params,
         "backend": backend, "num_generations": settings["G"], "completion_length": length,
         "image_dim": settings["image_dim"], "steps": settings["steps"], "peak_flops": _peak_flops(settings["device"]),
         "memory": "GPU peak allocated" if cuda else "process peak RSS", "total_s": time.time() - start,

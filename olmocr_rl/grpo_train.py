@@ -149,7 +149,7 @@ def _build_datasets(cfg: ResolvedConfig, reports: dict):
 
 
 def _check_trainer_setup(cfg: ResolvedConfig):
-    """Before the model loads: the LoRA plan (on the architecture); the colocated engine fits the GPU; TRL's
+    """Before the model loads: a supported family and the MoE router loss (from the config); the LoRA plan (on the architecture); the colocated engine fits the GPU; TRL's
     private surface is the one the trainers rely on (olmocr_rl.trainer.compat: a mismatch is one line naming the
     point and the pin); the gradient checkpointing plan (olmocr_rl.model.checkpointing: from the architecture and
     the GPU's memory); TRL's GRPOConfig, built here so that its own checks refuse a setting now, not minutes in.
@@ -157,7 +157,12 @@ def _check_trainer_setup(cfg: ResolvedConfig):
     from olmocr_rl.config.checks import max_image_tokens
     from olmocr_rl.config.flags import PROMPT_TEXT_TOKENS
     from olmocr_rl.model.checkpointing import plan_for_run
+    from olmocr_rl.model.loading import router_aux_loss_problem, unsupported_model_problem
 
+    problem = unsupported_model_problem(cfg.model_name, cfg.cache_dir) or \
+        router_aux_loss_problem(cfg.model_name, cfg.router_aux_loss_coef, cfg.cache_dir)
+    if problem:  # from the config alone: TRL would refuse it only once the weights are in memory
+        raise _Stop(problem)
     peft_config = _adapter_config(cfg)
     if cfg.vllm_mode == "colocate":
         from olmocr_rl.model.colocate_memory import colocate_memory_problem

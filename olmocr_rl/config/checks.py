@@ -71,6 +71,9 @@ def check_ranges(a: Namespace) -> Problems:
         problems.append(f"--temperature must be > 0 for sampling (got {a.temperature})")
     if not 0 < a.top_p <= 1:
         problems.append(f"--top_p must be in (0, 1] (got {a.top_p})")
+    if a.router_aux_loss_coef is not None and a.router_aux_loss_coef < 0:
+        problems.append(f"--router_aux_loss_coef must be >= 0 (got {a.router_aux_loss_coef}); 0 turns the "
+                        "load-balancing loss off, omitting the flag keeps the model config's")
     if a.num_generations < 2:
         problems.append(f"--num_generations must be >= 2: GRPO compares completions within a group "
                         f"(got {a.num_generations})")
@@ -346,10 +349,11 @@ def importance_sampling_notices(a: Namespace, vllm_mode: str) -> list[str]:
 
 
 def max_image_tokens(longest_side: int) -> int:
-    """Most image tokens a page rendered at ``longest_side`` px can take in Qwen2.5-VL (square page).
+    """Most image tokens a page rendered at ``longest_side`` px can take (square page), in any supported family.
 
     The processor rounds each side to a multiple of 28 px (14 px patches merged 2 x 2) and gives one
-    token per 28 x 28 block.
+    token per 28 x 28 block. That is the smallest block of the families (model/families.py: Qwen3-VL's is
+    32 px, fewer tokens), and this runs before any config is read, so it bounds them all.
     """
     blocks = math.ceil(longest_side / 28)
     return blocks * blocks

@@ -143,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineErrorParser(
         prog="python -m olmocr_rl.grpo_train",
         description=(
-            "GRPO fine-tuning of a vision-language OCR model (Qwen2.5-VL family) on an olmOCR-bench folder, "
+            "GRPO fine-tuning of a vision-language OCR model (Qwen2.5-VL, Qwen3-VL dense or MoE, Qwen2-VL) on an "
+            "olmOCR-bench folder, "
             "rewarded by the unit tests of each page. Flags follow olmOCR's trainer; --config FILE.yaml "
             "supplies any of them (the command line wins)."
         ),
@@ -324,6 +325,11 @@ def _add_grpo_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--active_sampling_max_rounds", type=int, default=ACTIVE_SAMPLING_MAX_ROUNDS, metavar="N",
                    help="at most N extra generation rounds per step for --active_sampling; a step still short "
                         "after them trains on what it has (logged)")
+    g.add_argument("--router_aux_loss_coef", type=float, default=None, metavar="W",
+                   help="mixture-of-experts models only (Qwen3-VL-MoE): weight of the router's load-balancing loss "
+                        "added to the GRPO loss (Switch Transformers, Fedus et al. 2021; TRL's router_aux_loss_coef), "
+                        "logged as aux_loss; default: the model config's router_aux_loss_coef (0.001 in Qwen3-VL-30B-A3B); "
+                        "0 turns it off")
     g.add_argument("--macro_average", action=_BoolFlag, default=False,
                    help="use the macro-averaged bench reward (alias: turns --reward_bench into --reward_bench_macroavg)")
 

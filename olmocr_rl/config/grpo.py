@@ -46,6 +46,7 @@ def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float] | None =
         reward_weights=list(cfg.reward_weights if reward_weights is None else reward_weights),
         num_iterations=cfg.num_iterations, num_generations=cfg.num_generations,
         cast_lm_head_to_fp32=cfg.cast_lm_head_to_fp32,
+        router_aux_loss_coef=cfg.router_aux_loss_coef,  # None: the MoE config's own; refused for a dense model first
         use_vllm=use_vllm, vllm_mode=cfg.vllm_mode if use_vllm else "colocate",
         vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
         vllm_server_host=cfg.vllm_server_host, vllm_server_port=cfg.vllm_server_port,

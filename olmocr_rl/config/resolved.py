@@ -98,6 +98,7 @@ class ResolvedConfig:
     olmorl: bool
     active_sampling: bool
     active_sampling_max_rounds: int
+    router_aux_loss_coef: float | None  # None: the MoE config's own
     macro_average: bool
     # ---- GRPO knobs (TRL's GRPOConfig fields under TRL's names: flags.TRL_KNOB_FLAGS) -------------------------
     epsilon: float

@@ -88,6 +88,7 @@ _TRAINER = "transformers.trainer:Trainer"
 _LOOP = f"{_TRAINER}._inner_training_loop"
 _VLLM = "trl.generation.vllm_generation:VLLMGeneration"
 _VISION = "transformers.models.qwen2_5_vl.modeling_qwen2_5_vl"
+_CPU_MOE = "vllm.model_executor.layers.fused_moe.experts.cpu_moe:CPUUnquantizedExperts"
 
 #: Keys of TRL's scored batch (``_generate_and_score_completions``' output) by how their rows line up;
 #: active sampling merges rows of several batches by these (trainer/active_sampling.py).
@@ -277,6 +278,19 @@ SURFACE: tuple[Point, ...] = (
           "each distinct page image is encoded once; the output's pooler_output holds one tensor per image",
           "--share_page_encoding breaks the forward", params=("pixel_values", "image_grid_thw"),
           source=("vision_outputs.pooler_output = image_embeds",)),
+    Point("transformers.models.qwen3_vl.modeling_qwen3_vl:Qwen3VLModel.get_image_features", "wrap",
+          "model/vision_speedups.py", "as Qwen2.5-VL's; the tower's deepstack_features (one tensor per deepstack layer, "
+          "every image's tokens in order) are laid out again for every use", "--share_page_encoding breaks Qwen3-VL's "
+          "forward (deepstack features of the distinct pages only)", params=("pixel_values", "image_grid_thw"),
+          source=("vision_output.pooler_output = image_embeds",)),
+    Point("transformers.models.qwen3_vl.modeling_qwen3_vl:Qwen3VLModel.forward#deepstack", "invariant",
+          "model/vision_speedups.py", "the forward reads the image features' deepstack_features from the output of "
+          "get_image_features (the wrapped one)", "shared deepstack features are not the ones added",
+          source=("deepstack_image_embeds = image_outputs.deepstack_features",),
+          in_source="transformers.models.qwen3_vl.modeling_qwen3_vl:Qwen3VLModel.forward"),
+    Point("transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe:Qwen3VLMoeModel.get_image_features", "wrap",
+          "model/vision_speedups.py", "as Qwen3-VL's", "--share_page_encoding breaks Qwen3-VL-MoE's forward",
+          params=("pixel_values", "image_grid_thw"), source=("vision_output.pooler_output = image_embeds",)),
     Point(f"{_VISION}:Qwen2_5_VLVisionAttention.forward", "swap", "model/vision_speedups.py",
           "--batched_vision_attention replaces each vision layer's forward on the instance",
           "the vision tower computes something else", params=("hidden_states", "cu_seqlens", "position_embeddings"),
@@ -348,8 +362,9 @@ SURFACE: tuple[Point, ...] = (
           "the engine runs in bfloat16 beside a float32 trainer", source=("self.llm = LLM(",),
           in_source=_VLLM + "._init_vllm", vllm=True),
     Point(_VLLM + "._iter_named_params", "override", "trainer/vllm_generation.py",
-          "a LoRA run's weight sync sends the adapter-merged weights (merged out of place, model/adapters.py)",
-          "vLLM samples from the base weights, without the adapters",
+          "a LoRA run's weight sync sends the adapter-merged weights (merged out of place, model/adapters.py); "
+          "Qwen3-VL-MoE's stacked experts go in the released layout vLLM reads",
+          "vLLM samples from the base weights, without the adapters, or from transposed experts",
           source=("for name, param in self._iter_named_params():",), in_source=_VLLM + ".sync_weights", vllm=True),
     Point(_VLLM + ".sync_weights", "override", "trainer/vllm_generation.py",
           "the encoder cache is reset after TRL's weight sync (which resets only the prefix cache)",
@@ -376,6 +391,21 @@ SURFACE: tuple[Point, ...] = (
           "colocated vLLM on CPU fails at the first weight sync", vllm=True),
     Point("vllm.v1.engine.llm_engine:LLMEngine.reset_encoder_cache", "call", "trainer/vllm_generation.py",
           "resets the colocated engine's encoder cache after a weight sync", "stale vision features", vllm=True),
+    # ---- vLLM's CPU MoE kernel: experts re-packed after each weight sync (a MoE on a CPU engine) ---------------
+    Point(_CPU_MOE + "._use_zentorch", "read", "trainer/vllm_generation.py",
+          "a layer that zentorch runs keeps the plain layout, so it is not re-packed",
+          "a zentorch layer is packed and reads garbage", instance=True, source=("self._use_zentorch = False",),
+          vllm=True),
+    Point(_CPU_MOE + "._padded_intermediate_size", "call", "trainer/vllm_generation.py",
+          "the expert width the kernel packed to; a padded one cannot be followed by a sync (one error line)",
+          "a padded width is re-packed into a wrong shape", params=("moe_config",), vllm=True),
+    Point(_CPU_MOE + "._intermediate_alignment", "call", "trainer/vllm_generation.py",
+          "the alignment named in the padded-width error", "the error line raises instead", vllm=True),
+    Point("vllm._custom_ops:cpu_prepack_moe_weight", "call", "trainer/vllm_generation.py",
+          "packs the synced expert weights as the kernel did after the load (the kernel's own isa)",
+          "a MoE on a CPU engine samples from mis-packed experts after the first sync", vllm=True,
+          source=("cpu_prepack_moe_weight(layer.w13_weight, self.isa)",),
+          in_source=_CPU_MOE + ".process_weights_after_loading"),
 )
 
 #: Private names of other libraries the package uses (the structure check finds every private name the package

@@ -89,3 +89,26 @@ def test_bad_arms_are_one_error_line(tmp_path):
     assert result.returncode == 2 and result.stderr.startswith("error: --arms: arm 'grpo/fast'")
     assert result.stderr.count("\n") == 1
 
+
+def test_gpu_check_on_cpu_builds_and_measures_another_family(tmp_path):
+    """--family qwen3_vl_moe: the tiny MoE preset, its FLOPs counted with the routed experts only."""
+    out = tmp_path / "gpu_check.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "olmocr_rl.gpu_check", "--family", "qwen3_vl_moe", "--steps", "2", "--arms", "grpo",
+         "--work_dir", str(tmp_path), "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    table = json.loads(out.read_text())
+    assert (table["family"], table["shape"]) == ("qwen3_vl_moe", "tiny")
+    assert "model Qwen3-VL-MoE tiny" in result.stdout
+    assert table["rows"][0]["model_flops"] > 0
+    assert json.loads((tmp_path / "model-qwen3_vl_moe-tiny" / "config.json").read_text())["model_type"] == "qwen3_vl_moe"
+
+
+def test_gpu_check_refuses_a_shape_the_family_lacks(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "olmocr_rl.gpu_check", "--family", "qwen3_vl", "--shape", "7b",
+                             "--work_dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == "error: --shape 7b: Qwen3-VL has tiny, 2b, 4b, 8b"
+    assert not list(tmp_path.glob("model-*"))

@@ -280,6 +280,16 @@ def test_log_multimodal_is_off_unless_asked(bench, tmp_path):
         assert config.log_multimodal is expected and config.log_completions is True
 
 
+def test_router_aux_loss_coef_defaults_to_the_models_and_reaches_grpo_config(bench, tmp_path):
+    """None (the default) lets TRL take the MoE config's own weight; a value overrides it; negative is refused."""
+    from olmocr_rl.config import build_grpo_config
+
+    for extra, expected in (((), None), (("--router_aux_loss_coef", "0.05"), 0.05), (("--router_aux_loss_coef", "0"), 0.0)):
+        args = _args(bench, "--output_dir", str(tmp_path / "out"), "--report_to", "none", *extra)
+        assert build_grpo_config(validate(args), [1.0]).router_aux_loss_coef == expected
+    assert _error(bench, "--router_aux_loss_coef", "-0.1").startswith("--router_aux_loss_coef must be >= 0 (got -0.1)")
+
+
 def test_active_sampling_flags(bench):
     args = _args(bench, "--olmorl", "--active_sampling")
     validate(args)
