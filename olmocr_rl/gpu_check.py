@@ -1,20 +1,25 @@
 """One-command check and measurement of the training path: ``bash scripts/gpu_check.sh``.
 
 On a CUDA machine: builds a random-weight model with the real Qwen2.5-VL-3B architecture (the tiny
-tokenizer's vocabulary), then runs the training CLI for a few steps on ``bench_data_sample/`` in
+tokenizer's vocabulary; ``--family qwen3_vl --shape 8b`` or ``--family qwen3_vl_moe`` for Qwen3-VL's), then runs the training CLI for a few steps on ``bench_data_sample/`` in
 bf16 — vLLM colocate when vLLM is importable, HF generation otherwise — with 1288 px pages, G = 8 and
-a fixed completion length, once with plain GRPO, once with ``--olmorl`` and once with LoRA (``--use_peft``, its
-defaults: r 16 on the language model, the frozen vision tower's features computed once per step). vLLM runs to
-the length with ``ignore_eos`` (it only stops stopping: the sampled distribution and the log-probs TRL's
-importance-sampling correction compares are the model's own); ``min_tokens`` would mask EOS out of the logits, and
-vLLM's processed log-probs would then differ from the trainer's on every token (measured: sequence IS ratios 1e-4
-to 0.02 at 256 tokens, a loss scaled to almost nothing). HF generation uses ``min_new_tokens`` (no correction
-there). On CPU the same runs use the tiny model and tiny sizes (under a minute), so CI checks it.
+a fixed completion length, one run per *arm*: an objective (plain GRPO, ``--olmorl``, or LoRA: ``--use_peft``
+with its defaults, r 16 on the language model, the frozen vision tower's features computed once per step) with a
+set of speed-ups (``stock``: none, the step as it was before them; ``vision``: the vision-tower ones; ``all``: the
+trainer's defaults), each arm in its own process on a GPU. vLLM runs to the length with ``ignore_eos`` (it only
+stops stopping: the sampled distribution and the log-probs TRL's importance-sampling correction compares are the
+model's own); ``min_tokens`` would mask EOS out of the logits, and vLLM's processed log-probs would then differ from
+the trainer's on every token (measured: sequence IS ratios 1e-4 to 0.02 at 256 tokens, a loss scaled to almost
+nothing). HF generation uses ``min_new_tokens`` (no correction there). On CPU the same runs use the tiny model and
+tiny sizes (under a minute an arm), so CI checks it.
 
 Prints one table and writes it as JSON (``--out``): seconds per step split into generation / reward /
 training (log-probs, forward/backward, optimizer), generated and trained tokens per second, a model
-FLOP utilisation (below), peak memory, and the
-reward time share. The first step of each run is warm-up and is left out of the means.
+FLOP utilisation (below), peak memory, and the reward time share. The first step of each run is warm-up
+and is left out of the means. ``--profile`` adds torch.profiler's view of one step per phase
+(``olmocr_rl.telemetry.profile``), ``--with_7b`` a 7B row, ``--time_budget_s`` bounds the run (arms that
+would start later are listed as not measured), and ``--write_docs`` appends the dated table to a
+markdown file (docs/gpu_check.md). ``scripts/device_gpu_check.sh`` is the one prepared run for a lent GPU.
 
 Three MFU columns: ``mfu_6n`` is the usual 6 · N · trained tokens estimate; ``mfu`` counts the step's
 real training FLOPs (language model, vision tower on its patches, attention; ``olmocr_rl.model.flops``)
@@ -62,8 +67,10 @@ def _mean(values):
     return sum(values) / len(values) if values else float("nan")
 
 
-def summarise(metrics_file: Path, *, params: int, peak_flops: float, peak_mem_gb: float, arm: str) -> dict:
-    """Per-step means over the logged steps after the first (warm-up) one."""
+def summarise(metrics_file: Path, *, params: int, peak_flops: float, peak_mem_gb: float, arm: str,
+              profiled: int | None = None) -> dict:
+    """Per-step means over the logged steps after the first (warm-up) one, the ``profiled`` step left out too
+    when another step remains."""
     records = {}
     for line in metrics_file.read_text().splitlines():
         rec = json.loads(line)
@@ -72,10 +79,11 @@ def summarise(metrics_file: Path, *, params: int, peak_flops: float, peak_mem_gb
     steps = sorted(records)
     if len(steps) < 2:
         raise RuntimeError(f"{metrics_file}: fewer than 2 logged training steps; cannot measure")
-    measured = [records[s] for s in steps[1:]]
+    kept = [s for s in steps[1:] if s != profiled] or steps[1:]
+    measured = [records[s] for s in kept]
     # TRL's num_tokens counts prompt + completion tokens seen so far; its per-step increase is what trained.
     trained = [records[b]["num_tokens"] - records[a]["num_tokens"] for a, b in zip(steps, steps[1:])
-               if "num_tokens" in records[a] and "num_tokens" in records[b]]
+               if b in kept and "num_tokens" in records[a] and "num_tokens" in records[b]]
     step_s = _mean(r["timing/step_s"] for r in measured)
     generate_s = _mean(r["timing/generate_s"] for r in measured)
     reward_s = _mean(r["timing/reward_s"] for r in measured)
@@ -145,9 +153,31 @@ def _run_arm_in_own_process(cli: list[str]) -> tuple[int, float]:
     return results.get()
 
 
+#: Speed-up settings of an arm: ``stock`` is the step as it ran before any speed-up (the 2026-11-30 table),
+#: ``vision`` adds the vision-tower speed-ups, ``all`` is the trainer's defaults (every exact speed-up on).
+SPEEDUP_FLAGS = {
+    "stock": ["--no-share_page_encoding", "--no-batched_vision_attention", "--no-share_page_processing",
+              "--no-padding_free", "--gradient_checkpointing", "true", "--compiled_generation", "false"],
+    "vision": ["--share_page_encoding", "--batched_vision_attention", "--no-share_page_processing",
+               "--no-padding_free", "--gradient_checkpointing", "true", "--compiled_generation", "false"],
+    "all": [],
+}
+
+
+def parse_arm(spec: str) -> tuple[str, str]:
+    """``objective/speedups`` (``grpo/stock``, ``olmorl/all``, ``lora``; a bare objective means ``/all``). Raises
+    ValueError."""
+    objective, _, speedups = spec.strip().partition("/")
+    speedups = speedups or "all"
+    if objective not in ARMS or speedups not in SPEEDUP_FLAGS:
+        raise ValueError(f"arm {spec!r}: expected {'|'.join(ARMS)}[/{'|'.join(SPEEDUP_FLAGS)}]")
+    return objective, speedups
+
+
 def _arm_cli(arm: str, bench: str, model_dir: Path, out_dir: Path, G: int, length: int, steps: int,
-             image_dim: int, backend: str, length_kwargs: dict) -> list[str]:
-    """The trainer flags of one arm: fixed-length completions, one log per step, no saves."""
+             image_dim: int, backend: str, length_kwargs: dict, profile_step: int | None = None) -> list[str]:
+    """The trainer flags of one arm (``objective/speedups``): fixed-length completions, one log per step, no saves."""
+    objective, speedups = parse_arm(arm)
     cli = [
         "--train_bench_data_folder", bench, "--model_name", str(model_dir), "--output_dir", str(out_dir),
         "--reward_bench", "--reward_front_matter", "--reward_eos",
@@ -156,28 +186,102 @@ def _arm_cli(arm: str, bench: str, model_dir: Path, out_dir: Path, G: int, lengt
         "--max_steps", str(steps), "--logging_steps", "1", "--save_steps", "100000", "--warmup_steps", "0",
         "--learning_rate", "1e-6", "--temperature", "1.0", "--target_longest_image_dim", str(image_dim),
         "--dataloader_num_workers", "0", "--report_to", "none", "--seed", "0",
-        "--vllm_mode", "colocate" if backend == "vllm-colocate" else "none",
+        "--vllm_mode", "colocate" if backend == "vllm-colocate" else "none", *SPEEDUP_FLAGS[speedups],
     ]
-    if arm == "olmorl":
+    if objective == "olmorl":
         cli.append("--olmorl")
-    elif arm == "lora":
+    elif objective == "lora":
         cli.append("--use_peft")
+    if profile_step is not None:
+        cli += ["--profile_step", str(profile_step)]
     return cli
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m olmocr_rl.gpu_check", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shape", choices=("tiny", "3b", "7b"), default=None,
-                        help="model architecture (default 3b on CUDA, tiny on CPU)")
+    from olmocr_rl.model.families import FAMILIES
+
+    parser.add_argument("--family", choices=list(FAMILIES), default="qwen2_5_vl",
+                        help="model family (config.json model_type; default qwen2_5_vl)")
+    presets = "; ".join(f"{t}: {', '.join(f.shapes)}" for t, f in FAMILIES.items())
+    parser.add_argument("--shape", default=None,
+                        help="model architecture, a preset of the family (" + presets + "); default: the family's "
+                             "smallest released shape on CUDA (Qwen2.5-VL: 3b), tiny on CPU")
     parser.add_argument("--steps", type=int, default=None, help="training steps per arm (default 4 GPU, 3 CPU)")
     parser.add_argument("--completion_length", type=int, default=None, help="fixed completion tokens (256 GPU, 16 CPU)")
     parser.add_argument("--num_generations", type=int, default=None, help="G (default 8 GPU, 4 CPU)")
     parser.add_argument("--image_dim", type=int, default=None, help="page size, longest side (default: the trainer's --target_longest_image_dim on GPU, 448 on CPU)")
-    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma list of {', '.join(ARMS)}")
+    parser.add_argument("--arms", default="grpo/stock,grpo/all,olmorl/stock,olmorl/all,lora/all",
+                        help="comma list of objective/speedups arms: objective grpo, olmorl or lora (--use_peft); "
+                             "speedups stock (none: the step before any speed-up), vision (the vision-tower ones) or "
+                             "all (the defaults); a bare objective means /all")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile the last step of the first arm with every speed-up on (torch.profiler, per "
+                             "phase; that step is left out of the arm's means when another remains)")
+    parser.add_argument("--with_7b", action="store_true", help="then the 7B shape, grpo/all, if --time_budget_s allows")
+    parser.add_argument("--time_budget_s", type=float, default=None,
+                        help="start no arm after this many seconds (the arms left out are listed as not measured)")
+    parser.add_argument("--write_docs", default=None, metavar="MD",
+                        help="append the dated table (and profile) to this markdown file, e.g. docs/gpu_check.md")
     parser.add_argument("--work_dir", default=None, help="where the model and run outputs go (default a temp dir)")
     parser.add_argument("--out", default="gpu_check.json", help="JSON file for the table")
     parser.add_argument("--bench", default=str(REPO_ROOT / "bench_data_sample"), help="bench folder")
     return parser
+
+
+def _shape(args, cuda: bool) -> str | None:
+    """The preset to build: --shape, or the family's smallest released one on CUDA, tiny on CPU; None if unknown."""
+    from olmocr_rl.model.families import CPU_SHAPES, FAMILIES
+
+    presets = list(FAMILIES[args.family].shapes)
+    shape = args.shape or (next(name for name in presets if name not in CPU_SHAPES) if cuda else "tiny")
+    return shape if shape in presets else None
+
+
+def _build_model(work: Path, family: str, shape: str, cuda: bool) -> tuple[Path, int]:
+    """The random-weight model folder of the preset (built once in ``work``) and its parameter count."""
+    from olmocr_rl.model.families import CPU_SHAPES
+    from olmocr_rl.tiny_model import build_tiny_model
+
+    model_dir = work / f"model-{family}-{shape}"
+    if not (model_dir / "config.json").is_file():
+        build_tiny_model(model_dir, seed=0, family=family, shape=shape,
+                         dtype="bfloat16" if cuda and shape not in CPU_SHAPES else "float32",
+                         device="cuda" if cuda else "cpu")
+    return model_dir, json.loads((model_dir / "olmocr_rl_tiny_model.json").read_text())["parameters"]
+
+def _run_arms(plan: list[tuple[str, str]], args, settings: dict, work: Path, start: float) -> tuple[list, list, dict]:
+    """Run each (shape, arm) of ``plan`` in order; returns (rows, arms left out for time, the profile or {})."""
+    import torch
+
+    cuda = settings["cuda"]
+    rows, skipped, profile = [], [], {}
+    profile_arm = next((i for i, (_, arm) in enumerate(plan) if parse_arm(arm)[1] == "all"), None) \
+        if args.profile else None
+    for index, (shape, arm) in enumerate(plan):
+        if args.time_budget_s is not None and time.time() - start > args.time_budget_s:
+            skipped.append(f"{shape} {arm}")
+            continue
+        model_dir, params = _build_model(work, settings["family"], shape, cuda)
+        out_dir = work / f"run-{shape}-{arm.replace('/', '-')}"
+        profiled = settings["steps"] if index == profile_arm else None  # the last step: the others stay unprofiled
+        cli = _arm_cli(arm, args.bench, model_dir, out_dir, settings["G"], settings["length"], settings["steps"],
+                       settings["image_dim"], settings["backend"], settings["length_kwargs"], profile_step=profiled)
+        print(f"[gpu_check] arm {shape} {arm}: python -m olmocr_rl.grpo_train {' '.join(cli)}", flush=True)
+        # On a GPU each arm gets its own process: a colocated engine, compiled graphs and the allocator's
+        # cache would otherwise carry into the next arm's numbers.
+        code, peak = _run_arm_in_own_process(cli) if cuda else _run_arm(cli)
+        if code != 0:
+            print(f"[gpu_check] arm {shape} {arm} failed with exit code {code}", file=sys.stderr)
+            raise SystemExit(code)
+        row = summarise(out_dir / "metrics.jsonl", params=params, peak_flops=_peak_flops(settings["device"]),
+                        peak_mem_gb=peak, arm=f"{shape} {arm}" if shape != settings["shape"] else arm, profiled=profiled)
+        rows.append(row)
+        if profiled is not None:
+            profile = {"arm": row["arm"], **json.loads((out_dir / f"profile_step_{profiled}.json").read_text())}
+        if cuda:
+            torch.cuda.empty_cache()
+    return rows, skipped, profile
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,73 +291,110 @@ def main(argv: list[str] | None = None) -> int:
 
     from olmocr_rl.config import probe_environment
     from olmocr_rl.data.render import DEFAULT_TARGET_LONGEST_IMAGE_DIM
-    from olmocr_rl.tiny_model import build_tiny_model
+    from olmocr_rl.model.families import FAMILIES
 
+    try:
+        arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+        for arm in arms:
+            parse_arm(arm)
+    except ValueError as exc:
+        print(f"error: --arms: {exc}", file=sys.stderr)
+        return 2
     environment = probe_environment()
     cuda = environment.cuda
-    shape = args.shape or ("3b" if cuda else "tiny")
-    steps = args.steps or (4 if cuda else 3)
+    shape = _shape(args, cuda)
+    if shape is None:  # before anything is built
+        print(f"error: --shape {args.shape}: {FAMILIES[args.family].label} has "
+              f"{', '.join(FAMILIES[args.family].shapes)}", file=sys.stderr)
+        return 2
     length = args.completion_length or (256 if cuda else 16)
-    G = args.num_generations or (8 if cuda else 4)
-    image_dim = args.image_dim or (DEFAULT_TARGET_LONGEST_IMAGE_DIM if cuda else 448)
-    device_name = torch.cuda.get_device_name(0) if cuda else "cpu"
+    backend = "vllm-colocate" if environment.vllm else "hf-generate"  # vLLM is not imported here: each arm's process
+    settings = {
+        "cuda": cuda, "family": args.family, "shape": shape, "steps": args.steps or (4 if cuda else 3), "length": length,
+        "G": args.num_generations or (8 if cuda else 4), "backend": backend,
+        "image_dim": args.image_dim or (DEFAULT_TARGET_LONGEST_IMAGE_DIM if cuda else 448),
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+        # vLLM runs to max_tokens with its distribution untouched; HF generation holds EOS off
+        "length_kwargs": {"ignore_eos": True} if backend == "vllm-colocate" else {"min_new_tokens": length},
+    }
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="olmocr_rl_gpu_check_"))
     work.mkdir(parents=True, exist_ok=True)
-
     start = time.time()
-    model_dir = work / f"model-{shape}"
-    if not (model_dir / "config.json").is_file():
-        build_tiny_model(model_dir, seed=0, shape=shape, dtype="bfloat16" if cuda else "float32",
-                         device="cuda" if cuda else "cpu")
-    info = json.loads((model_dir / "olmocr_rl_tiny_model.json").read_text())
-    params = info["parameters"]
-    build_s = time.time() - start
-    print(f"[gpu_check] device {device_name}; model {shape} ({params / 1e6:.1f}M params) built in {build_s:.0f}s",
-          flush=True)
-
-    if environment.vllm:  # not imported here: each arm's process starts its engine
-        backend, length_kwargs = "vllm-colocate", {"ignore_eos": True}  # runs to max_tokens, distribution untouched
-    else:
-        backend, length_kwargs = "hf-generate", {"min_new_tokens": length}
-    print(f"[gpu_check] generation backend: {backend}", flush=True)
-
-    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    unknown = [a for a in arms if a not in ARMS]
-    if unknown:
-        print(f"error: --arms {unknown[0]}: choose from {', '.join(ARMS)}", file=sys.stderr)
-        return 2
-    rows = []
-    for arm in arms:
-        out_dir = work / f"run-{arm}"
-        cli = _arm_cli(arm, args.bench, model_dir, out_dir, G, length, steps, image_dim, backend, length_kwargs)
-        print(f"[gpu_check] arm {arm}: python -m olmocr_rl.grpo_train {' '.join(cli)}", flush=True)
-        if backend == "vllm-colocate":
-            # A colocated engine holds GPU memory and torch.distributed state until its process ends: two
-            # arms' engines in one process would measure the second next to the first's leftovers.
-            code, peak = _run_arm_in_own_process(cli)
-        else:
-            code, peak = _run_arm(cli)
-        if code != 0:
-            print(f"[gpu_check] arm {arm} failed with exit code {code}", file=sys.stderr)
-            return code
-        rows.append(summarise(out_dir / "metrics.jsonl", params=params, peak_flops=_peak_flops(device_name),
-                              peak_mem_gb=peak, arm=arm))
-        if cuda:
-            torch.cuda.empty_cache()
-
+    _, params = _build_model(work, args.family, shape, cuda)
+    print(f"[gpu_check] device {settings['device']}; model {FAMILIES[args.family].label} {shape} "
+          f"({params / 1e6:.1f}M params) built in "
+          f"{time.time() - start:.0f}s; generation backend: {backend}", flush=True)
+    with_7b = args.with_7b and "7b" in FAMILIES[args.family].shapes and shape != "7b"
+    plan = [(shape, arm) for arm in arms] + ([("7b", "grpo/all")] if with_7b else [])
+    rows, skipped, profile = _run_arms(plan, args, settings, work, start)
     result = {
-        "date": time.strftime("%Y-%m-%d"), "device": device_name, "shape": shape, "parameters": params,
-        "backend": backend, "num_generations": G, "completion_length": length, "image_dim": image_dim,
-        "steps": steps, "peak_flops": _peak_flops(device_name),
+        "date": time.strftime("%Y-%m-%d"), "device": settings["device"], "family": args.family, "shape": shape,
+        "parameters": params,
+        "backend": backend, "num_generations": settings["G"], "completion_length": length,
+        "image_dim": settings["image_dim"], "steps": settings["steps"], "peak_flops": _peak_flops(settings["device"]),
         "memory": "GPU peak allocated" if cuda else "process peak RSS", "total_s": time.time() - start,
-        "rows": rows,
+        "rows": rows, "not_measured": skipped, "profile": profile,
+        "versions": {"torch": torch.__version__, **_versions()},
     }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\n[gpu_check] {device_name}, {shape}, {backend}, G={G}, {length} tokens/completion, "
-          f"{image_dim}px pages, {steps} steps (first excluded); total {result['total_s']:.0f}s")
+    print(f"\n[gpu_check] {settings['device']}, {shape}, {backend}, G={settings['G']}, {length} tokens/completion, "
+          f"{settings['image_dim']}px pages, {settings['steps']} steps (first excluded); total {result['total_s']:.0f}s")
     print(format_table(rows))
+    if skipped:
+        print(f"[gpu_check] not measured (time budget): {', '.join(skipped)}")
+    if args.write_docs:
+        append_to_docs(Path(args.write_docs), result)
+        print(f"[gpu_check] appended the table to {args.write_docs}")
     print(f"[gpu_check] wrote {args.out}")
     return 0
+
+
+def markdown_section(result: dict) -> str:
+    """The dated markdown section of a gpu_check result: the table, what was not measured, the profile."""
+    versions = ", ".join(f"{k} {v}" for k, v in result["versions"].items())
+    lines = [f"## Measured: {result['date']}, {result['device']}, {result['backend']} (python -m olmocr_rl.gpu_check)",
+             "", f"{versions}; {result['shape']} shape, G = {result['num_generations']} x {result['completion_length']} "
+             f"tokens, {result['image_dim']} px pages, {result['steps']} steps per arm (first excluded); "
+             f"memory = {result['memory']}; total {result['total_s']:.0f} s.", "",
+             "| arm | s/step | generate s | reward s | train s | gen tok/s | train tok/s | mfu_6n | mfu | train_mfu "
+             "| peak GiB | reward share |", "|" + "---|" * 12]
+    for row in result["rows"]:
+        cells = [row["arm"], f"{row['step_s']:.2f}", f"{row['generate_s']:.2f}", f"{row['reward_s']:.3f}",
+                 f"{row['train_s']:.2f}", f"{row['gen_tok_per_s']:,.0f}", f"{row['train_tok_per_s']:,.0f}",
+                 f"{row['mfu_6n']:.2%}", f"{row['mfu']:.2%}", f"{row['train_mfu']:.2%}", f"{row['peak_mem_gb']:.1f}",
+                 f"{row['reward_share']:.2%}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    if result.get("not_measured"):
+        lines += ["", f"Not measured (time budget): {', '.join(result['not_measured'])}."]
+    profile = result.get("profile") or {}
+    if profile:
+        lines += ["", f"Profile of step {profile['step']} of `{profile['arm']}` (torch.profiler; GPU busy = kernel "
+                  "time / phase wall time):", "",
+                  "| phase | wall s | GPU busy | kernels | mean kernel µs | verdict | top operators |", "|" + "---|" * 7]
+        for phase, f in profile["phases"].items():
+            top = ", ".join(f"{op['name']} {op['gpu_s'] if profile['device'] == 'cuda' else op['cpu_s']:.2f}s"
+                            for op in f["top_operators"][:4])
+            lines.append(f"| {phase} | {f['wall_s']:.2f} | {f['gpu_busy']:.0%} | {f['kernels']:,} | "
+                         f"{f['mean_kernel_us']:.1f} | {f['verdict']} | {top} |")
+    return "\n".join(lines) + "\n"
+
+
+def append_to_docs(path: Path, result: dict) -> None:
+    """Append :func:`markdown_section` of ``result`` to the markdown file ``path``."""
+    text = path.read_text() if path.is_file() else "# GPU check\n"
+    path.write_text(text.rstrip("\n") + "\n\n" + markdown_section(result))
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata
+
+    out = {}
+    for name in ("transformers", "trl", "accelerate"):
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
 
 
 if __name__ == "__main__":

@@ -74,11 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         resume, reports = _check_before_loading(cfg)
         train_dataset, eval_dataset = _build_datasets(cfg, reports)
-        grpo_config, peft_config = _check_trainer_setup(cfg)
+        grpo_config, peft_config, checkpointing = _check_trainer_setup(cfg)
         model, processor = _load_model(cfg)
         rewards = _build_rewards(cfg, processor)
         trainer = _build_trainer(cfg, grpo_config, model, processor, rewards, train_dataset, eval_dataset, resume,
-                                 peft_config)
+                                 peft_config, checkpointing)
         return _train_and_save(cfg, trainer, processor, resume)
     except _Stop as stop:
         return _fail(stop.message, stop.code)
@@ -165,10 +165,20 @@ def _build_datasets(cfg: ResolvedConfig, reports: dict):
 
 
 def _check_trainer_setup(cfg: ResolvedConfig):
-    """Before the model loads: the LoRA plan (on the architecture); the colocated engine fits the GPU; TRL's
+    """Before the model loads: a supported family and the MoE router loss (from the config); the LoRA plan (on the architecture); the colocated engine fits the GPU; TRL's
     private surface is the one the trainers rely on (olmocr_rl.trainer.compat: a mismatch is one line naming the
-    point and the pin); TRL's GRPOConfig, built here so that its own checks refuse a setting now, not minutes in.
-    Returns ``(GRPOConfig, LoRA config or None)``."""
+    point and the pin); the gradient checkpointing plan (olmocr_rl.model.checkpointing: from the architecture and
+    the GPU's memory); TRL's GRPOConfig, built here so that its own checks refuse a setting now, not minutes in.
+    Returns ``(GRPOConfig, LoRA config or None, CheckpointPlan)``."""
+    from olmocr_rl.config.checks import max_image_tokens
+    from olmocr_rl.config.flags import PROMPT_TEXT_TOKENS
+    from olmocr_rl.model.checkpointing import plan_for_run
+    from olmocr_rl.model.loading import router_aux_loss_problem, unsupported_model_problem
+
+    problem = unsupported_model_problem(cfg.model_name, cfg.cache_dir) or \
+        router_aux_loss_problem(cfg.model_name, cfg.router_aux_loss_coef, cfg.cache_dir)
+    if problem:  # from the config alone: TRL would refuse it only once the weights are in memory
+        raise _Stop(problem)
     peft_config = _adapter_config(cfg)
     if cfg.vllm_mode == "colocate":
         from olmocr_rl.model.colocate_memory import colocate_memory_problem
@@ -182,8 +192,10 @@ def _check_trainer_setup(cfg: ResolvedConfig):
         require_surface(vllm=cfg.vllm_mode != "none")
     except CompatError as exc:
         raise _Stop(str(exc)) from None
+    checkpointing = plan_for_run(cfg, image_tokens=max_image_tokens(cfg.target_longest_image_dim),
+                                 text_tokens=PROMPT_TEXT_TOKENS)
     try:
-        return build_grpo_config(cfg), peft_config
+        return build_grpo_config(cfg, gradient_checkpointing=checkpointing.mode == "full"), peft_config, checkpointing
     except ValueError as exc:  # TRL's own checks of what no check of ours covers
         raise _Stop(f"TRL's GRPOConfig refuses these settings: {exc}", code=2) from None
 
@@ -209,6 +221,11 @@ def _load_model(cfg: ResolvedConfig):
     for speedup in apply_vision_speedups(model, share_pages=cfg.share_page_encoding,
                                          batched_attention=cfg.batched_vision_attention):
         logger.info("vision tower: %s", speedup)
+    if cfg.share_page_processing:
+        from olmocr_rl.model.page_processing import share_page_processing
+
+        if share_page_processing(processor) is not None:
+            logger.info("processor: each distinct page image processed once per step")
     return model, processor
 
 
@@ -251,9 +268,11 @@ def _build_rewards(cfg: ResolvedConfig, processor):
 
 
 def _build_trainer(cfg: ResolvedConfig, grpo_config, model, processor, rewards, train_dataset, eval_dataset, resume,
-                   peft_config=None):
-    """Plain TRL GRPO or OlmoRL (olmocr_rl.trainer.build), with W&B started first when asked for."""
+                   peft_config=None, checkpointing=None):
+    """Plain TRL GRPO or OlmoRL (olmocr_rl.trainer.build), with the gradient checkpointing plan installed on the
+    model (olmocr_rl.model.checkpointing) and W&B started first when asked for."""
     from olmocr_rl.config.grpo import ban_vision_pad_tokens
+    from olmocr_rl.model.checkpointing import apply_checkpointing
     from olmocr_rl.telemetry.console import filter_startup_noise
     from olmocr_rl.trainer.build import build_trainer
 
@@ -261,6 +280,10 @@ def _build_trainer(cfg: ResolvedConfig, grpo_config, model, processor, rewards, 
 
     reward_funcs, _, reward_names, reward_logger = rewards  # the weights are in grpo_config (both from cfg.rewards)
     ban_vision_pad_tokens(grpo_config, cfg, processor.tokenizer)
+    if checkpointing is not None:
+        installed = apply_checkpointing(model, checkpointing)
+        logger.info("gradient checkpointing %s (%s)%s", checkpointing.mode, checkpointing.reason,
+                    f": {installed} recompute" if installed else "")
     if "wandb" in cfg.report_to:
         from olmocr_rl.telemetry.wandb_run import init_wandb
 

@@ -1,14 +1,21 @@
-"""Build a small random-weight Qwen2.5-VL model folder locally, with nothing downloaded.
+"""Build a small random-weight vision-language model folder locally, with nothing downloaded.
 
-    python -m olmocr_rl.tiny_model models/tiny                 # ~1M parameters, CPU-friendly
+    python -m olmocr_rl.tiny_model models/tiny                           # Qwen2.5-VL, ~1M parameters, CPU-friendly
     python -m olmocr_rl.tiny_model models/tiny --seed 3
-    python -m olmocr_rl.tiny_model models/qwen3b --shape 3b    # real Qwen2.5-VL-3B architecture, random weights
+    python -m olmocr_rl.tiny_model models/qwen3b --shape 3b              # real Qwen2.5-VL-3B architecture, random weights
+    python -m olmocr_rl.tiny_model models/tiny3 --family qwen3_vl        # Qwen3-VL (deepstack, 16 px patches)
+    python -m olmocr_rl.tiny_model models/moe --family qwen3_vl_moe      # Qwen3-VL-MoE (4 experts, top 2)
+    python -m olmocr_rl.tiny_model models/q8b --family qwen3_vl --shape 8b   # real Qwen3-VL-8B architecture
 
-The folder is complete: ``config.json`` + safetensors weights, a byte-level BPE tokenizer trained
+``--family`` is a ``model_type`` of :mod:`olmocr_rl.model.families` (default ``qwen2_5_vl``) and ``--shape``
+one of its presets (``tiny``, or a released architecture: ``python -m olmocr_rl.tiny_model --help`` lists
+them). The folder is complete: ``config.json`` + safetensors weights, a byte-level BPE tokenizer trained
 here with ``tokenizers`` on a built-in corpus (plus any ``--corpus`` markdown), Qwen's special tokens,
-a Qwen-style chat template that places image parts, ``generation_config.json`` and the image
-processor config. It loads with :func:`olmocr_rl.model.loading.load_model_and_processor`, the same loader
-the training CLI uses for real checkpoints. The same seed and corpus give byte-identical weights.
+a Qwen-style chat template that places image parts, ``generation_config.json`` and the processor files in
+the layout the family's releases use (Qwen3-VL: ``preprocessor_config.json`` naming
+``Qwen2VLImageProcessorFast`` and ``Qwen3VLProcessor``, mean/std 0.5, and ``video_preprocessor_config.json``).
+It loads with :func:`olmocr_rl.model.loading.load_model_and_processor`, the same loader the training CLI
+uses for real checkpoints. The same seed and corpus give byte-identical weights.
 
 ``--sft BENCH_DIR`` then warm-starts the model with a short supervised run on the bench folder's
 ``claude_original/`` references (see :mod:`olmocr_rl.model.warm_start`), so that GRPO starts from a policy that
@@ -69,32 +76,6 @@ method; chapter two describes the data and the experiments; the conclusion summa
 0 1 2 3 4 5 6 7 8 9 10 100 2024 3.14 50% $12.00 (a) (b) [1] [2] et al. e.g. i.e. Fig. Table Eq.
 """
 
-#: Architecture presets. ``tiny`` is for CPU tests; ``3b``/``7b`` are the real Qwen2.5-VL shapes
-#: (hidden sizes, layers, heads, vision tower) with this tokenizer's vocabulary.
-SHAPES = {
-    "tiny": dict(
-        text=dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, mrope_section=[4, 6, 6], tie_word_embeddings=False),
-        vision=dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=2, fullatt_block_indexes=[1]),
-        max_pixels=28 * 28 * 16,
-    ),
-    "3b": dict(
-        text=dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
-                  num_key_value_heads=2, mrope_section=[16, 24, 24], tie_word_embeddings=True),
-        vision=dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16,
-                    fullatt_block_indexes=[7, 15, 23, 31]),
-        max_pixels=28 * 28 * 2560,
-    ),
-    "7b": dict(
-        text=dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-                  num_key_value_heads=4, mrope_section=[16, 24, 24], tie_word_embeddings=False),
-        vision=dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16,
-                    fullatt_block_indexes=[7, 15, 23, 31]),
-        max_pixels=28 * 28 * 2560,
-    ),
-}
-
-
 def base_corpus() -> str:
     """The built-in corpus: the v4 prompt, a front matter block, then markdown/HTML/LaTeX and prose."""
     from olmocr_rl.data.front_matter import PageResponse, format_front_matter
@@ -147,29 +128,35 @@ def build_tiny_model(
     out_dir: str | Path,
     seed: int = 0,
     *,
+    family: str = "qwen2_5_vl",
     shape: str = "tiny",
     extra_corpus: Iterable[str] = (),
     vocab_size: int = 2048,
     dtype: str = "float32",
     device: str = "cpu",
 ) -> Path:
-    """Write a complete random-weight Qwen2.5-VL model folder to ``out_dir`` and return its path."""
+    """Write a complete random-weight model folder of ``family`` (a model_type) and ``shape`` to ``out_dir``."""
     import torch
-    from transformers import GenerationConfig, Qwen2_5_VLForConditionalGeneration
+    import transformers
+    from transformers import GenerationConfig
 
-    if shape not in SHAPES:
-        raise ValueError(f"unknown shape {shape!r}; choose one of {sorted(SHAPES)}")
-    preset = SHAPES[shape]
+    from olmocr_rl.model.families import family as family_of
+    from olmocr_rl.model.families import preset_config
+
+    fam = family_of(family)
+    if shape not in fam.shapes:
+        raise ValueError(f"unknown shape {shape!r} for {fam.label}; choose one of {', '.join(fam.shapes)}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
     corpus = [base_corpus()] + list(extra_corpus)
     tokenizer = _wrap_tokenizer(train_tokenizer(corpus, vocab_size=vocab_size))
     ids = {tok: tokenizer.convert_tokens_to_ids(tok) for tok in SPECIAL_TOKENS}
-    config = _model_config(preset, len(tokenizer), ids)
+    config = preset_config(family, shape, vocab_size=len(tokenizer), token_ids=ids)
+    config.text_config.max_position_embeddings = 32768
     torch.manual_seed(seed)
     with torch.device(device):  # a real-size shape initialises in seconds on a GPU
-        model = Qwen2_5_VLForConditionalGeneration(config).to(getattr(torch, dtype))
+        model = getattr(transformers, fam.model_class)(config).to(getattr(torch, dtype))
     model.generation_config = GenerationConfig(
         bos_token_id=ids["<|endoftext|>"],
         eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
@@ -177,96 +164,79 @@ def build_tiny_model(
         do_sample=True,
         temperature=0.8,
     )
+    from olmocr_rl.model.loading import save_in_released_layout
+
+    save_in_released_layout(model)  # Qwen3-VL-MoE: the experts as released (and as vLLM reads them)
     model.save_pretrained(out)
 
-    _save_processor(out, tokenizer, preset["max_pixels"])
-    _add_video_processor(out / "processor_config.json")
+    _save_processor(out, tokenizer, fam, config, fam.shapes[shape]["max_pixels"])
     (out / "olmocr_rl_tiny_model.json").write_text(
-        json.dumps({"seed": seed, "shape": shape, "vocab_size": len(tokenizer),
+        json.dumps({"seed": seed, "family": family, "shape": shape, "vocab_size": len(tokenizer),
                     "parameters": sum(p.numel() for p in model.parameters())}, indent=2) + "\n"
     )
     return out
 
 
-def _model_config(preset: dict, vocab_size: int, ids: dict[str, int]):
-    """The Qwen2.5-VL config of a shape preset, with the tokenizer's special-token ids."""
-    from transformers import Qwen2_5_VLConfig
+def _save_processor(out: Path, tokenizer, fam, config, max_pixels: int) -> None:
+    """The tokenizer, chat template and image processor beside the weights, in the family's release layout.
 
-    text = dict(preset["text"])
-    mrope_section = text.pop("mrope_section")
-    tie = text.pop("tie_word_embeddings")
-    text_config = dict(
-        vocab_size=vocab_size,
-        max_position_embeddings=32768,
-        rms_norm_eps=1e-6,
-        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": mrope_section},
-        bos_token_id=ids["<|endoftext|>"],
-        eos_token_id=ids["<|im_end|>"],
-        pad_token_id=ids["<|endoftext|>"],
-        **text,
-    )
-    vision_config = dict(
-        patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
-        out_hidden_size=text["hidden_size"], in_channels=3, **preset["vision"],
-    )
-    return Qwen2_5_VLConfig(
-        text_config=text_config,
-        vision_config=vision_config,
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=tie,
-    )
-
-
-def _save_processor(out: Path, tokenizer, max_pixels: int) -> None:
-    """The image-only processor and tokenizer beside the weights, recorded as the stock processor class."""
+    The processor is saved as the image-only one this package loads without torchvision, then its files name
+    what the releases name: the stock processor class, the family's released image processor class and a video
+    processor (stock loaders, transformers' ``AutoProcessor`` where torchvision exists and vLLM's processor,
+    refuse a folder without one; it mirrors the image sizes, the tiny model never sees video).
+    """
     from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
 
-    from olmocr_rl.model.loading import _image_only_processor_class
+    from olmocr_rl.model.families import vision_layout
+    from olmocr_rl.model.loading import image_only_processor_class
 
-    image_processor = Qwen2VLImageProcessorPil(
-        min_pixels=56 * 56, max_pixels=max_pixels, patch_size=14, temporal_patch_size=2, merge_size=2,
-    )
-    processor = _image_only_processor_class()(image_processor, tokenizer, chat_template=CHAT_TEMPLATE)
+    layout = vision_layout(config)
+    settings = dict(size={"shortest_edge": (2 * layout.token_block_px) ** 2, "longest_edge": max_pixels},
+                    patch_size=layout.patch_size, temporal_patch_size=layout.temporal_patch_size,
+                    merge_size=layout.merge_size)
+    if fam.image_mean_std is not None:
+        settings.update(image_mean=[fam.image_mean_std] * 3, image_std=[fam.image_mean_std] * 3)
+    image_processor = Qwen2VLImageProcessorPil(**settings)
+    processor = image_only_processor_class(fam.model_type)(image_processor, tokenizer, chat_template=CHAT_TEMPLATE)
     processor.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    # Record the stock class so AutoProcessor builds the full processor where torchvision exists.
-    for name in ("processor_config.json", "tokenizer_config.json", "preprocessor_config.json"):
-        file = out / name
-        if file.is_file():
-            file.write_text(file.read_text().replace('"ImageOnlyQwen2_5_VLProcessor"', '"Qwen2_5_VLProcessor"'))
-
-
-def _add_video_processor(processor_config: Path) -> None:
-    """Declare a video processor beside the image processor, as released Qwen2.5-VL folders do.
-
-    Stock loaders (transformers' ``AutoProcessor`` where torchvision exists, vLLM's processor) refuse a
-    Qwen2.5-VL folder without one. It mirrors the image processor's sizes; the tiny model never sees video.
-    """
-    config = json.loads(processor_config.read_text())
-    image = config["image_processor"]
+    processor_config = out / "processor_config.json"
+    nested = json.loads(processor_config.read_text())
+    image = {**nested["image_processor"], "image_processor_type": fam.released_image_processor}
     video = {k: v for k, v in image.items() if k != "image_processor_type"}
-    config["video_processor"] = {**video, "video_processor_type": "Qwen2VLVideoProcessor"}
-    processor_config.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    video["video_processor_type"] = fam.video_processor_class
+    if fam.separate_processor_files:  # Qwen3-VL's releases: one file per sub-processor, the processor named in each
+        for name, part in (("preprocessor_config.json", image), ("video_preprocessor_config.json", video)):
+            (out / name).write_text(json.dumps({**part, "processor_class": fam.processor_class}, indent=2,
+                                               sort_keys=True) + "\n")
+        processor_config.unlink()
+    else:
+        nested.update(image_processor=image, video_processor=video, processor_class=fam.processor_class)
+        processor_config.write_text(json.dumps(nested, indent=2, sort_keys=True) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
+    from olmocr_rl.model.families import FAMILIES
+
     parser = argparse.ArgumentParser(
         prog="python -m olmocr_rl.tiny_model",
-        description="Write a random-weight Qwen2.5-VL model folder (tokenizer trained locally, nothing downloaded).",
+        description="Write a random-weight vision-language model folder (tokenizer trained locally, nothing downloaded).",
     )
     parser.add_argument("out_dir", help="folder to write the model into (created if missing)")
     parser.add_argument("--seed", type=int, default=0, help="weight-initialisation seed (default 0)")
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny",
-                        help="architecture: tiny (~1M params, CPU) or the real Qwen2.5-VL 3b/7b shapes (default tiny)")
+    parser.add_argument("--family", choices=list(FAMILIES), default="qwen2_5_vl",
+                        help="model family (config.json model_type; default qwen2_5_vl)")
+    presets = "; ".join(f"{t}: {', '.join(f.shapes)}" for t, f in FAMILIES.items())
+    parser.add_argument("--shape", default="tiny",
+                        help=f"architecture: tiny (~1M params, CPU tests), small (Qwen2.5-VL, ~25M, CPU benchmarks) or a "
+                             f"released one of the family ({presets}); default tiny")
     parser.add_argument("--vocab_size", type=int, default=2048, help="BPE vocabulary size (default 2048)")
     parser.add_argument("--corpus", action="append", default=[], metavar="DIR",
                         help="extra folder of *.md files for the tokenizer corpus (repeatable)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
-                        help="stored weight dtype (default float32 for tiny, bfloat16 for 3b/7b)")
-    parser.add_argument("--device", default=None, help="where to initialise the weights (default cuda for 3b/7b when available)")
+                        help="stored weight dtype (default float32 for tiny, bfloat16 for released shapes)")
+    parser.add_argument("--device", default=None,
+                        help="where to initialise the weights (default cuda for released shapes when available)")
     parser.add_argument("--sft", metavar="BENCH_DIR", default=None,
                         help="after building, warm-start with supervised training on BENCH_DIR/claude_original "
                              "(its references also join the tokenizer corpus)")
@@ -276,23 +246,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sft_image_dim", type=int, default=448,
                         help="rendered page size for the warm start; match the GRPO run's --target_longest_image_dim")
     args = parser.parse_args(argv)
+    family = FAMILIES[args.family]
+    if args.shape not in family.shapes:
+        parser.error(f"--shape {args.shape}: {family.label} has {', '.join(family.shapes)}")
 
     extra: list[str] = []
     for folder in args.corpus + ([str(Path(args.sft) / "claude_original")] if args.sft else []):
         if not Path(folder).is_dir():
             parser.error(f"--corpus/--sft folder {folder} does not exist")
         extra.extend(read_corpus_dir(folder))
-    big = args.shape != "tiny"
+    big = args.shape in ("3b", "7b")
     dtype = args.dtype or ("bfloat16" if big else "float32")
     device = args.device
     if device is None:
         import torch
 
         device = "cuda" if big and torch.cuda.is_available() else "cpu"
-    out = build_tiny_model(args.out_dir, args.seed, shape=args.shape, extra_corpus=extra,
+    out = build_tiny_model(args.out_dir, args.seed, family=args.family, shape=args.shape, extra_corpus=extra,
                            vocab_size=args.vocab_size, dtype=dtype, device=device)
     info = json.loads((out / "olmocr_rl_tiny_model.json").read_text())
-    print(f"wrote {args.shape} Qwen2.5-VL to {out} ({info['parameters']:,} parameters, vocab {info['vocab_size']})")
+    print(f"wrote {args.shape} {family.label} to {out} ({info['parameters']:,} parameters, vocab {info['vocab_size']})")
     if args.sft:
         from olmocr_rl.model.warm_start import warm_start
 

@@ -1,10 +1,32 @@
 #!/usr/bin/env bash
-# Run on the lent GPU machine (Python 3.12 with torch/transformers/accelerate preinstalled): install the
-# carried wheels (trl, datasets, pypdfium2, rapidfuzz, latex2mathml, ...) to /tmp/site, then the GPU check.
+# The one prepared GPU run (a few minutes) for a lent GPU machine (Python 3.12 with torch/transformers/accelerate
+# preinstalled, no trl/datasets/pypdfium2/vLLM): install the carried wheels (.whl/, made by
+# scripts/device_wheels.sh) to /tmp/site, then `python -m olmocr_rl.gpu_check`:
+#   - the table for plain GRPO and --olmorl, every speed-up off (stock: the step as measured on 2026-11-30) and on
+#     (the defaults), then the vision speed-ups alone, as long as the time budget lasts;
+#   - torch.profiler over the last step of the first all-speed-ups arm, per phase (generate / reward / train):
+#     top operators, GPU busy share, launch-bound or compute-bound;
+#   - the 7B row (grpo/all) if the budget still allows.
+# Writes to $OUT: gpu_check.json, gpu_check.log, and gpu_check.md (docs/gpu_check.md with the new dated section
+# appended; copy it over docs/gpu_check.md). Override with ARMS=..., STEPS=..., BUDGET_S=... (seconds after
+# which no arm starts; an arm of the 3B shape takes ~1.5-2 min), WITH_7B=0. On a CPU machine (no .whl/, the
+# stack importable from PYTHON) the same script runs the tiny shape: tests/integration/test_gpu_check_cpu.py.
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-python3 -c "import torch, transformers, trl, datasets, pyarrow; print('torch', torch.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__, 'datasets', datasets.__version__, 'pyarrow', pyarrow.__version__)"
+python="${PYTHON:-python3}"
+if compgen -G ".whl/*.whl" > /dev/null; then
+  "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONUNBUFFERED=1
+if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; fi
+"$python" -c "import torch, transformers, trl, datasets, pyarrow; print('torch', torch.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__, 'datasets', datasets.__version__, 'pyarrow', pyarrow.__version__)" || exit 1
 out="${OUT:-/tmp}"
-PYTHON=python3 bash scripts/gpu_check.sh --work_dir /tmp/gpu_check --out "$out/gpu_check.json" "$@" 2>&1 | tee "$out/gpu_check.log" | grep -a -v "Warning\|warn\|it/s\]"
+work="${WORK_DIR:-/tmp/gpu_check}"
+cp docs/gpu_check.md "$out/gpu_check.md"
+extra=()
+if [[ "${WITH_7B:-1}" != 0 ]]; then extra+=(--with_7b); fi
+PYTHON="$python" bash scripts/gpu_check.sh --work_dir "$work" --out "$out/gpu_check.json" \
+  --arms "${ARMS:-grpo/stock,grpo/all,olmorl/stock,olmorl/all,grpo/vision,lora/all}" --steps "${STEPS:-3}" --profile \
+  --time_budget_s "${BUDGET_S:-300}" --write_docs "$out/gpu_check.md" "${extra[@]}" "$@" 2>&1 \
+  | tee "$out/gpu_check.log" | grep -a -v "Warning\|warn\|it/s\]"
+exit "${PIPESTATUS[0]}"

@@ -1,6 +1,6 @@
-"""Shared fixtures: the tiny local Qwen2.5-VL model (built once per session) and sample-data paths; and the
-session's last check: no olmocr_rl process the suite started is left running (an orphaned reward worker after a
-SIGKILL test, a trainer a test forgot)."""
+"""Shared fixtures: the tiny local models (Qwen2.5-VL and the other families, built once per session), the
+release-layout Qwen3-VL folders, and sample-data paths; and the session's last check: no olmocr_rl process the
+suite started is left running (an orphaned reward worker after a SIGKILL test, a trainer a test forgot)."""
 
 from __future__ import annotations
 
@@ -51,20 +51,42 @@ def warm_tiny_model_dir(tmp_path_factory) -> Path:
 
 def released_qwen25_vl_config(size: str):
     """The released Qwen2.5-VL-3B or -7B architecture as a config (no weights), for size and FLOP arithmetic."""
-    from transformers import Qwen2_5_VLConfig
+    from olmocr_rl.model.families import preset_config
 
-    text = {"3b": dict(vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
-                       num_attention_heads=16, num_key_value_heads=2),
-            "7b": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                       num_attention_heads=28, num_key_value_heads=4)}[size]
-    return Qwen2_5_VLConfig(
-        text_config=dict(**text, rope_parameters={"rope_type": "default", "rope_theta": 1e6,
-                                                  "mrope_section": [16, 24, 24]}),
-        vision_config=dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16,
-                           out_hidden_size=text["hidden_size"], fullatt_block_indexes=[7, 15, 23, 31],
-                           window_size=112),
-        tie_word_embeddings=size == "3b",
-    )
+    return preset_config("qwen2_5_vl", size)
+
+
+@pytest.fixture(scope="session")
+def tiny_family_dir(tmp_path_factory):
+    """``tiny_family_dir(model_type)``: the tiny model of that family (tiny_model --family), built once per session
+    (seed 0); shared, do not modify it."""
+    from olmocr_rl.tiny_model import build_tiny_model
+
+    built: dict[str, Path] = {}
+
+    def build(model_type: str) -> Path:
+        if model_type not in built:
+            built[model_type] = build_tiny_model(tmp_path_factory.mktemp(f"tiny_{model_type}") / "model", seed=0,
+                                                 family=model_type)
+        return built[model_type]
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def release_folder(tmp_path_factory):
+    """``release_folder("dense" | "moe")``: a random-weight Qwen3-VL / Qwen3-VL-MoE folder in the released layout,
+    built without the project's builder (tests/release_layout.py), once per session; do not modify it."""
+    from release_layout import write_release_folder
+
+    built: dict[str, Path] = {}
+
+    def build(kind: str) -> Path:
+        if kind not in built:
+            built[kind] = write_release_folder(tmp_path_factory.mktemp(f"release_{kind}") / "model", moe=kind == "moe")
+        return built[kind]
+
+    return build
 
 
 @pytest.fixture(scope="session")

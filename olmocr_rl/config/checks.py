@@ -23,7 +23,7 @@ Problems = list[str]
 _POSITIVE = ("learning_rate", "per_device_train_batch_size", "per_device_eval_batch_size",
              "gradient_accumulation_steps", "num_generations", "num_iterations", "max_completion_length",
              "logging_steps", "save_steps", "save_total_limit", "target_longest_image_dim", "max_train_samples",
-             "max_eval_samples", "preempt_upload_timeout")
+             "max_eval_samples", "preempt_upload_timeout", "profile_step")
 _NON_NEGATIVE = ("warmup_steps", "dataloader_num_workers", "beta")
 #: The GRPOConfig values --olmorl fixes that also have a flag.
 OLMORL_FLAGS = ("loss_type", "scale_rewards", "beta", "importance_sampling_level",
@@ -71,6 +71,9 @@ def check_ranges(a: Namespace) -> Problems:
         problems.append(f"--temperature must be > 0 for sampling (got {a.temperature})")
     if not 0 < a.top_p <= 1:
         problems.append(f"--top_p must be in (0, 1] (got {a.top_p})")
+    if a.router_aux_loss_coef is not None and a.router_aux_loss_coef < 0:
+        problems.append(f"--router_aux_loss_coef must be >= 0 (got {a.router_aux_loss_coef}); 0 turns the "
+                        "load-balancing loss off, omitting the flag keeps the model config's")
     if a.num_generations < 2:
         problems.append(f"--num_generations must be >= 2: GRPO compares completions within a group "
                         f"(got {a.num_generations})")
@@ -346,10 +349,11 @@ def importance_sampling_notices(a: Namespace, vllm_mode: str) -> list[str]:
 
 
 def max_image_tokens(longest_side: int) -> int:
-    """Most image tokens a page rendered at ``longest_side`` px can take in Qwen2.5-VL (square page).
+    """Most image tokens a page rendered at ``longest_side`` px can take (square page), in any supported family.
 
     The processor rounds each side to a multiple of 28 px (14 px patches merged 2 x 2) and gives one
-    token per 28 x 28 block.
+    token per 28 x 28 block. That is the smallest block of the families (model/families.py: Qwen3-VL's is
+    32 px, fewer tokens), and this runs before any config is read, so it bounds them all.
     """
     blocks = math.ceil(longest_side / 28)
     return blocks * blocks
@@ -441,6 +445,17 @@ def resolve_backend(a: Namespace, env: Environment) -> Backend:
 def resolve_batched_vision_attention(a: Namespace, env: Environment) -> bool:
     """--batched_vision_attention, or auto: on with a CUDA GPU (the per-window loop's launches dominate), off on CPU."""
     return env.cuda if a.batched_vision_attention is None else a.batched_vision_attention
+
+
+def resolve_compiled_generation(a: Namespace, env: Environment, vllm_mode: str) -> tuple[bool, list[str]]:
+    """--compiled_generation, or auto: on with a CUDA GPU (decoding is launch-bound there), off on CPU (compiling
+    costs more than it saves); only HF generation uses it, so a vLLM backend turns it off (noticed when asked for)."""
+    wanted = env.cuda if a.compiled_generation is None else a.compiled_generation
+    if vllm_mode != "none":
+        notices = [f"--compiled_generation applies to HF generation only; vLLM ({vllm_mode}) generates here"] \
+            if a.compiled_generation else []
+        return False, notices
+    return wanted, []
 
 
 def resolve_report_to(a: Namespace) -> tuple[str, ...]:

@@ -103,6 +103,33 @@ class _BoolFlag(argparse.Action):
         setattr(namespace, self.dest, True if values is None else values)
 
 
+#: ``--gradient_checkpointing`` values: chosen by memory, every layer, none, only the vision tower.
+CHECKPOINTING_CHOICES = ("auto", "true", "false", "vision")
+
+
+def parse_checkpointing(value: Any) -> str:
+    """``--gradient_checkpointing``: ``auto`` or ``vision``, or a boolean spelling (as ``true`` / ``false``)."""
+    text = str(value).strip().lower() if not isinstance(value, bool) else ("true" if value else "false")
+    if text in ("auto", "vision"):
+        return text
+    try:
+        return "true" if parse_bool(text) else "false"
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected auto, true, false or vision, got {value!r}") from None
+
+
+class _CheckpointingFlag(_BoolFlag):
+    """``--gradient_checkpointing`` (true), ``--no-gradient_checkpointing`` (false), or ``--gradient_checkpointing
+    auto|vision|true|false``."""
+
+    def __init__(self, option_strings, dest, default=None, help=None, **kwargs):
+        super().__init__(option_strings, dest, default=default, help=help)
+        self.type, self.const = parse_checkpointing, "true"
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, "false" if option_string.startswith("--no-") else (values or "true"))
+
+
 class _OneLineErrorParser(argparse.ArgumentParser):
     """A parse error is one ``error: ...`` line (exit 2), not argparse's usage block above it."""
 
@@ -116,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineErrorParser(
         prog="python -m olmocr_rl.grpo_train",
         description=(
-            "GRPO fine-tuning of a vision-language OCR model (Qwen2.5-VL family) on an olmOCR-bench folder, "
+            "GRPO fine-tuning of a vision-language OCR model (Qwen2.5-VL, Qwen3-VL dense or MoE, Qwen2-VL) on an "
+            "olmOCR-bench folder, "
             "rewarded by the unit tests of each page. Flags follow olmOCR's trainer; --config FILE.yaml "
             "supplies any of them (the command line wins)."
         ),
@@ -215,8 +243,12 @@ def _add_optimisation_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--per_device_eval_batch_size", type=int, default=1, help="eval completions per device")
     g.add_argument("--gradient_accumulation_steps", type=int, default=8,
                    help="micro-steps per optimizer step (TRL also uses it as steps_per_generation)")
-    g.add_argument("--gradient_checkpointing", action=_BoolFlag, default=True,
-                   help="recompute activations in backward (TRL's default)")
+    g.add_argument("--gradient_checkpointing", action=_CheckpointingFlag, default="auto", metavar="auto|true|false|vision",
+                   help="recompute activations in the backward pass to save memory (Chen et al. 2016, 'Training Deep "
+                        "Nets with Sublinear Memory Cost'): true = every layer (TRL's default), vision = the vision "
+                        "tower only, false = none, auto = the least recomputation with which the largest micro-batch "
+                        "fits the GPU (none, the vision tower, the vision tower and some decoder layers, or all), "
+                        "from activation sizes measured on one layer of the model (olmocr_rl/model/checkpointing.py)")
     g.add_argument("--seed", type=int, default=42, help="seed for data order, sampling and init")
     g.add_argument("--dataloader_num_workers", type=int, default=0,
                    help="dataloader worker processes (0: render in the trainer, where the page cache serves all G "
@@ -224,11 +256,24 @@ def _add_optimisation_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_speed_flags(parser: argparse.ArgumentParser) -> None:
-    """Vision-tower speedups that give the same numbers as the stock model."""
+    """Speed-ups that give the same numbers as the stock path (vision tower, processor, packing, generation)."""
     g = parser.add_argument_group("speed (exact: the same numbers as the stock model)")
     g.add_argument("--share_page_encoding", action=_BoolFlag, default=True,
                    help="encode each distinct page image once per forward and reuse its features for the G "
                         "copies of the page (generation prefill and training)")
+    g.add_argument("--share_page_processing", action=_BoolFlag, default=True,
+                   help="run the image processor once per distinct page image of a step and repeat its pixel values "
+                        "for the G copies of the page (TRL processes every copy, twice per step)")
+    g.add_argument("--padding_free", action=_BoolFlag, default=True,
+                   help="pack each micro-batch's real tokens into one row for the training forwards, attention kept "
+                        "inside each sequence (SDPA per sequence, or flash attention's variable-length path), so "
+                        "padding costs no compute (sequence packing without cross-contamination, Krell et al. 2021); "
+                        "other attention implementations and model families run the padded forward")
+    g.add_argument("--compiled_generation", action=_BoolFlag, default=None,
+                   help="HF generation with a static KV cache and torch.compile'd decoding steps, the cache sized by "
+                        "prompt lengths bucketed to 256 tokens so the compiled step is reused (TRL turns compilation "
+                        "off). Default: on with a CUDA GPU; off on CPU, where compiling measured slower than it "
+                        "saves (scripts/bench/bench_generation.py). No effect with vLLM")
     g.add_argument("--batched_vision_attention", action=_BoolFlag, default=None,
                    help="run the vision tower's window attention as one batched call per window size instead "
                         "of transformers' per-window loop (SDPA/eager; flash attention is already batched). "
@@ -280,6 +325,11 @@ def _add_grpo_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--active_sampling_max_rounds", type=int, default=ACTIVE_SAMPLING_MAX_ROUNDS, metavar="N",
                    help="at most N extra generation rounds per step for --active_sampling; a step still short "
                         "after them trains on what it has (logged)")
+    g.add_argument("--router_aux_loss_coef", type=float, default=None, metavar="W",
+                   help="mixture-of-experts models only (Qwen3-VL-MoE): weight of the router's load-balancing loss "
+                        "added to the GRPO loss (Switch Transformers, Fedus et al. 2021; TRL's router_aux_loss_coef), "
+                        "logged as aux_loss; default: the model config's router_aux_loss_coef (0.001 in Qwen3-VL-30B-A3B); "
+                        "0 turns it off")
     g.add_argument("--macro_average", action=_BoolFlag, default=False,
                    help="use the macro-averaged bench reward (alias: turns --reward_bench into --reward_bench_macroavg)")
 
@@ -416,6 +466,10 @@ def _add_logging_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--log_multimodal", action=_BoolFlag, default=False,
                    help="log the page image beside each sampled completion in the W&B completions table "
                         "(gathers the page images across ranks at every generation)")
+    g.add_argument("--profile_step", type=int, default=None, metavar="N",
+                   help="profile optimizer step N with torch.profiler and write OUTPUT_DIR/profile_step_N.json: per "
+                        "phase (generation, rewards, training) its wall time, GPU busy share, kernel count, top "
+                        "operators, and whether it is compute-bound or launch-bound")
     g.add_argument("--s3_save_path", default=None, help="s3://bucket/prefix mirrored after every save")
     g.add_argument("--resume_from_checkpoint", nargs="?", const=True, default=None,
                    help="resume: bare flag = the newest checkpoint that verifies, in --output_dir or on --s3_save_path "
@@ -462,7 +516,7 @@ def _yaml_value(action: argparse.Action, value: Any) -> Any:
             raise argparse.ArgumentTypeError(f"expected a single value, got a mapping {value!r}")
         return value
     if isinstance(action, _BoolFlag):
-        value = parse_bool(value)
+        value = action.type(value)
     elif action.type is int and isinstance(value, float):
         value = action.type(str(value))  # 1.5 is refused as on the command line, not truncated to 1
     elif action.type is not None and value is not None and not isinstance(value, list):

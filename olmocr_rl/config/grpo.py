@@ -14,9 +14,14 @@ from olmocr_rl.config.resolved import ResolvedConfig, plain
 from olmocr_rl.model.families import vision_pad_tokens
 
 
-def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float] | None = None, tokenizer=None) -> dict[str, Any]:
+def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float] | None = None, tokenizer=None,
+                       gradient_checkpointing: bool | None = None) -> dict[str, Any]:
     """GRPOConfig's arguments. ``reward_weights`` default to the run's (``cfg.reward_weights``); ``tokenizer`` names
-    the vision pad tokens a vLLM backend must never sample (without it they are added later, see the module)."""
+    the vision pad tokens a vLLM backend must never sample (without it they are added later, see the module);
+    ``gradient_checkpointing`` is TRL's whole-model flag as the run's checkpointing plan decided it
+    (olmocr_rl.model.checkpointing; default: only ``--gradient_checkpointing true`` turns it on)."""
+    if gradient_checkpointing is None:
+        gradient_checkpointing = cfg.gradient_checkpointing == "true"
     on_gpu = cfg.environment.cuda
     use_vllm = cfg.vllm_mode != "none"
     generation_kwargs = plain(cfg.generation_kwargs)
@@ -26,7 +31,7 @@ def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float] | None =
         output_dir=cfg.output_dir, num_train_epochs=cfg.num_train_epochs, max_steps=cfg.max_steps,
         per_device_train_batch_size=cfg.per_device_train_batch_size,
         per_device_eval_batch_size=cfg.per_device_eval_batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps, gradient_checkpointing=cfg.gradient_checkpointing,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps, gradient_checkpointing=gradient_checkpointing,
         learning_rate=cfg.learning_rate,
         lr_scheduler_type="constant_with_warmup" if cfg.lr_schedule == "constant" else "linear",
         warmup_steps=cfg.warmup_steps, logging_steps=cfg.logging_steps, save_steps=cfg.save_steps,
@@ -41,6 +46,7 @@ def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float] | None =
         reward_weights=list(cfg.reward_weights if reward_weights is None else reward_weights),
         num_iterations=cfg.num_iterations, num_generations=cfg.num_generations,
         cast_lm_head_to_fp32=cfg.cast_lm_head_to_fp32,
+        router_aux_loss_coef=cfg.router_aux_loss_coef,  # None: the MoE config's own; refused for a dense model first
         use_vllm=use_vllm, vllm_mode=cfg.vllm_mode if use_vllm else "colocate",
         vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
         vllm_server_host=cfg.vllm_server_host, vllm_server_port=cfg.vllm_server_port,
@@ -71,11 +77,12 @@ def trl_knob_kwargs(cfg: ResolvedConfig) -> dict[str, Any]:
     return {name: plain(getattr(cfg, name)) for name in TRL_KNOB_FLAGS}
 
 
-def build_grpo_config(cfg: ResolvedConfig, reward_weights: list[float] | None = None, tokenizer=None):
+def build_grpo_config(cfg: ResolvedConfig, reward_weights: list[float] | None = None, tokenizer=None,
+                      gradient_checkpointing: bool | None = None):
     """TRL's GRPOConfig for this run (imports trl); TRL's ``__post_init__`` raises ValueError for what it refuses."""
     from trl import GRPOConfig
 
-    return GRPOConfig(**grpo_config_kwargs(cfg, reward_weights, tokenizer))
+    return GRPOConfig(**grpo_config_kwargs(cfg, reward_weights, tokenizer, gradient_checkpointing))
 
 
 def ban_vision_pad_tokens(grpo_config, cfg: ResolvedConfig, tokenizer) -> None:

@@ -60,7 +60,7 @@ class ResolvedConfig:
     per_device_train_batch_size: int
     per_device_eval_batch_size: int
     gradient_accumulation_steps: int
-    gradient_checkpointing: bool
+    gradient_checkpointing: str  # auto | true | false | vision (olmocr_rl.model.checkpointing plans it)
     seed: int
     dataloader_num_workers: int
     # ---- what is trained: LoRA adapters, frozen vision tower ---------------------------------------------
@@ -77,6 +77,9 @@ class ResolvedConfig:
     share_page_encoding: bool
     batched_vision_attention: bool  # resolved: auto = on with a CUDA GPU
     cache_vision_features: bool
+    share_page_processing: bool
+    padding_free: bool
+    compiled_generation: bool  # resolved: auto = on with a CUDA GPU, off with vLLM (HF generation only)
     # ---- GRPO -------------------------------------------------------------------------------------------
     num_generations: int
     num_iterations: int
@@ -95,6 +98,7 @@ class ResolvedConfig:
     olmorl: bool
     active_sampling: bool
     active_sampling_max_rounds: int
+    router_aux_loss_coef: float | None  # None: the MoE config's own
     macro_average: bool
     # ---- GRPO knobs (TRL's GRPOConfig fields under TRL's names: flags.TRL_KNOB_FLAGS) -------------------------
     epsilon: float
@@ -138,6 +142,7 @@ class ResolvedConfig:
     num_completions_to_print: int
     log_multimodal: bool
     s3_save_path: str | None
+    profile_step: int | None
     resume_from_checkpoint: bool | str | None  # resolved: True (newest), a checkpoint folder, or None
     allow_partial_resume: bool
     overwrite_output_dir: bool
@@ -236,6 +241,8 @@ def validate(args: argparse.Namespace, env: Environment | None = None) -> Resolv
     _first(checks.check_geometry(args, env.num_processes))
     backend = checks.resolve_backend(args, env)
     notices += backend.notices
+    compiled_generation, generation_notices = checks.resolve_compiled_generation(args, env, backend.vllm_mode)
+    notices += generation_notices
     notices += checks.importance_sampling_notices(args, backend.vllm_mode)
     report_to = checks.resolve_report_to(args)
     resume = checks.resolve_resume(args)
@@ -245,7 +252,7 @@ def validate(args: argparse.Namespace, env: Environment | None = None) -> Resolv
         loss_type=loss_type, scale_rewards=scale_rewards, vllm_mode=backend.vllm_mode,
         vllm_max_model_length=backend.vllm_max_model_length,
         batched_vision_attention=checks.resolve_batched_vision_attention(args, env),
-        report_to=report_to, resume_from_checkpoint=resume,
+        compiled_generation=compiled_generation, report_to=report_to, resume_from_checkpoint=resume,
     )
     added = dict(flags=MappingProxyType(flags), environment=env, rewards=MappingProxyType(rewards),
                  vllm_engine_dtype=backend.vllm_engine_dtype, notices=tuple(notices))

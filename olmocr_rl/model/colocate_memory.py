@@ -44,8 +44,9 @@ class ModelFacts:
     kv_bytes_per_token_per_dtype_byte: int  # 2 (K and V) x layers x KV heads x head size
     vision_tower_parameters: int = 0  # the ViT blocks and patch embedding (--freeze_vision_tower)
     vision_merger_parameters: int = 0  # the projector into the language model (--freeze_vision_merger)
-    lora_parameters: int = 0  # the adapters the run's --lora_* flags put on this model
-    lora_saved_parameters: int = 0  # --lora_modules_to_save
+    lora_parameters: int | None = 0  # the adapters the run's --lora_* flags put on this model (None: they
+    #                                   cannot be placed, e.g. the default MLP targets of a MoE model)
+    lora_saved_parameters: int | None = 0  # --lora_modules_to_save
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         return self.kv_bytes_per_token_per_dtype_byte * dtype_bytes
@@ -72,6 +73,8 @@ class Training:
 def trainer_bytes(facts: ModelFacts, training: Training) -> int:
     """The trainer's memory floor in bytes (module docstring), activations not counted."""
     if training.use_peft:
+        if facts.lora_parameters is None:
+            raise ValueError("the --lora_* flags place no adapters on this model; the LoRA plan reports why")
         return 2 * facts.parameters + 16 * facts.lora_parameters + 8 * facts.lora_saved_parameters
     frozen = (facts.vision_tower_parameters if training.freeze_vision_tower else 0) + (
         facts.vision_merger_parameters if training.freeze_vision_merger else 0)
@@ -84,26 +87,32 @@ def model_facts(config, lora: dict | None = None) -> ModelFacts:
 
     ``lora``: the run's ``r``, ``target_modules`` and ``modules_to_save`` (olmocr_rl.model.adapters.adapter_plan);
     default: the --lora_* defaults."""
-    from olmocr_rl.model.adapters import LORA_TARGET_MODULES, adapter_plan
-    from olmocr_rl.model.loading import head_dim, meta_model
+    from olmocr_rl.model.adapters import LORA_TARGET_MODULES, AdapterError, adapter_plan
+    from olmocr_rl.model.families import head_dim, vision_merger_modules
+    from olmocr_rl.model.loading import meta_model
 
     model = meta_model(config)
     count = lambda module: sum(p.numel() for p in module.parameters())  # noqa: E731
     visual = model.model.visual
-    merger = sum(count(module) for name, module in visual.named_children() if name.startswith("merger"))
-    plan = adapter_plan(model, alpha=1, dropout=0.0, **(lora or {"r": 16, "target_modules": LORA_TARGET_MODULES}))
+    mergers = vision_merger_modules(config)  # Qwen3-VL's deepstack mergers are mergers too
+    merger = sum(count(module) for name, module in visual.named_children() if name in mergers)
+    try:
+        plan = adapter_plan(model, alpha=1, dropout=0.0, **(lora or {"r": 16, "target_modules": LORA_TARGET_MODULES}))
+        adapters, saved = plan.adapter_parameters, plan.saved_parameters
+    except AdapterError:  # e.g. the default MLP targets on a MoE model (its experts are no linear layers)
+        adapters = saved = None  # a --use_peft run stops on its LoRA plan before this check
     text = config.get_text_config()
     kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
     return ModelFacts(parameters=count(model),
                       kv_bytes_per_token_per_dtype_byte=2 * text.num_hidden_layers * kv_heads * head_dim(text),
                       vision_tower_parameters=count(visual) - merger, vision_merger_parameters=merger,
-                      lora_parameters=plan.adapter_parameters, lora_saved_parameters=plan.saved_parameters)
+                      lora_parameters=adapters, lora_saved_parameters=saved)
 
 
 def _ways_out(facts: ModelFacts, training: Training, room: float) -> list[str]:
     """The trainer-side flags that would make it fit in ``room`` bytes, with what it would need."""
     ways = []
-    if not training.use_peft:
+    if not training.use_peft and facts.lora_parameters is not None:
         ways.append(("--use_peft", Training(use_peft=True)))
     if not training.use_peft and not training.freeze_vision_tower:
         frozen_tower = Training(freeze_vision_tower=True, freeze_vision_merger=training.freeze_vision_merger,
@@ -177,7 +186,7 @@ def colocate_memory_problem(cfg) -> str | None:
     import torch
     from transformers import AutoConfig
 
-    from olmocr_rl.model.families import MODEL_CLASSES
+    from olmocr_rl.model.families import FAMILIES
     from olmocr_rl.model.loading import ModelLoadError, resolve_model_path
     from olmocr_rl.ranks import local_rank
 
@@ -186,7 +195,7 @@ def colocate_memory_problem(cfg) -> str | None:
     except (OSError, ValueError, ModelLoadError) as exc:  # the model load right after reports it properly
         logger.warning("colocate memory check skipped: no config for %s (%s)", cfg.model_name, exc)
         return None
-    if config.model_type not in MODEL_CLASSES:
+    if config.model_type not in FAMILIES:
         return None  # load_model_and_processor names the supported types
     gpu_bytes = torch.cuda.get_device_properties(local_rank()).total_memory
     lora = {"r": cfg.lora_r, "target_modules": cfg.lora_target_modules, "modules_to_save": cfg.lora_modules_to_save}

@@ -10,7 +10,9 @@ in the forward pass (a multiply-add is 2 FLOPs):
     LM attention     layers · 4 · width · (P + C)(P + C + 1) / 2       (causal: Q·K and A·V over the past)
     vision attention full layers · 4 · width_v · patches²  +  windowed layers · 4 · width_v · patches · window
 
-and training (forward + backward) is 3x the forward. Recomputation under gradient checkpointing and
+with N_body counting, for a mixture of experts, only the ``top_k`` experts each token is routed to
+(Qwen3-VL-30B-A3B: 8 of 128), and N_merger the patch merger plus Qwen3-VL's deepstack mergers; and training
+(forward + backward) is 3x the forward. Recomputation under gradient checkpointing and
 the extra forward for old log-probs are not counted: this is the useful work, as MFU counts it.
 """
 
@@ -24,7 +26,8 @@ from typing import Sequence
 class ArchFlops:
     """The architecture numbers the FLOP count needs."""
 
-    lm_body_params: int  # language-model parameters applied to every token (layers, norms; no embedding, no head)
+    lm_body_params: int  # language-model parameters applied to every token (layers, norms, the experts a token
+    #                      is routed to; no embedding, no head)
     lm_head_params: int  # vocabulary x hidden size (a matmul even when tied to the embedding)
     lm_layers: int
     lm_attention_width: int  # query heads x head size
@@ -38,29 +41,44 @@ class ArchFlops:
 
     @classmethod
     def from_config(cls, config) -> "ArchFlops":
-        """Count parameters on the meta device (no memory, no weights) for a Qwen2-VL-family config."""
-        from olmocr_rl.model.loading import head_dim, meta_model
+        """Count parameters on the meta device (no memory, no weights); layers, widths and experts come from
+        :mod:`olmocr_rl.model.families`.
+
+        A mixture of experts counts the experts a token is routed to, not all of them: of each sparse layer's
+        expert weights, ``top_k / num_experts`` (the router itself runs for every token and is counted whole).
+        The vision tower's learned position table is a lookup, not a matmul, and is left out.
+        """
+        import torch
+
+        from olmocr_rl.model.families import experts, family, head_dim, vision_layout, vision_merger_modules
+        from olmocr_rl.model.loading import meta_model
 
         model = meta_model(config)
         count = lambda module: sum(p.numel() for p in module.parameters())  # noqa: E731
         language_model = model.model.language_model
         visual = model.model.visual
-        text, vision = config.get_text_config(), config.vision_config
-        depth = vision.depth
-        full = list(getattr(vision, "fullatt_block_indexes", None) or range(depth))  # Qwen2-VL: all full
-        window = getattr(vision, "window_size", None)
+        text, layout = config.get_text_config(), vision_layout(config)
+        body = count(language_model) - count(language_model.embed_tokens)
+        moe = experts(config)
+        if moe is not None:
+            expert_class = family(config).experts_class
+            stacked = sum(count(m) for m in language_model.modules() if type(m).__name__ == expert_class)
+            body -= round(stacked * (1 - moe.top_k / moe.num_experts))
+        # the patch merger and, with deepstack, one merger per deepstack layer: each applied once per image token
+        mergers = [getattr(visual, name) for name in vision_merger_modules(config)]
+        lookups = sum(count(m) for m in visual.modules() if isinstance(m, torch.nn.Embedding))
         return cls(
-            lm_body_params=count(language_model) - count(language_model.embed_tokens),
+            lm_body_params=body,
             lm_head_params=text.vocab_size * text.hidden_size,
             lm_layers=text.num_hidden_layers,
             lm_attention_width=text.num_attention_heads * head_dim(text),
-            vision_params=count(visual) - count(visual.merger),
-            merger_params=count(visual.merger),
-            vision_full_layers=len(full),
-            vision_windowed_layers=depth - len(full),
-            vision_attention_width=vision.hidden_size,
-            window_patches=(window // vision.patch_size) ** 2 if window else 0,
-            spatial_merge=vision.spatial_merge_size,
+            vision_params=count(visual) - sum(count(m) for m in mergers) - lookups,
+            merger_params=sum(count(m) for m in mergers),
+            vision_full_layers=len(layout.full_attention_layers),
+            vision_windowed_layers=len(layout.windowed_layers),
+            vision_attention_width=layout.width,
+            window_patches=layout.window_patches,
+            spatial_merge=layout.merge_size,
         )
 
 

@@ -39,8 +39,16 @@ def vision_tower(model):
     return getattr(inner, "visual", None) if inner is not None else None
 
 
-def _is_merger(name: str) -> bool:
-    return name.split(".", 1)[0].startswith("merger")  # merger, and Qwen3-VL's deepstack_merger_list too
+def _merger_modules(model) -> tuple[str, ...]:
+    """The family's merger modules under ``model.visual`` (model.families: Qwen3-VL's deepstack mergers too)."""
+    from olmocr_rl.model.families import FAMILIES
+
+    found = FAMILIES.get(getattr(getattr(unwrap(model), "config", None), "model_type", None))
+    return found.merger_modules if found is not None else ("merger",)
+
+
+def _is_merger(name: str, mergers: tuple[str, ...]) -> bool:
+    return name.split(".", 1)[0] in mergers
 
 
 def freeze_vision(model, *, tower: bool, merger: bool) -> int:
@@ -49,9 +57,9 @@ def freeze_vision(model, *, tower: bool, merger: bool) -> int:
     visual = vision_tower(model)
     if visual is None:
         raise ValueError(f"{type(model).__name__} has no vision tower (model.visual) to freeze")
-    frozen = 0
+    frozen, mergers = 0, _merger_modules(model)
     for name, param in visual.named_parameters():
-        if (merger if _is_merger(name) else tower) and param.requires_grad:
+        if (merger if _is_merger(name, mergers) else tower) and param.requires_grad:
             param.requires_grad_(False)
             frozen += param.numel()
     return frozen
@@ -68,8 +76,9 @@ def vision_trainability(model) -> VisionTrainability | None:
     visual = vision_tower(model)
     if visual is None:
         return None
-    tower = [p.requires_grad for name, p in visual.named_parameters() if not _is_merger(name)]
-    merger = [p.requires_grad for name, p in visual.named_parameters() if _is_merger(name)]
+    mergers = _merger_modules(model)
+    tower = [p.requires_grad for name, p in visual.named_parameters() if not _is_merger(name, mergers)]
+    merger = [p.requires_grad for name, p in visual.named_parameters() if _is_merger(name, mergers)]
     return VisionTrainability(tower_frozen=not any(tower), merger_frozen=not any(merger))
 
 

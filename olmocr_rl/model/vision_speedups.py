@@ -1,4 +1,4 @@
-"""Two exact speed-ups of Qwen2.5-VL's vision tower for GRPO, installed on a loaded model.
+"""Two exact speed-ups of the vision tower for GRPO (Qwen2-VL, Qwen2.5-VL, Qwen3-VL families), installed on a loaded model.
 
 Where the time goes (measured on an H200, 3B shape, one 1288 px page x 8 samples): the vision tower
 took 1.01 s of a 1.17 s prefill, for two reasons this module removes without changing any number.
@@ -7,13 +7,16 @@ took 1.01 s of a 1.17 s prefill, for two reasons this module removes without cha
   tower sees the same pixels G times, in generation's prefill and again in every training forward.
   :func:`share_page_encoding` wraps ``get_image_features``: identical images (same grid, equal pixel
   values) are encoded once and their features reused. Gradients of a reused feature accumulate over
-  its uses, exactly as over G separate encodings.
+  its uses, exactly as over G separate encodings. Qwen3-VL's deepstack features (vision-layer outputs
+  added to the first language-model layers) are shared the same way (:func:`_expand_deepstack`).
 * **Window attention is a Python loop.** With SDPA (or eager) attention, transformers runs the
   vision tower's attention one window at a time: about a hundred ``scaled_dot_product_attention``
   calls per image per windowed layer. :func:`batch_window_attention` runs all windows of the same
   length as one batched call (windows are independent, so the result is the same; only the edge
   windows of an image have other lengths). Flash attention already takes every window in one
-  variable-length call and is left alone.
+  variable-length call and is left alone. Only Qwen2.5-VL has windows: Qwen2-VL's and Qwen3-VL's towers
+  attend over each whole image (one call per image, and one per distinct page once pages are shared), so
+  there the flag does nothing, and the log says so.
 
 ``--share_page_encoding`` is on by default; ``--batched_vision_attention`` is on by default with a CUDA
 GPU (where the loop is launch-bound) and off on CPU, where ``scripts/bench/bench_vision.py`` measured
@@ -42,12 +45,18 @@ def _inner_model(model):
 
 
 def share_page_encoding(model) -> bool:
-    """Encode identical images once per forward; returns False (nothing done) for a model without a vision tower."""
+    """Encode identical images once per forward; returns False (nothing done) for a model without a vision tower.
+
+    Qwen3-VL's deepstack features are handed back once per use too (:func:`_expand_deepstack`).
+    """
     import torch
 
     inner = _inner_model(model)
     if inner is None:
         return False
+    from olmocr_rl.model.families import vision_layout
+
+    merge = vision_layout(model.config).merge_size
 
     def get_image_features(self, pixel_values, image_grid_thw=None, **kwargs):
         encode = functools.partial(type(self).get_image_features, self)  # the stock method
@@ -69,11 +78,29 @@ def share_page_encoding(model) -> bool:
             return encode(pixel_values, image_grid_thw, **kwargs)
         out = encode(torch.cat([per_image[i] for i in first]), image_grid_thw[first], **kwargs)
         out.pooler_output = tuple(out.pooler_output[position] for position in use)
+        _expand_deepstack(out, (image_grid_thw[first].prod(-1) // merge**2).tolist(), use)  # Qwen3-VL
         return out
 
     # Bound to the instance (a deep copy of the model rebinds it to the copy).
     inner.get_image_features = types.MethodType(get_image_features, inner)
     return True
+
+
+def _expand_deepstack(out, tokens_per_distinct: list[int], use: list[int]) -> None:
+    """Qwen3-VL's deepstack features of the distinct images, laid out again for every use, in place.
+
+    Qwen3-VL adds features of some vision layers (``deepstack_visual_indexes``) to the hidden states of the first
+    language-model layers, at the image tokens. Unlike ``pooler_output`` they come as one tensor per deepstack
+    layer over all images' tokens, so each is cut per distinct image and put back together in the order of use.
+    Towers without deepstack (Qwen2-VL, Qwen2.5-VL) return none and are left alone.
+    """
+    import torch
+
+    features = getattr(out, "deepstack_features", None)
+    if not features:
+        return
+    out.deepstack_features = [torch.cat([torch.split(layer, tokens_per_distinct)[position] for position in use])
+                              for layer in features]
 
 
 def _batched_windows(module, query, key, value, cu_seqlens, attention_interface, **kwargs):
@@ -107,9 +134,16 @@ def _batched_windows(module, query, key, value, cu_seqlens, attention_interface,
 
 
 def batch_window_attention(model) -> int:
-    """Replace the per-window loop of every vision attention layer; returns how many layers were patched."""
+    """Replace the per-window loop of every vision attention layer; returns how many layers were patched.
+
+    Only towers with attention windows have the loop (Qwen2.5-VL, ``families.Family.window_attention``): Qwen2-VL
+    and Qwen3-VL attend over each whole image, one call per image, which shared page encoding already cuts to
+    one per distinct page. For them nothing is patched (0).
+    """
+    from olmocr_rl.model.families import family
+
     inner = _inner_model(model)
-    if inner is None:
+    if inner is None or not family(model.config).window_attention:
         return 0
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -145,12 +179,18 @@ def batch_window_attention(model) -> int:
 
 
 def apply_vision_speedups(model, *, share_pages: bool = True, batched_attention: bool = True) -> list[str]:
-    """Install the requested speed-ups on ``model``; returns what was installed (for the log)."""
+    """Install the requested speed-ups on ``model``; returns what was installed, or why not (for the log)."""
+    from olmocr_rl.model.families import family
+
     done = []
     if share_pages and share_page_encoding(model):
-        done.append("each distinct page encoded once per forward")
+        deepstack = " (deepstack features included)" if family(model.config).deepstack else ""
+        done.append(f"each distinct page encoded once per forward{deepstack}")
     if batched_attention:
         layers = batch_window_attention(model)
         if layers:
             done.append(f"window attention batched in {layers} vision layers")
+        elif _inner_model(model) is not None and not family(model.config).window_attention:
+            done.append(f"batched vision attention: nothing to batch, {family(model.config).label}'s vision tower "
+                        "has no attention windows (one attention call per image)")
     return done

@@ -1,8 +1,9 @@
 """Where a GRPO step's time goes: generation, rewards, and the rest (log-probs, forward/backward, optimizer).
 
-:func:`instrument_trainer` wraps two of TRL 1.16's ``GRPOTrainer`` methods on the instance (no
-subclass, so it composes with the OlmoRL trainer): ``_generate`` (sampling, HF or vLLM) and
-``_calculate_rewards`` (all reward functions). :class:`StepTimingCallback` measures each optimizer
+:func:`instrument_trainer` wraps three of TRL 1.16's ``GRPOTrainer`` methods on the instance (no
+subclass, so it composes with the OlmoRL trainer): ``_generate`` (sampling, HF or vLLM),
+``_calculate_rewards`` (all reward functions) and ``_get_per_token_logps_and_entropies`` (every training
+forward, to count its padding). :class:`StepTimingCallback` measures each optimizer
 step's wall time and, at every log, adds per-step means to the logs (this process's view):
 
     timing/step_s  timing/generate_s  timing/reward_s  timing/train_s  timing/reward_share
@@ -11,6 +12,9 @@ step's wall time and, at every log, adds per-step means to the logs (this proces
                                       from their token, image-token and patch counts: olmocr_rl.model.flops)
     timing/active_sampling_s         (OlmoRL --active_sampling: extra rounds' generation and rewards, a
                                       part of generate_s + reward_s; logged when the trainer refills)
+    timing/padding_fraction          (padded positions / all positions of the (rows, prompt + completion)
+                                      blocks TRL's training forwards take: what a padded forward spends on
+                                      padding; --padding_free packs them away)
 
 ``train_s`` = step − generation − rewards: old/reference log-probs, forward/backward and the
 optimizer step.
@@ -31,6 +35,8 @@ class _Totals:
         self.refill_s = 0.0
         self.generated_tokens = 0
         self.model_flops = 0.0
+        self.padded_positions = 0
+        self.forward_positions = 0
 
     def reset(self):
         self.__init__()
@@ -65,7 +71,17 @@ def instrument_trainer(trainer) -> "StepTimingCallback":
 
         return wrapper
 
+    logps = trainer._get_per_token_logps_and_entropies
+
+    @functools.wraps(logps)
+    def counted_logps(model, input_ids, attention_mask, *args, **kwargs):
+        if getattr(trainer.model, "training", True):  # training forwards (old log-probs and the loss)
+            totals.forward_positions += attention_mask.numel()
+            totals.padded_positions += attention_mask.numel() - int(attention_mask.sum())
+        return logps(model, input_ids, attention_mask, *args, **kwargs)
+
     trainer._generate = timed_generate
+    trainer._get_per_token_logps_and_entropies = counted_logps
     trainer._calculate_rewards = timed(trainer._calculate_rewards, "reward_s")
     if hasattr(trainer, "_active_sampling_refill"):  # OlmoRL --active_sampling's extra rounds
         trainer._active_sampling_refill = timed(trainer._active_sampling_refill, "refill_s")
@@ -121,6 +137,8 @@ class StepTimingCallback(TrainerCallback):
         logs["timing/reward_share"] = t.reward_s / self.step_s if self.step_s > 0 else 0.0
         logs["timing/generated_tokens"] = t.generated_tokens / n
         logs["timing/model_flops"] = t.model_flops / n
+        if t.forward_positions:
+            logs["timing/padding_fraction"] = t.padded_positions / t.forward_positions
         if self.log_refill or t.refill_s > 0:
             logs["timing/active_sampling_s"] = t.refill_s / n
         self.step_s, self.steps = 0.0, 0

@@ -1,7 +1,9 @@
 """The trainer of a run, built from its resolved config: plain TRL GRPO or OlmoRL, the rollout backend, and
 the callbacks in the order their jobs need.
 
-:func:`build_trainer` is what ``grpo_train`` calls once the model, processor, rewards and datasets exist.
+:func:`build_trainer` is what ``grpo_train`` calls once the model, processor, rewards and datasets exist; it also
+switches on the exact speed-ups that live in the trainer (:func:`configure_speedups`: the padding-free forward,
+compiled HF generation).
 The callback order is written out in :func:`add_callbacks`, one slot per job:
 
 1. ``StepTimingCallback`` (``timing/*`` keys) and, with the bench reward, ``DetailedRewardLoggingCallback``
@@ -19,9 +21,13 @@ The callback order is written out in :func:`add_callbacks`, one slot per job:
 from __future__ import annotations
 
 import contextlib
+import logging
 from pathlib import Path
 
-__all__ = ["add_callbacks", "build_trainer", "console_detail_steps", "preemption_of", "rollout_backend",
+logger = logging.getLogger(__name__)
+
+__all__ = ["add_callbacks", "build_trainer", "configure_speedups", "console_detail_steps", "preemption_of",
+           "rollout_backend",
            "trainer_class"]
 
 
@@ -59,6 +65,11 @@ def build_trainer(cfg, grpo_config, model, processor, reward_funcs, reward_names
     ``peft_config`` (``--use_peft``) goes to TRL, which wraps the model with the LoRA adapters; then, with the
     vision tower frozen (by LoRA or --freeze_vision_tower), its per-step feature cache is installed."""
     trainer_cls, extra = trainer_class(cfg)
+    packing = None
+    if cfg.padding_free:
+        from olmocr_rl.trainer.padding_free import install_padding_free
+
+        packing = install_padding_free(model)  # before the trainer wraps the model
     with rollout_backend(cfg):
         trainer = trainer_cls(
             **extra, model=model, args=grpo_config, processing_class=processor, reward_funcs=reward_funcs,
@@ -66,12 +77,29 @@ def build_trainer(cfg, grpo_config, model, processor, reward_funcs, reward_names
             eval_dataset=eval_dataset.to_trl_dataset() if eval_dataset is not None else None,
             peft_config=peft_config,
         )
+    configure_speedups(trainer, padding_free=packing is not None, compiled_generation=cfg.compiled_generation)
+    if packing:
+        logger.info("training forwards: %s", packing)
     if cfg.cache_vision_features:
         from olmocr_rl.trainer.vision_cache import attach_feature_cache
 
         attach_feature_cache(trainer)
     add_callbacks(trainer, cfg, reward_names, reward_logger)
     return trainer
+
+
+def configure_speedups(trainer, *, padding_free: bool, compiled_generation: bool) -> None:
+    """Switch on the trainer's exact speed-ups: the padding-free forward (the model's attention must already be
+    pack-aware: ``olmocr_rl.trainer.padding_free.install_padding_free``) and compiled static-cache HF generation."""
+    trainer.padding_free = padding_free
+    if compiled_generation and not trainer.use_vllm:
+        import torch
+
+        from olmocr_rl.trainer.generation import enable_compiled_generation
+
+        enable_compiled_generation(trainer.generation_config, compile_on_cpu=not torch.cuda.is_available())
+        trainer.compiled_generation = True
+        logger.info("HF generation: static KV cache, compiled decoding, prompt lengths bucketed")
 
 
 def add_callbacks(trainer, cfg, reward_names: list[str], reward_logger) -> None:
@@ -82,6 +110,10 @@ def add_callbacks(trainer, cfg, reward_names: list[str], reward_logger) -> None:
     from olmocr_rl.telemetry.timing import instrument_trainer
 
     trainer.callback_handler.callbacks.insert(0, instrument_trainer(trainer))  # timing/* keys
+    if cfg.profile_step is not None:  # --profile_step: torch.profiler over one step, per phase
+        from olmocr_rl.telemetry.profile import attach_step_profiler
+
+        trainer.add_callback(attach_step_profiler(trainer, cfg.profile_step, cfg.output_dir))
     if {"olmocr_bench_reward", "olmocr_bench_reward_macroavg"} & set(reward_names):
         DetailedRewardLoggingCallback.attach(trainer, reward_logger,  # bench_reward/* keys; goes first
                                              detail_steps=console_detail_steps(cfg))

@@ -88,6 +88,8 @@ _TRAINER = "transformers.trainer:Trainer"
 _LOOP = f"{_TRAINER}._inner_training_loop"
 _VLLM = "trl.generation.vllm_generation:VLLMGeneration"
 _VISION = "transformers.models.qwen2_5_vl.modeling_qwen2_5_vl"
+_QWEN3 = "transformers.models.qwen3_vl.modeling_qwen3_vl"
+_CPU_MOE = "vllm.model_executor.layers.fused_moe.experts.cpu_moe:CPUUnquantizedExperts"
 
 #: Keys of TRL's scored batch (``_generate_and_score_completions``' output) by how their rows line up;
 #: active sampling merges rows of several batches by these (trainer/active_sampling.py).
@@ -197,6 +199,29 @@ SURFACE: tuple[Point, ...] = (
           params=("batch",)),
     Point("trl.trainer.utils:unsplit_pixel_values_by_grid", "call", "trainer/active_sampling.py",
           "the merged batch goes back to TRL's layout", "merged images are wrong", params=("batch",)),
+    Point(_GRPO + "._get_per_token_logps_and_entropies", "override", "trainer/padding_free.py, telemetry/timing.py",
+          "--padding_free hands it a stand-in model that packs each forward's rows; timing counts the padding of "
+          "the blocks it receives (timing/padding_fraction)",
+          "the forwards run padded again (slower, same numbers), or timing/padding_fraction goes missing",
+          params=("model", "input_ids", "attention_mask", "logits_to_keep"),
+          source=("outputs = model(**model_inputs, labels=labels, fused_lm_head=True)",
+                  "all_logps.append(outputs.log_probs[:, -logits_to_keep:])",
+                  "labels = input_ids_batch.masked_fill(attention_mask_batch == 0, -100)")),
+    Point("trl.trainer.utils:add_fused_lm_head#layout", "invariant", "trainer/padding_free.py",
+          "the fused head's per-token values are (rows, length - 1), value j scoring token j + 1, zero where the "
+          "label is -100: the packed row's values are scattered back in that layout",
+          "packed log-probs land on the wrong tokens",
+          source=("hidden_states = backbone_outputs.last_hidden_state[:, :-1]", "labels = labels[:, 1:]")),
+    Point(_GRPO + "._generate_single_turn", "override", "trainer/generation.py",
+          "--compiled_generation sizes the static cache of each HF generation batch by its bucketed prompt length",
+          "the static cache is sized per call (a recompilation whenever a longer prompt comes)",
+          params=("prompt_ids", "images", "multimodal_fields", "num_generations"),
+          source=("**generate_inputs, generation_config=self.generation_config",)),
+    Point(_GRPO + "#generation_config", "read", "trainer/build.py, trainer/generation.py",
+          "TRL's HF GenerationConfig (compilation off) is switched to a static cache and compiled decoding",
+          "--compiled_generation does nothing", instance=True,
+          source=("self.generation_config = GenerationConfig(**generation_kwargs, disable_compile=True)",),
+          in_source=_GRPO + ".__init__"),
     # ---- transformers' Trainer --------------------------------------------------------------------------
     Point(_TRAINER + "._load_from_checkpoint", "override", "trainer/checkpoint_load.py",
           "a resume loads every weight of a save_pretrained checkpoint (its key layout converted)",
@@ -262,6 +287,16 @@ SURFACE: tuple[Point, ...] = (
           "each distinct page image is encoded once; the output's pooler_output holds one tensor per image",
           "--share_page_encoding breaks the forward", params=("pixel_values", "image_grid_thw"),
           source=("vision_outputs.pooler_output = image_embeds",)),
+    Point(f"{_QWEN3}:Qwen3VLModel.get_image_features", "wrap", "model/vision_speedups.py", "as Qwen2.5-VL's, and "
+          "the deepstack_features (a tensor per deepstack layer) are laid out again for every use",
+          "--share_page_encoding breaks Qwen3-VL", params=("pixel_values", "image_grid_thw"),
+          source=("vision_output.pooler_output = image_embeds",)),
+    Point(f"{_QWEN3}:Qwen3VLModel.forward#deepstack", "invariant", "model/vision_speedups.py",
+          "the forward adds the deepstack_features of get_image_features' output", "shared features are not added",
+          source=("deepstack_image_embeds = image_outputs.deepstack_features",), in_source=f"{_QWEN3}:Qwen3VLModel.forward"),
+    Point("transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe:Qwen3VLMoeModel.get_image_features", "wrap",
+          "model/vision_speedups.py", "as Qwen3-VL's", "--share_page_encoding breaks Qwen3-VL-MoE",
+          params=("pixel_values", "image_grid_thw"), source=("vision_output.pooler_output = image_embeds",)),
     Point(f"{_VISION}:Qwen2_5_VLVisionAttention.forward", "swap", "model/vision_speedups.py",
           "--batched_vision_attention replaces each vision layer's forward on the instance",
           "the vision tower computes something else", params=("hidden_states", "cu_seqlens", "position_embeddings"),
@@ -284,6 +319,41 @@ SURFACE: tuple[Point, ...] = (
           "the image-only processor drops the video processor through its __init__ parameters",
           "CPU machines (no torchvision) cannot build a processor",
           source=("args_in_init = inspect.signature(cls.__init__).parameters.keys()",)),
+    Point("transformers.processing_utils:ProcessorMixin._process_images", "swap", "model/page_processing.py",
+          "--share_page_processing replaces the processor's image step on the instance: each distinct page "
+          "processed once per step", "the processor runs on every copy again (slower, same numbers)",
+          params=("images",),
+          source=('processed_images, images_replacements = self._process_images(images, **merged_kwargs["images_kwargs"])',),
+          in_source="transformers.processing_utils:ProcessorMixin.__call__"),
+    Point("transformers.processing_utils:ProcessorMixin#image_replacements", "invariant", "model/page_processing.py",
+          "the image step returns (processed images, one placeholder text per image)",
+          "prompts get the wrong number of image tokens",
+          source=("replacement_text = self.replace_image_token(processed_images, image_idx=idx, **kwargs)",),
+          in_source="transformers.processing_utils:ProcessorMixin._process_images"),
+    Point(f"{_VISION}:Qwen2_5_VLModel.compute_3d_position_ids", "call", "trainer/padding_free.py",
+          "the packed forward takes the M-RoPE position ids the stock forward computes for the padded block",
+          "packed tokens get other positions than the padded forward's",
+          params=("input_ids", "image_grid_thw", "video_grid_thw", "inputs_embeds", "attention_mask",
+                  "past_key_values")),
+    Point(f"{_VISION}:Qwen2_5_VLTextModel.forward#packing", "invariant", "trainer/padding_free.py",
+          "4-row position ids carry text positions first (sequence starts for flash attention); a dict "
+          "attention_mask skips the mask construction", "the packed forward attends across sequences",
+          source=("if position_ids.ndim == 3 and position_ids.shape[0] == 4:",
+                  "if not isinstance(causal_mask_mapping := attention_mask, dict):")),
+    Point("transformers.integrations.sdpa_attention:sdpa_attention_forward", "call", "trainer/padding_free.py",
+          "the pack-aware attention calls transformers' SDPA for every call and for each packed sequence",
+          "the text attention fails", params=("module", "query", "key", "value", "attention_mask")),
+    Point("transformers.masking_utils:_preprocess_mask_arguments#registered", "invariant", "trainer/padding_free.py",
+          "a registered attention name gets its registered mask function (SDPA's for the pack-aware one)",
+          "generation with the pack-aware attention runs without a padding mask",
+          source=("if config._attn_implementation not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:",)),
+    Point("transformers.generation.configuration_utils:CompileConfig._compile_all_devices", "swap",
+          "trainer/generation.py", "compiled decoding is asked for on CPU too (the tests and the CPU bench)",
+          "the CPU tests run the uncompiled path"),
+    Point("transformers.generation.utils:GenerationMixin._prepare_cache_for_generation#max_cache_len", "invariant",
+          "trainer/generation.py", "the static cache is at least generation_config.max_cache_len long",
+          "the bucketed size is ignored (a recompilation per longer prompt)",
+          source=("if generation_config.max_cache_len is not None:",)),
     # ---- TRL's vLLM backend and vLLM (trainer/vllm_generation.py) -------------------------------------------
     Point("trl.trainer.grpo_trainer:VLLMGeneration", "swap", "trainer/vllm_generation.py",
           "PageVLLMGeneration is swapped in for this module attribute while the trainer is built",
@@ -298,8 +368,9 @@ SURFACE: tuple[Point, ...] = (
           "the engine runs in bfloat16 beside a float32 trainer", source=("self.llm = LLM(",),
           in_source=_VLLM + "._init_vllm", vllm=True),
     Point(_VLLM + "._iter_named_params", "override", "trainer/vllm_generation.py",
-          "a LoRA run's weight sync sends the adapter-merged weights (merged out of place, model/adapters.py)",
-          "vLLM samples from the base weights, without the adapters",
+          "a LoRA run's weight sync sends the adapter-merged weights (merged out of place, model/adapters.py); "
+          "Qwen3-VL-MoE's stacked experts go in the released layout vLLM reads",
+          "vLLM samples from the base weights, without the adapters, or from transposed experts",
           source=("for name, param in self._iter_named_params():",), in_source=_VLLM + ".sync_weights", vllm=True),
     Point(_VLLM + ".sync_weights", "override", "trainer/vllm_generation.py",
           "the encoder cache is reset after TRL's weight sync (which resets only the prefix cache)",
@@ -326,6 +397,16 @@ SURFACE: tuple[Point, ...] = (
           "colocated vLLM on CPU fails at the first weight sync", vllm=True),
     Point("vllm.v1.engine.llm_engine:LLMEngine.reset_encoder_cache", "call", "trainer/vllm_generation.py",
           "resets the colocated engine's encoder cache after a weight sync", "stale vision features", vllm=True),
+    # ---- vLLM's CPU MoE kernel: experts re-packed after each weight sync (a MoE on a CPU engine) ---------------
+    Point(_CPU_MOE + "._use_zentorch", "read", "trainer/vllm_generation.py", "a zentorch layer keeps the plain layout",
+          "a zentorch layer is packed", instance=True, source=("self._use_zentorch = False",), vllm=True),
+    Point(_CPU_MOE + "._padded_intermediate_size", "call", "trainer/vllm_generation.py", "the width the kernel packed "
+          "to; a padded one cannot be synced (one error line)", "a padded width is re-packed wrong",
+          params=("moe_config",), vllm=True),
+    Point("vllm._custom_ops:cpu_prepack_moe_weight", "call", "trainer/vllm_generation.py", "packs the synced experts "
+          "as the kernel did after the load", "a MoE on a CPU engine samples from mis-packed experts", vllm=True,
+          source=("cpu_prepack_moe_weight(layer.w13_weight, self.isa)",),
+          in_source=_CPU_MOE + ".process_weights_after_loading"),
 )
 
 #: Private names of other libraries the package uses (the structure check finds every private name the package

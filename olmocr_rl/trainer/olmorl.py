@@ -20,7 +20,8 @@ It overrides two private methods of ``GRPOTrainer``, both by wrapping the parent
 
 Everything else comes from the mixins it shares with the plain trainer (checkpoint loading and saving, the
 epoch-seeded page order, the completions table, the IS telemetry, which sees each generation batch as TRL made
-it, before the keep mask) and from :class:`~olmocr_rl.trainer.active_sampling.
+it, before the keep mask; the padding-free forward; compiled HF generation) and from
+:class:`~olmocr_rl.trainer.active_sampling.
 ActiveSamplingMixin`; ``trainer/compat.py`` lists every private name they rely on.
 
 The forward pass never sees the keep mask (``completion_mask`` is untouched), so log-probs, entropies
@@ -57,7 +58,9 @@ from olmocr_rl.trainer.checkpoint_load import CheckpointLoadMixin
 from olmocr_rl.trainer.checkpoint_save import CheckpointSaveMixin
 from olmocr_rl.trainer.compat import broken, check_trainer_surface
 from olmocr_rl.trainer.completions import CompletionsLogMixin
+from olmocr_rl.trainer.generation import CompiledGenerationMixin
 from olmocr_rl.trainer.is_telemetry import ImportanceSamplingTelemetryMixin
+from olmocr_rl.trainer.padding_free import PaddingFreeMixin
 from olmocr_rl.trainer.page_order import EpochSeededOrderMixin
 
 __all__ = [
@@ -97,7 +100,8 @@ def olmorl_group_plan(
 
 
 class OlmoRLGRPOTrainer(CheckpointLoadMixin, CheckpointSaveMixin, EpochSeededOrderMixin, ActiveSamplingMixin,
-                        CompletionsLogMixin, ImportanceSamplingTelemetryMixin, GRPOTrainer):
+                        CompletionsLogMixin, ImportanceSamplingTelemetryMixin, PaddingFreeMixin,
+                        CompiledGenerationMixin, GRPOTrainer):
     """``trl.GRPOTrainer`` with the OlmoRL objective (see the module docstring).
 
     Build its ``args`` with ``GRPOConfig(..., **olmorl_config_overrides())``; any contradicting value

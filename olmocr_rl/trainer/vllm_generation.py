@@ -18,6 +18,10 @@ ids, so the expanded form is right there. More that the pinned TRL does not do f
 * After a weight sync TRL resets vLLM's prefix cache but not its encoder cache, so a page seen again
   (a later epoch, or one page trained repeatedly) gets vision features from the old weights; the
   encoder cache is reset with every sync (colocated engine, or the server's ``/reset_encoder_cache``).
+* vLLM 0.31 reads Qwen3-VL-MoE's stacked expert weights in the released layout, the transpose of the one
+  transformers 5.17 trains with: weight syncs send them transposed (``_iter_named_params``).
+* vLLM's CPU engine packs MoE expert weights for its kernel once, at load; after each sync they are packed
+  again in place (:func:`_reprepack_cpu_moe_weights`).
 * vLLM's CPU backend repacks linear weights (oneDNN; sgl-kernel for bfloat16 on AMX CPUs), which drops the
   ``weight_loader`` that TRL's weight sync needs; on CPU the repacking is switched off (plain
   ``torch.nn.functional.linear``).
@@ -38,6 +42,8 @@ import contextlib
 import logging
 from typing import Any, Iterator, Sequence
 
+from olmocr_rl.model.families import FAMILIES, vision_pad_ids
+
 logger = logging.getLogger(__name__)
 
 def collapse_image_runs(prompt_ids: Sequence[int], pad_ids: Sequence[int]) -> list[int]:
@@ -53,6 +59,11 @@ def collapse_image_runs(prompt_ids: Sequence[int], pad_ids: Sequence[int]) -> li
             continue
         out.append(token)
     return out
+
+
+def model_family(model):
+    """The :class:`~olmocr_rl.model.families.Family` of the trainer's model, or None (a model of another kind)."""
+    return FAMILIES.get(getattr(getattr(model, "config", None), "model_type", None))
 
 
 def _disable_cpu_weight_repacking() -> None:
@@ -74,6 +85,38 @@ def _sharded_parameters(accelerator) -> bool:
     state = accelerator.state
     zero3 = state.deepspeed_plugin is not None and state.deepspeed_plugin.zero_stage == 3
     return zero3 or getattr(state, "fsdp_plugin", None) is not None
+
+
+def _reprepack_cpu_moe_weights(llm) -> int:
+    """vLLM CPU only: put the experts of every MoE layer back into the CPU kernel's packed layout after a sync.
+
+    vLLM's CPU MoE kernel packs each layer's expert weights once, after the checkpoint loads; TRL's weight sync
+    writes the new weights through the layer's weight loader in the plain layout, which the kernel then reads as
+    packed (mean |vLLM - trainer| log-prob 0.02-0.04 from the first sync of a random tiny Qwen3-VL-MoE, the
+    vision and router untouched). Packing keeps shapes, so the new weights are packed in place. A kernel that
+    also padded the expert width (a width not a multiple of its alignment) cannot be followed: error.
+    Returns the number of layers re-packed.
+    """
+    from vllm._custom_ops import cpu_prepack_moe_weight
+    from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+
+    model = llm.llm_engine.model_executor.driver_worker.model_runner.model
+    packed = 0
+    for module in model.modules():
+        kernel = getattr(getattr(getattr(module, "quant_method", None), "moe_kernel", None), "fused_experts", None)
+        if not isinstance(kernel, CPUUnquantizedExperts) or getattr(kernel, "_use_zentorch", False):
+            continue
+        width = kernel.moe_config.intermediate_size_per_partition
+        if kernel._padded_intermediate_size(kernel.moe_config) != width:
+            raise RuntimeError(
+                f"vLLM's CPU MoE kernel padded the expert width {width} (to "
+                f"{kernel._padded_intermediate_size(kernel.moe_config)}), and a weight sync cannot follow the padding: "
+                "use a model whose moe_intermediate_size is a multiple of 32, or a GPU")
+        for name in ("w13_weight", "w2_weight"):
+            weight = getattr(module, name)
+            weight.data.copy_(cpu_prepack_moe_weight(weight.data, kernel.isa))
+        packed += 1
+    return packed
 
 
 def _generation_class():
@@ -108,15 +151,26 @@ def _generation_class():
             from olmocr_rl.model.adapters import is_peft_model, merged_named_parameters
 
             if is_peft_model(self.model) and not _sharded_parameters(self.accelerator):
-                yield from merged_named_parameters(self.model)
+                named = merged_named_parameters(self.model)
             else:
-                yield from super()._iter_named_params()
+                named = super()._iter_named_params()
+            # vLLM 0.31 reads Qwen3-VL-MoE's stacked experts in the released layout, the transpose of the live one
+            # (model.families.Family.released_transposed); everything else goes as it is.
+            family = model_family(self.model)
+            suffixes = family.released_transposed if family else ()
+            for name, param in named:
+                yield name, (param.transpose(1, 2) if suffixes and name.endswith(suffixes) else param)
 
         def sync_weights(self):
             super().sync_weights()
             # TRL resets only the prefix cache; vLLM also keeps the vision tower's outputs per image, and a
             # page seen again (next epoch, or a repeated page) would be read with the old weights' features.
             if self.mode == "colocate":
+                import torch
+
+                family = model_family(self.model)
+                if not torch.cuda.is_available() and family is not None and family.moe:  # vLLM's CPU engine
+                    _reprepack_cpu_moe_weights(self.llm)
                 self.llm.llm_engine.reset_encoder_cache()
             elif self.accelerator.is_main_process:
                 # `trl vllm-serve` runs vLLM's server in dev mode, which has this endpoint (empty reply).
@@ -128,10 +182,7 @@ def _generation_class():
 
         def generate(self, prompts, images, num_generations, profiler=None):
             if self.mode == "colocate" and images is not None:
-                pad_ids = [self.processing_class.image_token_id]
-                video_id = getattr(self.processing_class, "video_token_id", None)
-                if video_id is not None:
-                    pad_ids.append(video_id)
+                pad_ids = vision_pad_ids(self.processing_class)
                 prompts = [collapse_image_runs(ids, pad_ids) for ids in prompts]
             # The trainer keeps its own (expanded) prompt ids; only vLLM's view of the prompt changes.
             return super().generate(prompts, images, num_generations, profiler=profiler)

@@ -3,7 +3,8 @@
     python scripts/bench/fit_table.py            # the markdown table
     python scripts/bench/fit_table.py --json     # the numbers
 
-For the released Qwen2.5-VL-3B and -7B architectures (configs only: parameters counted on the meta device)
+For the released Qwen2.5-VL-3B and -7B, Qwen3-VL-8B and Qwen3-VL-30B-A3B architectures (the presets of
+olmocr_rl.model.families; configs only: parameters counted on the meta device, every expert of the MoE)
 and olmOCR 2's recipe (configs/olmocr2-7b.yaml: 1288 px pages and 3,000-token completions give a 5,628-token
 --vllm_max_model_length, bf16 engine, --beta 0.01): full fine-tuning with its reference model, the vision
 tower frozen, and LoRA at the --lora_* defaults (r 16 on the language model's attention and MLP
@@ -16,13 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 
-#: The released architectures (config.json facts; vocabulary, widths, depths, heads).
-RELEASED = {
-    "Qwen2.5-VL-3B": dict(vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
-                          num_attention_heads=16, num_key_value_heads=2, tie=True),
-    "Qwen2.5-VL-7B": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                          num_attention_heads=28, num_key_value_heads=4, tie=False),
-}
+#: The released architectures in the table: (model_type, preset) of olmocr_rl.model.families.
+RELEASED = {"Qwen2.5-VL-3B": ("qwen2_5_vl", "3b"), "Qwen2.5-VL-7B": ("qwen2_5_vl", "7b"),
+            "Qwen3-VL-8B": ("qwen3_vl", "8b"), "Qwen3-VL-30B-A3B": ("qwen3_vl_moe", "30b-a3b")}
 #: GPUs by the memory torch reports for them.
 GPUS = {"one 80 GiB GPU (A100 / H100)": 80 * 2**30, "one H200 (141 GB)": 141 * 10**9}
 MAX_MODEL_LENGTH = 5628  # 46 x 46 image tokens at 1288 px + 512 prompt tokens + 3,000 completion tokens
@@ -30,18 +27,10 @@ DEFAULT_UTILIZATION = 0.15
 
 
 def released_config(name: str):
-    from transformers import Qwen2_5_VLConfig
+    """The config of a released architecture (the family's preset: the checkpoint's widths, depths, vocabulary)."""
+    from olmocr_rl.model.families import preset_config
 
-    text = dict(RELEASED[name])
-    tie = text.pop("tie")
-    return Qwen2_5_VLConfig(
-        text_config=dict(**text, rope_parameters={"rope_type": "default", "rope_theta": 1e6,
-                                                  "mrope_section": [16, 24, 24]}),
-        vision_config=dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16,
-                           out_hidden_size=text["hidden_size"], fullatt_block_indexes=[7, 15, 23, 31],
-                           window_size=112),
-        tie_word_embeddings=tie,
-    )
+    return preset_config(*RELEASED[name])
 
 
 def _cell(facts, training, gpu_bytes: int, need_gib: float) -> str:
@@ -69,6 +58,8 @@ def rows() -> list[dict]:
         engine = (facts.parameters * DTYPE_BYTES["bfloat16"] + ENGINE_RUNTIME_BYTES
                   + facts.kv_bytes_per_token(DTYPE_BYTES["bfloat16"]) * MAX_MODEL_LENGTH)
         for mode, training in modes.items():
+            if training.use_peft and facts.lora_parameters is None:
+                continue  # the default LoRA targets do not exist (a MoE's experts are no linear layers)
             need = (engine + trainer_bytes(facts, training)) / GIB
             out.append({"model": f"{name} ({facts.parameters / 1e9:.2f}B)", "mode": mode,
                         "engine_gib": round(engine / GIB, 1), "trainer_gib": round(trainer_bytes(facts, training) / GIB, 1),

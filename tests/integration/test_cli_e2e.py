@@ -220,7 +220,8 @@ def test_default_flags_train_an_epoch_with_wandb_and_its_completions_table(tmp_p
     config = torch.load(out / "training_args.bin", weights_only=False)
     assert config.report_to == ["wandb"] and config.log_completions is True and config.log_multimodal is False
     assert config.num_completions_to_print == 2 and config.logging_steps == 5
-    assert config.gradient_checkpointing is True and config.lr_scheduler_type == "linear"
+    # --gradient_checkpointing auto: the tiny model's activations fit this machine, so nothing recomputes
+    assert config.gradient_checkpointing is False and config.lr_scheduler_type == "linear"
     assert config.warmup_steps == 100 and config.learning_rate == 2e-6 and config.seed == 42
     assert config.loss_type == "bnpo" and config.scale_rewards == "group" and config.beta == 0.0
     assert config.temperature == 0.8 and config.top_p == 1.0 and config.num_iterations == 1

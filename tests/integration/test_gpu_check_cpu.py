@@ -33,3 +33,82 @@ def test_gpu_check_on_cpu_reports_the_mfu_columns(tmp_path):
     lora = table["rows"][1]
     assert lora["arm"] == "lora" and lora["steps_measured"] == 1 and lora["train_s"] > 0
     assert "LoRA: adapters on 14 layers of the language model" in result.stderr
+
+
+@pytest.mark.slow
+def test_the_device_script_runs_on_cpu_with_tiny_shapes(tmp_path):
+    """scripts/device_gpu_check.sh, the one prepared GPU run, on CPU: stock and all-speed-ups rows, the profile of
+    one step per phase, and a dated section appended to (a copy of) docs/gpu_check.md."""
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "WITH_7B": "0", "ARMS": "grpo/stock,grpo/all",
+           "STEPS": "3", "WORK_DIR": str(tmp_path / "work"), "BUDGET_S": "600", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(["bash", "scripts/device_gpu_check.sh"], cwd=REPO, capture_output=True, text=True,
+                            timeout=900, env=env)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    table = json.loads((out / "gpu_check.json").read_text())
+    assert [row["arm"] for row in table["rows"]] == ["grpo/stock", "grpo/all"] and table["not_measured"] == []
+    # step 1 is warm-up; step 3 of grpo/all is the profiled one, left out of its means
+    assert [row["steps_measured"] for row in table["rows"]] == [2, 1]
+    profile = table["profile"]
+    assert profile["arm"] == "grpo/all" and profile["step"] == 3 and set(profile["phases"]) == {"generate", "reward",
+                                                                                              "train"}
+    assert profile["phases"]["train"]["top_operators"] and profile["phases"]["generate"]["verdict"] == "cpu"
+    docs = (out / "gpu_check.md").read_text()
+    assert docs.startswith((REPO / "docs" / "gpu_check.md").read_text().rstrip("\n"))
+    section = docs[docs.rindex("## Measured: "):]
+    assert table["date"] in section and "| grpo/stock |" in section and "| grpo/all |" in section
+    assert "| generate |" in section and "| train |" in section
+    assert (out / "gpu_check.log").is_file()
+
+
+def test_arms_and_their_flags():
+    from olmocr_rl.gpu_check import SPEEDUP_FLAGS, _arm_cli, parse_arm
+
+    assert parse_arm("grpo") == ("grpo", "all") and parse_arm("olmorl/stock") == ("olmorl", "stock")
+    with pytest.raises(ValueError, match="grpo|olmorl"):
+        parse_arm("ppo/all")
+    stock = _arm_cli("olmorl/stock", "b", Path("m"), Path("o"), 8, 256, 3, 1288, "hf-generate",
+                     {"min_new_tokens": 256}, profile_step=3)
+    assert "--olmorl" in stock and stock[-2:] == ["--profile_step", "3"]
+    for flag in SPEEDUP_FLAGS["stock"]:
+        assert flag in stock
+    # every stock flag names a real trainer flag, switched off (checkpointing: TRL's every-layer default)
+    from olmocr_rl.config import parse_args
+
+    args = parse_args(SPEEDUP_FLAGS["stock"])
+    assert (args.share_page_encoding, args.batched_vision_attention, args.share_page_processing, args.padding_free,
+            args.compiled_generation, args.gradient_checkpointing) == (False, False, False, False, False, "true")
+    assert parse_args(SPEEDUP_FLAGS["vision"]).batched_vision_attention is True
+    assert SPEEDUP_FLAGS["all"] == []  # the defaults
+
+
+def test_bad_arms_are_one_error_line(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "olmocr_rl.gpu_check", "--arms", "grpo/fast"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.startswith("error: --arms: arm 'grpo/fast'")
+    assert result.stderr.count("\n") == 1
+
+
+def test_gpu_check_on_cpu_builds_and_measures_another_family(tmp_path):
+    """--family qwen3_vl_moe: the tiny MoE preset, its FLOPs counted with the routed experts only."""
+    out = tmp_path / "gpu_check.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "olmocr_rl.gpu_check", "--family", "qwen3_vl_moe", "--steps", "2", "--arms", "grpo",
+         "--work_dir", str(tmp_path), "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    table = json.loads(out.read_text())
+    assert (table["family"], table["shape"]) == ("qwen3_vl_moe", "tiny")
+    assert "model Qwen3-VL-MoE tiny" in result.stdout
+    assert table["rows"][0]["model_flops"] > 0
+    assert json.loads((tmp_path / "model-qwen3_vl_moe-tiny" / "config.json").read_text())["model_type"] == "qwen3_vl_moe"
+
+
+def test_gpu_check_refuses_a_shape_the_family_lacks(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "olmocr_rl.gpu_check", "--family", "qwen3_vl", "--shape", "7b",
+                             "--work_dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == "error: --shape 7b: Qwen3-VL has tiny, 2b, 4b, 8b"
+    assert not list(tmp_path.glob("model-*"))

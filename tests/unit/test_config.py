@@ -280,6 +280,16 @@ def test_log_multimodal_is_off_unless_asked(bench, tmp_path):
         assert config.log_multimodal is expected and config.log_completions is True
 
 
+def test_router_aux_loss_coef_defaults_to_the_models_and_reaches_grpo_config(bench, tmp_path):
+    """None (the default) lets TRL take the MoE config's own weight; a value overrides it; negative is refused."""
+    from olmocr_rl.config import build_grpo_config
+
+    for extra, expected in (((), None), (("--router_aux_loss_coef", "0.05"), 0.05), (("--router_aux_loss_coef", "0"), 0.0)):
+        args = _args(bench, "--output_dir", str(tmp_path / "out"), "--report_to", "none", *extra)
+        assert build_grpo_config(validate(args), [1.0]).router_aux_loss_coef == expected
+    assert _error(bench, "--router_aux_loss_coef", "-0.1").startswith("--router_aux_loss_coef must be >= 0 (got -0.1)")
+
+
 def test_active_sampling_flags(bench):
     args = _args(bench, "--olmorl", "--active_sampling")
     validate(args)
@@ -343,6 +353,26 @@ def test_a_checkpoint_between_the_updates_of_one_generation_batch_is_flagged():
     flagged = [n for n in validate(parse_args([*base, "--save_steps", "3"])).notices if "--save_steps" in n]
     assert len(flagged) == 1 and flagged[0].endswith("use --save_steps 4"), flagged
     assert not [n for n in validate(parse_args([*base, "--save_steps", "4"])).notices if "--save_steps" in n]
+
+
+def test_speed_flags_their_defaults_spellings_and_errors(bench, tmp_path, capsys):
+    args = parse_args(["--train_bench_data_folder", str(bench), "--reward_bench"])
+    assert (args.share_page_processing, args.padding_free, args.compiled_generation, args.profile_step) == \
+        (True, True, None, None)
+    assert args.gradient_checkpointing == "auto"
+    for given, value in (([], "true"), (["false"], "false"), (["0"], "false"), (["vision"], "vision"),
+                         (["AUTO"], "auto")):
+        assert _args(bench, "--gradient_checkpointing", *given).gradient_checkpointing == value
+    assert _args(bench, "--no-gradient_checkpointing").gradient_checkpointing == "false"
+    config = tmp_path / "c.yaml"
+    config.write_text("gradient_checkpointing: true\npadding_free: false\n")
+    from_yaml = parse_args(["--config", str(config)])
+    assert (from_yaml.gradient_checkpointing, from_yaml.padding_free) == ("true", False)
+    with pytest.raises(SystemExit):
+        parse_args(["--gradient_checkpointing", "sometimes"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "expected auto, true, false or vision, got 'sometimes'" in err
+    assert "--profile_step must be > 0 (got 0)" in _error(bench, "--profile_step", "0")
 
 
 def test_trls_own_config_checks_run_before_the_model_loads(tmp_path, monkeypatch, capsys):

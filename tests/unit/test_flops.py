@@ -58,3 +58,33 @@ def test_timing_counts_the_flops_of_what_was_generated(tiny_model_dir):
     assert count(prompts, completions) > 0
 
 
+
+
+def test_moe_counts_the_experts_a_token_is_routed_to():
+    """Qwen3-VL-30B-A3B: 48 layers, 8 of 128 experts per token; worked out from the architecture by hand."""
+    from olmocr_rl.model.families import preset_config
+
+    arch = ArchFlops.from_config(preset_config("qwen3_vl_moe", "30b-a3b"))
+    attention = 2048 * 4096 + 2 * 2048 * 512 + 4096 * 2048 + 2 * 128  # q, k, v, o (no bias), q/k norms
+    norms, router = 2 * 2048, 128 * 2048
+    expert = 3 * 2048 * 768  # gate, up, down
+    assert arch.lm_body_params == 48 * (attention + norms + router + 8 * expert) + 2048 == 2_730_702_848
+    # all 128 experts would be 11x as many body parameters: counting them all would overstate MFU that much
+    assert 48 * (attention + norms + router + 128 * expert) + 2048 == pytest.approx(10.95 * arch.lm_body_params, rel=0.001)
+    assert (arch.lm_layers, arch.lm_attention_width, arch.lm_head_params) == (48, 32 * 128, 151936 * 2048)
+
+
+def test_qwen3_vl_tower_has_no_windows_and_deepstack_mergers_count_per_image_token():
+    from olmocr_rl.model.families import preset_config
+
+    arch = ArchFlops.from_config(preset_config("qwen3_vl", "8b"))
+    assert (arch.vision_full_layers, arch.vision_windowed_layers, arch.window_patches) == (27, 0, 0)
+    assert (arch.vision_attention_width, arch.spatial_merge) == (1152, 2)
+    merger = 4 * 1152 * (4 * 1152) + 4 * 1152 + 4 * 1152 * 4096 + 4096  # two linears over the merged 2 x 2 block
+    assert arch.merger_params == 1152 * 2 + merger + 3 * (4 * 1152 * 2 + merger)  # + 3 deepstack mergers (post-norm)
+    # one 1288 x 1000 px page: 80 x 62 patches of 16 px, 1,240 tokens; every layer attends over all 4,960 patches
+    parts = forward_flops(arch, prompt_tokens=1300, image_tokens=1240, completion_tokens=0)
+    lm_attention = 36 * 4 * 4096 * 1300 * 1301 / 2
+    assert parts["attention"] == lm_attention + 27 * 4 * 1152 * 4960**2
+    # Qwen2-VL's tower width is its embed_dim (1280), not the language model's hidden size
+    assert ArchFlops.from_config(preset_config("qwen2_vl", "7b")).vision_attention_width == 1280

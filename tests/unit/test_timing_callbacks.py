@@ -42,11 +42,15 @@ def _fake_trainer(clock: FakeClock, gen_s: float, reward_s: float, refill: bool 
         clock.advance(reward_s)
         return [0.5]
 
+    def logps(model, input_ids, attention_mask, logits_to_keep, **kwargs):
+        return "log-probs"
+
     trainer = SimpleNamespace(
         model=SimpleNamespace(config=SimpleNamespace(), training=True),  # no known architecture: FLOPs count 0
         args=SimpleNamespace(num_iterations=1),
         _generate=generate,
         _calculate_rewards=rewards,
+        _get_per_token_logps_and_entropies=logps,
     )
     if refill:
         def active_sampling_refill():
@@ -83,6 +87,7 @@ def test_step_time_splits_into_generation_rewards_and_training(monkeypatch):
     assert logs["timing/generated_tokens"] == pytest.approx(3)  # 1 + 2 completion tokens per step
     assert logs["timing/model_flops"] == 0.0  # architecture unknown to the counter
     assert "timing/active_sampling_s" not in logs
+    assert "timing/padding_fraction" not in logs  # no training forward ran
 
     # The window restarts after each log: the next log averages only the steps since.
     _one_step(callback, trainer, clock, other_s=0.0)
@@ -249,3 +254,23 @@ def test_wandb_callback_logs_bench_keys_at_top_level(monkeypatch):
     assert rest["train/reward"] == 0.4 and rest["train/loss"] == 1.5
     assert not any(key.startswith(("bench_reward/", "train/bench_reward/")) for key in rest)
     assert not math.isnan(rest["train/global_step"]) and rest["train/global_step"] == 7
+
+
+def test_padding_fraction_counts_the_training_forwards_padded_positions(monkeypatch):
+    import torch
+
+    clock = FakeClock()
+    monkeypatch.setattr(timing.time, "perf_counter", clock)
+    trainer = _fake_trainer(clock, gen_s=0.0, reward_s=0.0)
+    callback = timing.instrument_trainer(trainer)
+    callback.on_step_begin(None, _state(), None)
+    block = torch.tensor([[0, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0]])  # 4 of 12 positions are padding
+    assert trainer._get_per_token_logps_and_entropies("model", None, block, 2, batch_size=1) == "log-probs"
+    trainer._get_per_token_logps_and_entropies("model", None, torch.ones(1, 4, dtype=torch.long), 2)  # none of 4
+    trainer.model.training = False  # evaluation's forwards are not counted
+    trainer._get_per_token_logps_and_entropies("model", None, torch.zeros(3, 3, dtype=torch.long), 2)
+    trainer.model.training = True
+    callback.on_step_end(None, _state(), None)
+    logs = {"reward": 0.0}
+    callback.on_log(None, _state(), None, logs=logs)
+    assert logs["timing/padding_fraction"] == pytest.approx(4 / 16)

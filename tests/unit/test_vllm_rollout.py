@@ -156,6 +156,24 @@ def test_memory_fit_lines_name_the_numbers_and_the_value_to_use():
     assert "--vllm_tensor_parallel_size (now 1)" in line and "trainer needs" not in line
 
 
+def test_memory_preflight_counts_every_expert_of_a_moe_model():
+    """Qwen3-VL-30B-A3B: the engine and the trainer hold all 128 experts of each layer (31.07B parameters), not
+    the 3B a token uses; one H200 cannot hold them with their gradients and AdamW state."""
+    from olmocr_rl.model.families import preset_config
+
+    facts = model_facts(preset_config("qwen3_vl_moe", "30b-a3b"))
+    assert (facts.parameters, facts.kv_bytes_per_token_per_dtype_byte) == (31_070_754_032, 2 * 48 * 4 * 128)
+    assert facts.lora_parameters is None  # LoRA's default MLP targets are no linear layers in a MoE
+    line = check_fit(facts, gpu_bytes=141 * 10**9, utilization=0.15, max_model_length=5628, engine_dtype="bfloat16")
+    assert line.startswith("colocate does not fit one 131.3 GiB GPU: the colocated vLLM engine needs 60.4 GiB "
+                           "(57.9 GiB bfloat16 weights of 31.07B parameters")
+    assert "the trainer needs at least 231.5 GiB" in line and "shard the trainer" in line  # 8 bytes x 31.07B
+    dense = model_facts(preset_config("qwen3_vl", "8b"))  # Qwen3-VL-8B fits one H200 at the default share
+    assert dense.kv_bytes_per_token_per_dtype_byte == 2 * 36 * 8 * 128
+    assert check_fit(dense, gpu_bytes=141 * 10**9, utilization=0.15, max_model_length=5628, engine_dtype="bfloat16",
+                     reference_model=True) is None
+
+
 def test_cli_stops_before_loading_when_colocate_cannot_fit(tmp_path, monkeypatch, capsys):
     """A 7B config (no weights) on a pretend 80 GiB GPU: one error line, exit 1, no model loaded."""
     import torch

@@ -33,3 +33,32 @@ def pytest_collection_modifyitems(config, items):
 def sft_model_dir(warm_tiny_model_dir) -> Path:
     """The tiny model warm-started on one page (tests/conftest.py), as the learning-signal test uses it."""
     return warm_tiny_model_dir
+
+
+BENCH_DATA_SAMPLE = Path(__file__).resolve().parents[2] / "bench_data_sample"
+
+
+def _warm(folder: Path) -> Path:
+    """Warm-start ``folder`` in place as the Qwen2.5-VL lane model is (40 steps on simple_lines, seed 0)."""
+    from olmocr_rl.model.warm_start import warm_start
+
+    warm_start(folder, BENCH_DATA_SAMPLE, seed=0, steps=40, pages="simple_lines")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def warm_qwen3_vl_dir(tmp_path_factory) -> Path:
+    """``tiny_model --family qwen3_vl`` (tokenizer also trained on the sample's transcriptions), warm-started."""
+    from olmocr_rl.tiny_model import build_tiny_model, read_corpus_dir
+
+    out = tmp_path_factory.mktemp("warm_qwen3_vl") / "model"
+    build_tiny_model(out, seed=0, family="qwen3_vl", extra_corpus=read_corpus_dir(BENCH_DATA_SAMPLE / "claude_original"))
+    return _warm(out)
+
+
+@pytest.fixture(scope="session")
+def warm_qwen3_vl_moe_release_dir(tmp_path_factory) -> Path:
+    """The release-layout Qwen3-VL-MoE folder (tests/release_layout.py), warm-started."""
+    from release_layout import write_release_folder
+
+    return _warm(write_release_folder(tmp_path_factory.mktemp("warm_qwen3_vl_moe") / "model", moe=True))

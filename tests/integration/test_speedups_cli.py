@@ -1,0 +1,85 @@
+"""The speed-ups through the training CLI: the defaults train the stock path's numbers, and compiled HF
+generation samples the stock completions.
+
+Three runs of ``python -m olmocr_rl.grpo_train`` on the warm-started tiny model (its rewards vary, so the
+loss and gradients are not zero) with the same seed, 3 steps of 2 pages x
+G = 4 completions in micro-batches of 2 (so completions of different lengths share a padded block):
+
+* defaults: ``--padding_free``, ``--share_page_processing``, ``--gradient_checkpointing auto`` (nothing
+  recomputes here) and ``--compiled_generation`` auto (off on CPU);
+* stock: all of them off, checkpointing as TRL does it (every layer);
+* compiled: the stock run with ``--compiled_generation true`` (static cache, inductor on CPU), 2 steps.
+
+Generation does not depend on the training forward's layout, so the completions are the same; the losses,
+gradient norms and entropies agree to float rounding.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+STOCK = ["--no-padding_free", "--no-share_page_processing", "--gradient_checkpointing", "true",
+         "--compiled_generation", "false"]
+
+
+def _run(model_dir, out: Path, *flags) -> tuple[list[dict], str]:
+    """The per-step training records of metrics.jsonl, and the run's log."""
+    args = ["--train_bench_data_folder", REPO / "bench_data_sample", "--model_name", model_dir, "--output_dir", out,
+            "--reward_bench", "--reward_eos", "--num_generations", 4, "--per_device_train_batch_size", 2,
+            "--gradient_accumulation_steps", 4, "--max_completion_length", 64, "--max_steps", 3, "--logging_steps", 1,
+            "--save_steps", 100, "--warmup_steps", 0, "--learning_rate", 1e-3, "--temperature", 1.0,
+            "--target_longest_image_dim", 448, "--report_to", "none", "--seed", 5, *flags]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, args)], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in records if "timing/step_s" in r], result.stderr
+
+
+def _completions(out: Path) -> list[list[str]]:
+    import pandas as pd
+
+    return [pd.read_parquet(f)["completion"].tolist() for f in sorted((out / "completions").glob("*.parquet"))]
+
+
+@pytest.fixture(scope="module")
+def stock_run(warm_tiny_model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("stock") / "run"
+    records, _ = _run(warm_tiny_model_dir, out, *STOCK)
+    return out, records
+
+
+@pytest.mark.slow
+def test_default_speedups_train_the_stock_numbers(warm_tiny_model_dir, tmp_path, stock_run):
+    stock_out, stock = stock_run
+    records, log = _run(warm_tiny_model_dir, tmp_path / "run")
+    assert "gradient checkpointing off (--gradient_checkpointing auto: nothing recomputes" in log
+    assert "training forwards: micro-batches packed into one row (SDPA per sequence)" in log
+    assert "processor: each distinct page image processed once per step" in log
+    assert "HF generation: static KV cache" not in log  # auto: off on CPU
+    assert _completions(tmp_path / "run") == _completions(stock_out)
+    assert [r["step"] for r in records] == [r["step"] for r in stock] == [1, 2, 3]
+    assert any(r["loss"] != 0 for r in stock) and any(r["timing/padding_fraction"] > 0 for r in records)
+    for mine, theirs in zip(records, stock):
+        for key in ("loss", "grad_norm", "entropy", "reward"):
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), (mine["step"], key)
+        assert mine["timing/padding_fraction"] == theirs["timing/padding_fraction"]  # the same blocks, counted
+
+
+@pytest.mark.slow
+def test_compiled_generation_samples_the_stock_completions(warm_tiny_model_dir, tmp_path, stock_run):
+    stock_out, stock = stock_run
+    records, log = _run(warm_tiny_model_dir, tmp_path / "run", *STOCK[:-1], "true")
+    assert "HF generation: static KV cache, compiled decoding, prompt lengths bucketed" in log
+    assert _completions(tmp_path / "run") == _completions(stock_out)
+    for mine, theirs in zip(records, stock):
+        assert mine["loss"] == pytest.approx(theirs["loss"], rel=1e-4, abs=1e-6)
