@@ -94,8 +94,9 @@ def warm_start(model_dir: str | Path, bench_dir: str | Path, *, seed: int = 0, s
             print(f"[sft] step {step + 1}/{steps} loss {sum(recent) / len(recent):.3f} ({time.time() - start:.0f}s)")
     model.eval()
     model.save_pretrained(model_dir)
-    summary = {"sft_bench": str(bench_dir), "sft_pages": pages, "sft_steps": steps, "sft_seed": seed, "sft_learning_rate": learning_rate,
-               "sft_pages": len(examples), "sft_final_loss": sum(losses[-log_every:]) / len(losses[-log_every:])}
+    summary = {"sft_bench": str(bench_dir), "sft_page_regex": pages, "sft_steps": steps, "sft_seed": seed,
+               "sft_learning_rate": learning_rate, "sft_pages": len(examples),
+               "sft_final_loss": sum(losses[-log_every:]) / len(losses[-log_every:])}
     info_file = Path(model_dir) / "olmocr_rl_tiny_model.json"
     info = json.loads(info_file.read_text()) if info_file.is_file() else {}
     info.update(summary)

@@ -25,6 +25,9 @@ MARGIN = 0.08  # the plain run rose by ~0.2 in the demo; noise between windows i
 
 @pytest.fixture(scope="module")
 def warm_model(warm_tiny_model_dir) -> Path:
+    info = json.loads((warm_tiny_model_dir / "olmocr_rl_tiny_model.json").read_text())
+    # the warm start's record: the page regex it was given and the number of pages it learned, both kept
+    assert (info["sft_page_regex"], info["sft_pages"], info["sft_steps"]) == ("simple_lines", 1, 40)
     return warm_tiny_model_dir
 
 
