@@ -82,11 +82,19 @@ def load_optimizer_and_scheduler(trainer, checkpoint: str | None, original) -> N
     replaced, and every other load (another thread's, a later one) is torch's own.
     """
     device = getattr(trainer.args, "device", None)
-    if checkpoint is None or getattr(device, "type", None) != "cpu" or getattr(device, "index", None) is None:
-        original(checkpoint)
-    else:
-        with indexed_cpu_loads():
+    indexed = not (checkpoint is None or getattr(device, "type", None) != "cpu" or getattr(device, "index", None) is None)
+    try:
+        with indexed_cpu_loads() if indexed else contextlib.nullcontext():
             original(checkpoint)
+    except ValueError as exc:
+        if "parameter group" not in str(exc):  # torch's two messages for another set of trained parameters
+            raise
+        from olmocr_rl.storage import CheckpointMismatchError
+
+        raise CheckpointMismatchError(
+            f"{checkpoint}: its optimizer state is for another set of trained parameters (torch: {exc}); it was "
+            "saved with other --use_peft / --lora_* / --freeze_vision_tower / --freeze_vision_merger settings: resume "
+            "with the ones it was saved with, or start a new run in another --output_dir") from None
     _advance_schedule(trainer, checkpoint)
     return None
 
