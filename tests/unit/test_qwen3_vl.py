@@ -8,7 +8,7 @@ here. What is checked here: the PIL processor the loader builds takes every sett
 ``preprocessor_config.json`` (16 px patches, merge 2, mean and std 0.5, the pixel budget), its pixel values
 equal those of a PIL processor built by hand with those settings and the hand-computed normalisation and grid.
 The comparison with torchvision's processor itself runs in the vLLM lane, whose environment can import it
-(tests/vllm_lane/test_qwen3_vl.py: equal where no resize is needed, within 2 grey levels of bicubic rounding
+(tests/vllm_lane/test_vllm_qwen3_vl.py: equal where no resize is needed, within 2 grey levels of bicubic rounding
 on about 0.4 % of the values where one is).
 """
 

@@ -140,3 +140,13 @@ def test_the_checker_finds_a_private_stack_name_that_compat_does_not_list(tmp_pa
         "def private_names():\n    return frozenset({'_listed', '_by_string', '_entry', '_flag', '_generate', "
         "'_hidden_module', '_hidden_ops', '_unlisted_attr', '_wrapped'})\n")
     assert structure.unlisted_private_uses(tmp_path) == []
+
+
+def test_no_two_test_files_share_a_basename():
+    """pytest imports test modules by basename (no __init__.py in tests/): a second tests/*/test_x.py stops the
+    collection of a run over several folders."""
+    tests = Path(__file__).resolve().parents[1]
+    seen: dict[str, list[str]] = {}
+    for path in sorted(tests.rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
