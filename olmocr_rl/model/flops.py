@@ -11,9 +11,18 @@ in the forward pass (a multiply-add is 2 FLOPs):
     vision attention full layers · 4 · width_v · patches²  +  windowed layers · 4 · width_v · patches · window
 
 with N_body counting, for a mixture of experts, only the ``top_k`` experts each token is routed to
-(Qwen3-VL-30B-A3B: 8 of 128), and N_merger the patch merger plus Qwen3-VL's deepstack mergers; and training
-(forward + backward) is 3x the forward. Recomputation under gradient checkpointing and
-the extra forward for old log-probs are not counted: this is the useful work, as MFU counts it.
+(Qwen3-VL-30B-A3B: 8 of 128), and N_merger the patch merger plus Qwen3-VL's deepstack mergers.
+
+Training is the forward plus the backward, and the backward of a part is one forward's worth for the gradient
+of its input (needed when anything before it trains) plus one for the gradient of its weights (when they
+train): 3x the forward when everything trains. What does not train is not counted as if it did
+(:class:`Trained`): a frozen vision tower (``--freeze_vision_tower``) costs its forward only, its merger 2x
+(the merger's weight gradient) or 1x frozen too; with LoRA (``--use_peft``) the language model's base weights
+are frozen, so its layers and head cost 2x (the gradient flows through them to the adapters) and the vision
+tower, which PEFT freezes, 1x; attention has no weights and costs 3x wherever a gradient flows. The adapters'
+own matmuls (r x (in + out) per adapted matrix and token, ~1-3 % of it at r 16) are not counted.
+Recomputation under gradient checkpointing and the extra forward for old log-probs are not counted either:
+this is the useful work, as MFU counts it.
 """
 
 from __future__ import annotations
@@ -82,21 +91,70 @@ class ArchFlops:
         )
 
 
-def forward_flops(arch: ArchFlops, prompt_tokens: int, image_tokens: int, completion_tokens: int) -> dict[str, float]:
-    """Forward FLOPs of one sequence, by part: ``language_model``, ``vision``, ``attention``."""
+@dataclass(frozen=True)
+class Trained:
+    """Which parts of the model have weights that train (default: all, a full fine-tune)."""
+
+    vision_tower: bool = True
+    vision_merger: bool = True
+    language_model: bool = True  # the base weights of the layers (False under LoRA: only the adapters train)
+    lm_head: bool = True
+
+    def multipliers(self) -> dict[str, int]:
+        """Forward + backward, in forwards, of each part of :func:`forward_parts`."""
+        tower = 1 + 2 * self.vision_tower  # nothing before the tower: no input gradient
+        return {"lm_body": 2 + self.language_model, "lm_head": 2 + self.lm_head, "lm_attention": 3,
+                "vision_tower": tower, "vision_attention": tower,
+                "vision_merger": 1 + self.vision_tower + self.vision_merger}
+
+
+def forward_parts(arch: ArchFlops, prompt_tokens: int, image_tokens: int, completion_tokens: int) -> dict[str, float]:
+    """Forward FLOPs of one sequence by part: ``lm_body``, ``lm_head``, ``lm_attention``, ``vision_tower``,
+    ``vision_merger``, ``vision_attention``."""
     length = prompt_tokens + completion_tokens
     patches = image_tokens * arch.spatial_merge**2
-    language_model = 2 * arch.lm_body_params * length + 2 * arch.lm_head_params * completion_tokens
-    vision = 2 * arch.vision_params * patches + 2 * arch.merger_params * image_tokens
-    lm_attention = arch.lm_layers * 4 * arch.lm_attention_width * length * (length + 1) / 2
     window = min(arch.window_patches, patches) if arch.window_patches else patches
-    vision_attention = arch.vision_attention_width * 4 * (
-        arch.vision_full_layers * patches * patches + arch.vision_windowed_layers * patches * window
+    return {
+        "lm_body": float(2 * arch.lm_body_params * length),
+        "lm_head": float(2 * arch.lm_head_params * completion_tokens),
+        "lm_attention": arch.lm_layers * 4 * arch.lm_attention_width * length * (length + 1) / 2,
+        "vision_tower": float(2 * arch.vision_params * patches),
+        "vision_merger": float(2 * arch.merger_params * image_tokens),
+        "vision_attention": float(arch.vision_attention_width * 4 * (
+            arch.vision_full_layers * patches * patches + arch.vision_windowed_layers * patches * window)),
+    }
+
+
+def forward_flops(arch: ArchFlops, prompt_tokens: int, image_tokens: int, completion_tokens: int) -> dict[str, float]:
+    """Forward FLOPs of one sequence, by part: ``language_model``, ``vision``, ``attention``."""
+    p = forward_parts(arch, prompt_tokens, image_tokens, completion_tokens)
+    return {"language_model": p["lm_body"] + p["lm_head"], "vision": p["vision_tower"] + p["vision_merger"],
+            "attention": p["lm_attention"] + p["vision_attention"]}
+
+
+def training_flops(arch: ArchFlops, sequences: Sequence[tuple[int, int, int]], trained: Trained = Trained()) -> float:
+    """Forward + backward FLOPs of training on ``(prompt, image, completion)`` token counts (3x the forward when
+    everything trains; less what ``trained`` says is frozen)."""
+    weights = trained.multipliers()
+    return float(sum(weights[part] * flops for shape in sequences
+                     for part, flops in forward_parts(arch, *shape).items()))
+
+
+def trained_parts(model) -> Trained:
+    """What trains in ``model`` (a transformers model, or a PEFT model around one), read from ``requires_grad``;
+    a model whose parts cannot be found counts as trained in full."""
+    from olmocr_rl.model.families import vision_merger_modules
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        visual, language_model, head = base.model.visual, base.model.language_model, base.lm_head
+        mergers = [getattr(visual, name) for name in vision_merger_modules(base.config)]
+    except (AttributeError, ValueError):  # ValueError: a family the table does not know
+        return Trained()
+    merger_ids = {id(p) for m in mergers for p in m.parameters()}
+    return Trained(
+        vision_tower=any(p.requires_grad for p in visual.parameters() if id(p) not in merger_ids),
+        vision_merger=any(p.requires_grad for m in mergers for p in m.parameters()),
+        language_model=any(p.requires_grad for n, p in language_model.named_parameters() if "lora_" not in n),
+        lm_head=any(p.requires_grad for p in head.parameters()),
     )
-    return {"language_model": float(language_model), "vision": float(vision),
-            "attention": float(lm_attention + vision_attention)}
-
-
-def training_flops(arch: ArchFlops, sequences: Sequence[tuple[int, int, int]]) -> float:
-    """Forward + backward FLOPs (3x forward) of training on ``(prompt, image, completion)`` token counts."""
-    return 3 * sum(sum(forward_flops(arch, *shape).values()) for shape in sequences)

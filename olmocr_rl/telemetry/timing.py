@@ -90,7 +90,7 @@ def instrument_trainer(trainer) -> "StepTimingCallback":
 
 def _flops_counter(trainer):
     """``(prompt_ids, completion_ids) -> training FLOPs`` for the trainer's model (0 where it cannot count)."""
-    from olmocr_rl.model.flops import ArchFlops, training_flops
+    from olmocr_rl.model.flops import ArchFlops, trained_parts, training_flops
 
     config = trainer.model.config
     try:
@@ -101,9 +101,13 @@ def _flops_counter(trainer):
     # A generation batch is trained num_iterations times (GRPO's mu).
     passes = getattr(trainer.args, "num_iterations", 1) or 1
 
+    trained = []  # read at the first count: what trains is settled once the trainer is built (PEFT wraps there)
+
     def count(prompt_ids, completion_ids) -> float:
+        if not trained:
+            trained.append(trained_parts(trainer.model))
         shapes = [(len(p), sum(1 for t in p if t == image_token_id), len(c)) for p, c in zip(prompt_ids, completion_ids)]
-        return passes * training_flops(arch, shapes)
+        return passes * training_flops(arch, shapes, trained[0])
 
     return count
 

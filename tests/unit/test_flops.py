@@ -88,3 +88,64 @@ def test_qwen3_vl_tower_has_no_windows_and_deepstack_mergers_count_per_image_tok
     assert parts["attention"] == lm_attention + 27 * 4 * 1152 * 4960**2
     # Qwen2-VL's tower width is its embed_dim (1280), not the language model's hidden size
     assert ArchFlops.from_config(preset_config("qwen2_vl", "7b")).vision_attention_width == 1280
+
+
+def test_what_does_not_train_is_not_counted_as_if_it_did():
+    """Backward = input gradient (when anything before the part trains) + weight gradient (when its weights
+    train), each one forward's worth: worked by hand on the toy sequence of test_hand_worked_sequence."""
+    from olmocr_rl.model.flops import Trained, forward_parts
+
+    p = forward_parts(TOY, 6, 2, 2)
+    assert p == {"lm_body": 160, "lm_head": 12, "lm_attention": 1152, "vision_tower": 80, "vision_merger": 4,
+                 "vision_attention": 768}
+    seq = [(6, 2, 2)]
+    assert training_flops(TOY, seq) == training_flops(TOY, seq, Trained()) == 3 * (172 + 84 + 1920)
+    # --freeze_vision_tower: the tower and its attention forward only, the merger forward + its weight gradient
+    frozen_tower = Trained(vision_tower=False)
+    assert training_flops(TOY, seq, frozen_tower) == 3 * (160 + 12 + 1152) + (80 + 768) + 2 * 4
+    # --freeze_vision_tower --freeze_vision_merger: the whole vision side is a forward
+    assert training_flops(TOY, seq, Trained(vision_tower=False, vision_merger=False)) == \
+        3 * (160 + 12 + 1152) + (80 + 768 + 4)
+    # LoRA: base weights frozen everywhere; the gradient still flows through the language model to the adapters
+    lora = Trained(vision_tower=False, vision_merger=False, language_model=False, lm_head=False)
+    assert training_flops(TOY, seq, lora) == 2 * (160 + 12) + 3 * 1152 + (80 + 768 + 4)
+
+
+def test_what_trains_is_read_from_the_model(tiny_model_dir):
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from olmocr_rl.model.flops import Trained, trained_parts
+    from olmocr_rl.model.frozen_vision import freeze_vision
+    from olmocr_rl.model.loading import load_model_and_processor
+
+    def load():
+        return load_model_and_processor(str(tiny_model_dir), dtype=torch.float32)[0]
+
+    assert trained_parts(load()) == Trained()
+    model = load()
+    freeze_vision(model, tower=True, merger=False)
+    assert trained_parts(model) == Trained(vision_tower=False)
+    model = load()
+    freeze_vision(model, tower=True, merger=True)
+    assert trained_parts(model) == Trained(vision_tower=False, vision_merger=False)
+    lora = get_peft_model(load(), LoraConfig(r=4, target_modules=r".*language_model.*\.(q_proj|v_proj)"))
+    assert trained_parts(lora) == Trained(vision_tower=False, vision_merger=False, language_model=False, lm_head=False)
+    assert trained_parts(SimpleNamespace(config=None)) == Trained()  # parts not found: counted as trained in full
+
+
+def test_timing_counts_a_lora_run_with_its_frozen_weights(tiny_model_dir):
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from olmocr_rl.model.flops import trained_parts
+    from olmocr_rl.model.loading import load_model_and_processor
+    from olmocr_rl.telemetry.timing import _flops_counter
+
+    model = get_peft_model(load_model_and_processor(str(tiny_model_dir), dtype=torch.float32)[0],
+                           LoraConfig(r=4, target_modules=r".*language_model.*\.(q_proj|v_proj)"))
+    count = _flops_counter(SimpleNamespace(model=model, args=SimpleNamespace(num_iterations=1)))
+    image = model.config.image_token_id
+    arch = ArchFlops.from_config(model.config)
+    counted = count([[1, image, image, 2]], [[5, 6, 7]])
+    assert counted == training_flops(arch, [(4, 2, 3)], trained_parts(model)) < training_flops(arch, [(4, 2, 3)])
