@@ -132,12 +132,14 @@ def forward_flops(arch: ArchFlops, prompt_tokens: int, image_tokens: int, comple
             "attention": p["lm_attention"] + p["vision_attention"]}
 
 
-def training_flops(arch: ArchFlops, sequences: Sequence[tuple[int, int, int]], trained: Trained = Trained()) -> float:
+def training_flops(arch: ArchFlops, sequences: Sequence[tuple[int, int, int]], trained: Trained = Trained(), *,
+                   vision: bool = True) -> float:
     """Forward + backward FLOPs of training on ``(prompt, image, completion)`` token counts (3x the forward when
-    everything trains; less what ``trained`` says is frozen)."""
+    everything trains; less what ``trained`` says is frozen). ``vision=False``: the language model's parts only
+    (the run counts its vision tower where it runs: ``olmocr_rl.telemetry.vision_flops``)."""
     weights = trained.multipliers()
     return float(sum(weights[part] * flops for shape in sequences
-                     for part, flops in forward_parts(arch, *shape).items()))
+                     for part, flops in forward_parts(arch, *shape).items() if vision or not part.startswith("vision_")))
 
 
 def trained_parts(model) -> Trained:

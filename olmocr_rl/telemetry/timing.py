@@ -9,7 +9,8 @@ step's wall time and, at every log, adds per-step means to the logs (this proces
     timing/step_s  timing/generate_s  timing/reward_s  timing/train_s  timing/reward_share
     timing/generated_tokens          (completion tokens sampled for training per step on this process)
     timing/model_flops               (forward + backward FLOPs of training on this process's samples,
-                                      from their token, image-token and patch counts: olmocr_rl.model.flops)
+                                      from their token, image-token and patch counts: olmocr_rl.model.flops;
+                                      the vision tower's where it runs: olmocr_rl.telemetry.vision_flops)
     timing/active_sampling_s         (OlmoRL --active_sampling: extra rounds' generation and rewards, a
                                       part of generate_s + reward_s; logged when the trainer refills)
     timing/padding_fraction          (padded positions / all positions of the (rows, prompt + completion)
@@ -47,7 +48,7 @@ def instrument_trainer(trainer) -> "StepTimingCallback":
     totals = _Totals()
 
     generate = trainer._generate
-    count_flops = _flops_counter(trainer)
+    count_flops = _flops_counter(trainer, add=lambda flops: setattr(totals, "model_flops", totals.model_flops + flops))
 
     @functools.wraps(generate)
     def timed_generate(*args, **kwargs):
@@ -88,9 +89,14 @@ def instrument_trainer(trainer) -> "StepTimingCallback":
     return StepTimingCallback(totals, log_refill=bool(getattr(trainer, "active_sampling", False)))
 
 
-def _flops_counter(trainer):
-    """``(prompt_ids, completion_ids) -> training FLOPs`` for the trainer's model (0 where it cannot count)."""
+def _flops_counter(trainer, add=None):
+    """``(prompt_ids, completion_ids) -> training FLOPs`` for the trainer's model (0 where it cannot count).
+
+    With ``add`` (a function taking FLOPs), the vision tower's are counted where it runs and go to ``add``
+    (olmocr_rl.telemetry.vision_flops); without, they are counted per sampled sequence, as the stock path
+    computes them."""
     from olmocr_rl.model.flops import ArchFlops, trained_parts, training_flops
+    from olmocr_rl.telemetry.vision_flops import install_vision_flops
 
     config = trainer.model.config
     try:
@@ -101,13 +107,14 @@ def _flops_counter(trainer):
     # A generation batch is trained num_iterations times (GRPO's mu).
     passes = getattr(trainer.args, "num_iterations", 1) or 1
 
-    trained = []  # read at the first count: what trains is settled once the trainer is built (PEFT wraps there)
+    trained, at_tower = [], []  # settled at the first count: the trainer is built (PEFT wraps the model there)
 
     def count(prompt_ids, completion_ids) -> float:
         if not trained:
             trained.append(trained_parts(trainer.model))
+            at_tower.append(add is not None and install_vision_flops(trainer.model, arch, trained[0], add))
         shapes = [(len(p), sum(1 for t in p if t == image_token_id), len(c)) for p, c in zip(prompt_ids, completion_ids)]
-        return passes * training_flops(arch, shapes, trained[0])
+        return passes * training_flops(arch, shapes, trained[0], vision=not at_tower[0])
 
     return count
 

@@ -73,6 +73,17 @@ def test_default_speedups_train_the_stock_numbers(warm_tiny_model_dir, tmp_path,
         for key in ("loss", "grad_norm", "entropy", "reward"):
             assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), (mine["step"], key)
         assert mine["timing/padding_fraction"] == theirs["timing/padding_fraction"]  # the same blocks, counted
+        assert mine["timing/model_flops"] == pytest.approx(theirs["timing/model_flops"])  # the same work counted
+
+
+@pytest.mark.slow
+def test_the_flops_of_a_shared_page_encoding_are_the_ones_it_computes(warm_tiny_model_dir, tmp_path, stock_run):
+    """Every copy of a page encoded (--no-share_page_encoding) counts more vision FLOPs than each distinct page
+    once per forward (the stock run above), for the same sampled tokens (the exact counts: tests/unit/test_flops.py)."""
+    _, stock = stock_run
+    [unshared] = _run(warm_tiny_model_dir, tmp_path / "run", *STOCK, "--no-share_page_encoding", "--max_steps", 1)[0]
+    assert unshared["timing/generated_tokens"] == stock[0]["timing/generated_tokens"]
+    assert unshared["timing/model_flops"] > stock[0]["timing/model_flops"] > 0
 
 
 @pytest.mark.slow

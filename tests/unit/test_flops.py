@@ -41,6 +41,11 @@ def test_released_3b_shape_counts_what_6n_misses():
     total = training_flops(arch, [(1817, 1656, 256)] * 8)
     parameters = arch.lm_body_params + arch.vision_params + arch.merger_params + 151936 * 2048  # tied head
     assert total / (6 * parameters * 8 * 2073) == pytest.approx(1.40, abs=0.01)  # 6·N·tokens undercounts it by ~1.4x
+    # --share_page_encoding with the 8 copies in one micro-batch: the page's vision work once, not 8 times
+    one = [(1817, 1656, 256)]
+    shared = training_flops(arch, one * 8, vision=False) + training_flops(arch, one) - training_flops(arch, one,
+                                                                                                      vision=False)
+    assert total / 1e12 == pytest.approx(522.0, abs=0.1) and shared / 1e12 == pytest.approx(323.5, abs=0.1)
 
 
 def test_timing_counts_the_flops_of_what_was_generated(tiny_model_dir):
@@ -149,3 +154,62 @@ def test_timing_counts_a_lora_run_with_its_frozen_weights(tiny_model_dir):
     arch = ArchFlops.from_config(model.config)
     counted = count([[1, image, image, 2]], [[5, 6, 7]])
     assert counted == training_flops(arch, [(4, 2, 3)], trained_parts(model)) < training_flops(arch, [(4, 2, 3)])
+
+
+def _two_copies_and_another_page():
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    a, b = torch.randn(8 * 12, 3 * 2 * 14 * 14, generator=generator), torch.randn(8 * 8, 3 * 2 * 14 * 14,
+                                                                               generator=generator)
+    return torch.cat([a, a, b]), torch.tensor([[1, 8, 12], [1, 8, 12], [1, 8, 8]])
+
+
+def _vision(arch, grid, weights) -> float:
+    from olmocr_rl.telemetry.vision_flops import _image_parts
+
+    return sum(weights[k] * v for k, v in _image_parts(arch, grid).items() if k.startswith("vision_"))
+
+
+def test_the_vision_tower_is_counted_where_it_runs(tiny_model_dir):
+    """Stock: every copy; --share_page_encoding: each distinct page once; no gradients (old log-probs,
+    generation): nothing; a frozen cached tower: its blocks once per page, the training merger per forward."""
+    import copy
+
+    import torch
+
+    from olmocr_rl.model.flops import Trained
+    from olmocr_rl.model.frozen_vision import freeze_vision, install_feature_cache
+    from olmocr_rl.model.loading import load_model_and_processor
+    from olmocr_rl.model.vision_speedups import share_page_encoding
+    from olmocr_rl.telemetry.vision_flops import _image_parts, install_vision_flops
+
+    stock = load_model_and_processor(str(tiny_model_dir), dtype=torch.float32)[0]
+    arch = ArchFlops.from_config(stock.config)
+    full = Trained().multipliers()
+    pixels, grid = _two_copies_and_another_page()
+    copies, other = _vision(arch, [1, 8, 12], full), _vision(arch, [1, 8, 8], full)
+
+    def counted(model, trained, *calls) -> list[float]:
+        seen: list[float] = []
+        assert install_vision_flops(model, arch, trained, seen.append)
+        for grad in calls:
+            with torch.set_grad_enabled(grad):
+                model.model.get_image_features(pixels, grid)
+        return seen
+
+    assert counted(copy.deepcopy(stock), Trained(), True) == [pytest.approx(2 * copies + other)]
+    shared = copy.deepcopy(stock)
+    assert share_page_encoding(shared)
+    assert counted(shared, Trained(), True, False) == [pytest.approx(copies + other)]  # the no-grad call: nothing
+
+    frozen = copy.deepcopy(stock)
+    freeze_vision(frozen, tower=True, merger=False)
+    cache, _ = install_feature_cache(frozen)
+    assert cache is not None
+    trained = Trained(vision_tower=False)
+    parts = [_image_parts(arch, [1, 8, 12]), _image_parts(arch, [1, 8, 8])]
+    blocks = sum(p["vision_tower"] + p["vision_attention"] for p in parts)  # two distinct pages, forward only
+    merger = 2 * (2 * parts[0]["vision_merger"] + parts[1]["vision_merger"])  # 3 images, forward + weight grads
+    # generation (no grad) encodes the pages; the training forward after it runs only the merger
+    assert counted(frozen, trained, False, True) == [pytest.approx(blocks), pytest.approx(merger)]
