@@ -168,19 +168,27 @@ def manifests_on_s3(server, prefix: str) -> dict[int, set[int]]:
     return found
 
 
+def whole_on_s3(server, prefix: str) -> list[int]:
+    """The checkpoint steps whole on S3: both nodes' manifests and trainer_state.json (the files that mark a
+    checkpoint whole go last, the manifests before trainer_state.json: either alone is a checkpoint cut short)."""
+    remote = remote_files(server, prefix)
+    return sorted(step for step, ranks in manifests_on_s3(server, prefix).items()
+                  if ranks == {0, 1} and f"checkpoint-{step}/trainer_state.json" in remote)
+
+
 @pytest.mark.slow
 def test_two_machines_without_shared_disk_resume_from_s3_with_every_rank_file(moto_s3, tmp_path, tiny_model_dir):
     save_uri = f"s3://{moto_s3.bucket}/runs/mn"
     command = {"model": tiny_model_dir, "save_uri": save_uri, "cache": tmp_path / "cache"}
     folders = [tmp_path / "node0", tmp_path / "node1"]
 
-    # Both machines train; once a checkpoint is whole on S3 (both nodes' manifests), SIGKILL both.
+    # Both machines train; once a checkpoint is whole on S3 (both nodes' manifests, its trainer_state.json), SIGKILL both.
     nodes = start_nodes(tmp_path, folders, "first", **command)
     try:
         deadline = time.monotonic() + 540
         whole: list[int] = []
         while time.monotonic() < deadline and all(p.poll() is None for p, _ in nodes):
-            whole = [step for step, ranks in manifests_on_s3(moto_s3, "runs/mn").items() if ranks == {0, 1}]
+            whole = whole_on_s3(moto_s3, "runs/mn")
             if whole:
                 break
             time.sleep(0.1)
@@ -191,7 +199,7 @@ def test_two_machines_without_shared_disk_resume_from_s3_with_every_rank_file(mo
     assert survivors(processes) == []  # launchers, trainers and their reward workers: all gone with the machine
     logs = "\n".join(log.read_text()[-4000:] for _, log in nodes)
     assert whole, "no checkpoint became whole on S3 while both nodes ran:\n" + logs
-    step = max(step for step, ranks in manifests_on_s3(moto_s3, "runs/mn").items() if ranks == {0, 1})
+    step = whole_on_s3(moto_s3, "runs/mn")[-1]
     assert step < 6, logs  # killed before the end
     # Rank 1's RNG state exists only on machine 1's disk, and reached S3 from there.
     assert not (folders[0] / f"checkpoint-{step}" / "rng_state_1.pth").exists()
