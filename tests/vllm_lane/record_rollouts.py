@@ -13,6 +13,7 @@ the run says so; the server keeps the weights it loaded, which equal the trainer
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 
@@ -41,6 +42,7 @@ def main() -> int:
 
     base_generate = vllm_generation.VLLMGeneration.generate
 
+    @functools.wraps(base_generate)  # __wrapped__: the private-surface check reads TRL's own source and signature
     def generate(self, prompts, images, num_generations, profiler=None):
         result = base_generate(self, prompts, images, num_generations, profiler=profiler)
         vllm_views.append([list(map(int, ids)) for ids in result[0]])
@@ -48,6 +50,7 @@ def main() -> int:
 
     base_turn = grpo_trainer.GRPOTrainer._generate_single_turn
 
+    @functools.wraps(base_turn)
     def generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         completion_ids, logprobs = base_turn(self, prompt_ids, images, multimodal_fields, num_generations,
                                              has_tool_images=has_tool_images)
