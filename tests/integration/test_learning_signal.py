@@ -31,18 +31,19 @@ def warm_model(warm_tiny_model_dir) -> Path:
     return warm_tiny_model_dir
 
 
-def _pass_rates(model: Path, out: Path, *extra: str) -> list[float]:
+def _pass_rates(model: Path, out: Path, *extra: str, steps: int = STEPS) -> list[float]:
+    """The bench pass rate of each of ``steps`` training steps of the demo config on ``model``."""
     from olmocr_rl import grpo_train
 
     code = grpo_train.main([
         "--config", str(REPO_ROOT / "configs" / "tiny-cpu.yaml"),
         "--train_bench_data_folder", str(BENCH_DATA_SAMPLE), "--model_name", str(model),
-        "--output_dir", str(out), "--max_steps", str(STEPS), "--save_steps", "100000", *extra,
+        "--output_dir", str(out), "--max_steps", str(steps), "--save_steps", "100000", *extra,
     ])
     assert code == 0
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rates = [r["bench_reward/overall_pass_rate"] for r in records if "bench_reward/overall_pass_rate" in r]
-    assert len(rates) == STEPS
+    assert len(rates) == steps
     return rates
 
 
@@ -90,23 +91,11 @@ SHORT_MARGIN = 0.05  # the issue's bar; both arms rose by ~0.11-0.13 over these 
 LORA_LEARNING_RATE = "2e-3"
 
 
-def _short_rates(model: Path, out: Path, *extra: str) -> list[float]:
-    from olmocr_rl import grpo_train
-
-    code = grpo_train.main([
-        "--config", str(REPO_ROOT / "configs" / "tiny-cpu.yaml"),
-        "--train_bench_data_folder", str(BENCH_DATA_SAMPLE), "--model_name", str(model),
-        "--output_dir", str(out), "--max_steps", str(SHORT_STEPS), "--save_steps", "100000", *extra,
-    ])
-    assert code == 0
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return [r["bench_reward/overall_pass_rate"] for r in records if "bench_reward/overall_pass_rate" in r]
-
-
 def test_lora_raises_the_bench_pass_rate(warm_model, tmp_path):
     from safetensors.torch import load_file
 
-    rates = _short_rates(warm_model, tmp_path / "lora", "--use_peft", "--learning_rate", LORA_LEARNING_RATE)
+    rates = _pass_rates(warm_model, tmp_path / "lora", "--use_peft", "--learning_rate", LORA_LEARNING_RATE,
+                        steps=SHORT_STEPS)
     assert len(rates) == SHORT_STEPS
     assert _window_gain(rates) >= SHORT_MARGIN, f"LoRA did not raise the pass rate: {rates}"
     before, after = load_file(warm_model / "model.safetensors"), load_file(tmp_path / "lora" / "model.safetensors")
@@ -118,7 +107,7 @@ def test_lora_raises_the_bench_pass_rate(warm_model, tmp_path):
 def test_a_frozen_vision_tower_learns_and_stays_bit_identical(warm_model, tmp_path):
     from safetensors.torch import load_file
 
-    rates = _short_rates(warm_model, tmp_path / "frozen", "--freeze_vision_tower")
+    rates = _pass_rates(warm_model, tmp_path / "frozen", "--freeze_vision_tower", steps=SHORT_STEPS)
     assert len(rates) == SHORT_STEPS
     assert _window_gain(rates) >= SHORT_MARGIN, f"a frozen tower stopped the learning: {rates}"
     before, after = load_file(warm_model / "model.safetensors"), load_file(tmp_path / "frozen" / "model.safetensors")
