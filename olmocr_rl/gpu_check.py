@@ -9,8 +9,7 @@ set of speed-ups (``stock``: none, the step as it was before them; ``vision``: t
 trainer's defaults), each arm in its own process on a GPU. vLLM runs to the length with ``ignore_eos`` (it only
 stops stopping: the sampled distribution and the log-probs TRL's importance-sampling correction compares are the
 model's own); ``min_tokens`` would mask EOS out of the logits, and vLLM's processed log-probs would then differ from
-the trainer's on every token (measured: sequence IS ratios 1e-4 to 0.02 at 256 tokens, a loss scaled to almost
-nothing). HF generation uses ``min_new_tokens`` (no correction there). On CPU the same runs use the tiny model and
+the trainer's on every token (docs/gpu_check.md). HF generation uses ``min_new_tokens`` (no correction there). On CPU the same runs use the tiny model and
 tiny sizes (under a minute an arm), so CI checks it.
 
 Prints one table and writes it as JSON (``--out``): seconds per step split into generation / reward /

@@ -29,9 +29,8 @@ an order verdict can differ only when the two texts' matches start within ``k`` 
 other): fuzzysearch switches to a different candidate generator for short patterns
 (``len // (k + 1) < 3``) and stops extending at the first rise after a minimum, so it can report a
 shorter extension on ties; ties inside a group are broken here by the leftmost start (fuzzysearch's
-choice depends on set iteration order). Measured against fuzzysearch 0.8.1 on 3,000 random order
-decisions (``k ≤ len/5``): all agree on real-text cases; 5 disagree among adversarial cases over a
-two-letter alphabet, all with overlapping matches.
+choice depends on set iteration order). docs/bench.md ("Compatibility") has the comparison with
+fuzzysearch.
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ go on the language model's linear layers named by ``--lora_target_modules`` and 
 config holds one regular expression anchored at the language model (PEFT matches a string target against
 each full module name). TRL's ``GRPOTrainer`` wraps the model with it (its ``peft_config`` argument).
 
-Weight sync: TRL hands vLLM the merged weights by merging the adapters into the base weights in place and
-unmerging them after the copy. In bf16, ``(W + ΔW) − ΔW`` is not ``W``: every sync moves the frozen base by
-rounding, and the drift compounds (TRL issue #6688). :func:`merged_named_parameters` yields the same merged
-tensors under the same names, computed out of place, so the base model never changes.
+Weight sync: TRL merges the adapters into the base weights in place and unmerges them after the copy, which
+moves the frozen base by rounding at every sync (docs/lora.md, "The weight sync to vLLM").
+:func:`merged_named_parameters` yields the same merged tensors under the same names, computed out of place, so
+the base model never changes.
 
 Adapter folders (``adapter_config.json`` + ``adapter_model.safetensors``, as a ``--use_peft`` checkpoint or
 ``OUTPUT_DIR/adapter/`` holds them): :func:`load_policy` loads one merged onto its base model, so

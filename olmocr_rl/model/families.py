@@ -173,9 +173,6 @@ QWEN3_VL_MOE = Family(
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (QWEN2_VL, QWEN2_5_VL, QWEN3_VL, QWEN3_VL_MOE)}
 
-#: ``model_type`` in config.json -> transformers class name.
-MODEL_CLASSES = {model_type: f.model_class for model_type, f in FAMILIES.items()}
-
 _QWEN3_5_GAP = ("its text model's gated-delta-net (linear attention) layers do not run on vLLM 0.31's CPU engine "
                 "(no float32 causal_conv1d kernel; in bfloat16 TRL's weight sync fails on their conv1d weights), so the "
                 "vLLM guarantees cannot "
@@ -306,10 +303,6 @@ def vision_pad_ids(processor) -> list[int]:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Configs of the presets
-
-
-def shape_names(model_type: str) -> list[str]:
-    return list(family(model_type).shapes)
 
 
 def preset_config(model_type: str, shape: str, *, vocab_size: int | None = None,

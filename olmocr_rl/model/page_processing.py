@@ -2,8 +2,8 @@
 
 A GRPO generation batch holds G copies of each page prompt, and TRL 1.16 runs the processor over the
 whole batch twice per step: once to tokenize the prompts for generation, once to build the training
-forward's ``pixel_values``. The image processor therefore resized, normalised and patchified the same
-page 2·G times (0.66 s for 8 copies of one 1288 px page on the H200 machine's CPU).
+forward's ``pixel_values``: the image processor would resize, normalise and patchify the same page 2·G
+times (docs/gpu_check.md has the figures).
 
 :func:`share_page_processing` wraps the processor's image step on the instance: within one call,
 identical images (same mode, size and pixel bytes) are processed once and their patches repeated in

@@ -1,7 +1,7 @@
 """Two exact speed-ups of the vision tower for GRPO (Qwen2-VL, Qwen2.5-VL, Qwen3-VL families), installed on a loaded model.
 
-Where the time goes (measured on an H200, 3B shape, one 1288 px page x 8 samples): the vision tower
-took 1.01 s of a 1.17 s prefill, for two reasons this module removes without changing any number.
+The vision tower dominates a page prompt's prefill (docs/gpu_check.md has the figure), for two reasons
+this module removes without changing any number.
 
 * **Each page is encoded G times.** A GRPO batch holds G copies of each page prompt, so the vision
   tower sees the same pixels G times, in generation's prefill and again in every training forward.
@@ -19,9 +19,8 @@ took 1.01 s of a 1.17 s prefill, for two reasons this module removes without cha
   there the flag does nothing, and the log says so.
 
 ``--share_page_encoding`` is on by default; ``--batched_vision_attention`` is on by default with a CUDA
-GPU (where the loop is launch-bound) and off on CPU, where ``scripts/bench/bench_vision.py`` measured
-it no faster (1.00x and 0.88x on 2 cores). The tests compare features, logits and gradients against
-the stock model on CPU.
+GPU (where the loop is launch-bound) and off on CPU, where it is no faster (``scripts/bench/bench_vision.py``;
+docs/gpu_check.md). The tests compare features, logits and gradients against the stock model on CPU.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Scoring a batch of completions against their pages' tests, serially or in a pool of worker processes.
 
 Why processes: the tests' hot path (regex normalisation, fuzzy matching, table parsing) is Python and
-rapidfuzz scorer calls, which hold the GIL; measured, two threads never use more than one core between
-them (CPU/wall <= 1.0, docs/rewards.md). A process pool is therefore used when more than one worker is asked for.
+rapidfuzz scorer calls, which hold the GIL, so threads do not scale (docs/rewards.md, "Parallel evaluation",
+has the measurement). A process pool is therefore used when more than one worker is asked for.
 
 Pool design:
 * created lazily on the first batch and reused across calls (and GRPO steps);
@@ -20,8 +20,7 @@ Pool design:
 * a failing pool (a worker killed, e.g. out of memory) is logged, and that batch scored in-process; the
   pool is restarted on the next batch, and after 3 failures in a row scoring stays in-process;
 * workers die with the trainer (:func:`_worker_start`): the kernel sends them SIGKILL when their parent ends,
-  however it ends (a SIGKILL of the trainer left two ~370 MB workers running under PID 1), and they leave the
-  trainer's process group, so a Ctrl-C in the terminal, or a launcher's signal to the group, reaches only the
+  however it ends, and they leave the trainer's process group, so a Ctrl-C in the terminal, or a launcher's signal to the group, reaches only the
   trainer, which stops them itself (no traceback from each worker, no pool broken under the last step).
 """
 

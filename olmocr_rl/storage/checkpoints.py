@@ -47,7 +47,6 @@ from olmocr_rl.storage.verify import (  # noqa: F401  (manifest_name: re-exporte
     checksum,
     local_files,
     manifest_name,
-    read_manifests,
     verify_folder,
 )
 
@@ -272,10 +271,6 @@ def check_layout(checkpoint: str, manifests: list[dict], current: Topology) -> N
             f"same number of processes and machines and the same accelerate config, or start a new run (another "
             f"--output_dir and --s3_save_path)"
         )
-
-
-def _local_manifests(folder: Path) -> list[dict]:
-    return read_manifests(folder)[0]
 
 
 def _remote_manifests(client, bucket: str, files: dict[str, RemoteObject]) -> list[dict]:

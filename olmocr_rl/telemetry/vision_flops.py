@@ -4,8 +4,8 @@ The language model's FLOPs follow from the sampled token counts (``olmocr_rl.tel
 vision tower computes depends on the speed-ups: with ``--share_page_encoding`` each training forward encodes
 each distinct page once, not once per copy (a G-copies group costs 1/G of the stock tower), and with
 ``--cache_vision_features`` a frozen tower encodes each page once per optimizer step. Counting the tower per
-sampled sequence would credit a step with work it skipped (for the 3B shape, a 1288 px page and G = 8 in one
-micro-batch: 522 TFLOP a step where 323.5 are computed). So hooks on the tower count what it is given:
+sampled sequence would credit a step with work it skipped (docs/gpu_check.md, "The MFU columns", gives the 3B figures).
+So hooks on the tower count what it is given:
 
 - a training forward (gradients on; the old log-probs and generation run without) counts, for each image
   the tower receives, its blocks and attention at the tower's multiplier and the merger at the merger's

@@ -7,14 +7,14 @@ trainer built directly (not through grpo_train) resumes correctly too.
 - :func:`load_checkpoint_weights`: the Trainer's ``_load_from_checkpoint`` reads ``model.safetensors``
   with ``load_state_dict``, but ``save_pretrained`` writes Qwen2.5-VL in its released key layout
   (``visual.*``, ``model.layers.*``) while the live model is ``model.visual.*``,
-  ``model.language_model.*``: every key missed and a resumed run went on from the *initial* weights
+  ``model.language_model.*``, so every key would miss and a resume would go on from the *initial* weights
   (with the checkpoint's optimizer state). The replacement loads the checkpoint as a model folder
   (``from_pretrained`` applies the key conversion) and copies its weights in, refusing any mismatch.
   DeepSpeed and FSDP checkpoints (their own, live-layout files) keep the Trainer's path. LoRA checkpoints
   (``--use_peft``: the adapter only) keep it too, after the checks of
   :func:`olmocr_rl.trainer.adapter_checkpoint.load_adapter_checkpoint`.
-- :func:`load_optimizer_and_scheduler`: several CPU processes could not load ``optimizer.pt`` (the
-  Trainer's map_location ``cpu:0`` is not one torch.load can restore to); within that one call, on that thread,
+- :func:`load_optimizer_and_scheduler`: with several CPU processes the Trainer's map_location ``cpu:0`` is not
+  one torch.load can restore ``optimizer.pt`` to; within that one call, on that thread,
   torch is taught to restore ``cpu:N`` (:func:`indexed_cpu_loads`; ``torch.load`` is not replaced). A
   checkpoint without ``scheduler.pt`` (resumed only with ``--allow_partial_resume``) gets its learning-rate
   schedule moved on to the checkpoint's step, where the Trainer would restart it at step 0 (warmup again).

@@ -3,8 +3,8 @@
 :class:`CheckpointSaveMixin` (in the bases of both trainers, before ``GRPOTrainer``) wraps the Trainer's
 ``_save_checkpoint`` (:func:`save_checkpoint`):
 
-- ``trainer_state.json`` is written whole or not at all (a temporary name, then a rename): transformers writes
-  it in place, and a full disk once left it at 4,096 of 4,195 bytes, a ``JSONDecodeError`` on every resume;
+- ``trainer_state.json`` is written whole or not at all (a temporary name, then a rename; transformers writes
+  it in place);
 - once every rank's files are written (a barrier), each machine's main process writes the checkpoint's node
   manifest (storage.verify: every file, its size and checksum), the last file of the checkpoint: a resume
   takes only a checkpoint whose files agree with it;
@@ -12,6 +12,8 @@
   ``RuntimeError``) becomes :class:`CheckpointSaveError`, one line naming the folder and the bytes needed;
   the half-written folder is removed, and the checkpoints before it are left as they were (the Trainer
   rotates old checkpoints only after a save succeeded).
+
+docs/storage.md ("Verified checkpoints", "The output folder") has the whole picture.
 """
 
 from __future__ import annotations

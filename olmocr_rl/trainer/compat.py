@@ -7,7 +7,7 @@ resume would start from the initial weights, OlmoRL would stop dropping groups, 
 one :class:`Point` in :data:`SURFACE`, and :func:`require_surface` checks them all, in a fraction of a
 second, where a mismatch can still stop the run before the model loads:
 
-- ``grpo_train`` calls it in its checks before loading (``_check_before_loading``);
+- ``grpo_train`` calls it in its trainer setup, before the model loads (``_check_trainer_setup``);
 - both trainers call it first thing in ``__init__`` (a trainer built directly is checked too).
 
 A mismatch raises :class:`CompatError`, one line naming the point, what relies on it, and the pin

@@ -1,13 +1,9 @@
 """TRL's completions table (``--log_completions``) for page prompts: console, parquet file and W&B.
 
-TRL 1.16 keeps each sampled prompt and completion as a chat conversation and puts the conversations
-as they are into the table it logs every logging step. A page prompt is a user message whose content
-is a text part and an image part; W&B tables reject that row (the two parts have different keys,
-``Data row contained incompatible types``), so with TRL alone every run that reports to W&B with
-``--log_completions`` (both defaults) stopped at its first log step.
-
-:class:`CompletionsLogMixin` fixes this without copying TRL's logging code: just before TRL builds the
-table it turns the kept conversations into their text (:func:`conversation_text`; an image part
+TRL 1.16 puts each sampled conversation as it is into the table it logs every logging step; a page prompt
+(a text part and an image part) is a row W&B tables reject (``Data row contained incompatible types``).
+:class:`CompletionsLogMixin` makes the rows loggable without copying TRL's logging code: just before TRL
+builds the table it turns the kept conversations into their text (:func:`conversation_text`; an image part
 becomes ``<image>``), and it adds a ``page`` column (``data.dataset.page_key``: ``<pdf>:<page>``, as the
 ``--pages`` filters name it) so that a row says which page
 it sampled. The page image is a column only with ``--log_multimodal`` (GRPOConfig's ``log_multimodal``,

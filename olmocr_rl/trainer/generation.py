@@ -2,8 +2,8 @@
 
 TRL 1.16 builds its HF ``GenerationConfig`` with ``disable_compile=True`` and a dynamic KV cache, so
 every decoding step of ``model.generate`` is one eager forward of the whole model: at batch G and one
-token per step, kernel launches, not FLOPs, set the pace (173 generated tok/s for the 3B shape at G = 8
-on an H200). :class:`CompiledGenerationMixin` turns on what transformers 5.17 already offers for this:
+token per step, kernel launches, not FLOPs, set the pace. :class:`CompiledGenerationMixin` turns on what
+transformers 5.17 already offers for this:
 
 * a **static KV cache** (``cache_implementation="static"``), whose tensors keep one shape for the whole
   generation, so the decoding step can be compiled;
@@ -18,10 +18,8 @@ Sampling is unchanged: the same logits processors, the same random draws in the 
 cache positions are masked out, so the generated ids equal the stock path's under a fixed seed
 (``tests/unit/test_generation.py`` compares them on CPU). vLLM backends are not affected.
 
-Default ``auto``: on with a CUDA GPU, off on CPU, where ``scripts/bench/bench_generation.py`` measured it
-not paying: for the ``small`` shape at G = 8 x 64 tokens the static cache alone ran 0.84x and compiled
-decoding 0.93x the stock speed, after 92 s of compiling (docs/gpu_check.md). The GPU default is not yet
-measured on this code: the gpu_check ``all`` rows will say.
+Default ``auto``: on with a CUDA GPU, off on CPU, where it does not pay; the figures on both
+(``scripts/bench/bench_generation.py``, the gpu_check rows) are in docs/gpu_check.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Every epoch's page order from (seed, epoch) alone, so a resumed run sees the pages it would have seen.
 
-TRL 1.16's ``RepeatSampler`` seeds one generator at construction and draws each epoch's shuffle from it
-in turn. A run resumed in epoch E > 0 builds a fresh sampler in a fresh process, so it replays epoch 0's
-order (measured: a resume at step 11 of 10 pages a epoch gave rewards 0.34 away from the uninterrupted
-run's on the next steps). :class:`EpochSeededOrderMixin` gives both trainers an
-:class:`EpochSeededRepeatSampler` and sets its epoch at the start of every epoch, the resumed one
-included. Epoch 0's order is TRL's exactly.
+TRL 1.16's ``RepeatSampler`` draws each epoch's shuffle in turn from one generator seeded at construction,
+so a sampler built fresh at a resume in epoch E > 0 would replay epoch 0's order.
+:class:`EpochSeededOrderMixin` gives both trainers an :class:`EpochSeededRepeatSampler` and sets its epoch at
+the start of every epoch, the resumed one included. Epoch 0's order is TRL's exactly. What a resume restores:
+docs/storage.md ("Preemption and resume").
 """
 
 from __future__ import annotations
@@ -37,8 +36,7 @@ class EpochSeededOrderMixin:
     """Put before ``GRPOTrainer`` in the bases: its train sampler becomes an :class:`EpochSeededRepeatSampler`.
 
     Relies on TRL's ``GRPOTrainer._get_train_sampler`` returning a ``RepeatSampler`` (checked: another class
-    raises CompatError, where it used to fall back to TRL's order silently) and the Trainer's
-    ``_run_epoch(model, epoch, ...)`` (trainer/compat.py lists both).
+    raises CompatError) and the Trainer's ``_run_epoch(model, epoch, ...)`` (trainer/compat.py lists both).
     """
 
     _page_sampler: EpochSeededRepeatSampler | None = None

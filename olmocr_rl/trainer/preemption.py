@@ -1,7 +1,7 @@
 """Preemption: SIGTERM, SIGUSR1 and SIGINT end a run with a checkpoint of the step they arrived in.
 
 Slurm and Beaker preempt with SIGTERM (our sbatch asks for SIGUSR1 300 s before the time limit), and Ctrl-C is
-SIGINT. Without this a run died at once and lost up to ``--save_steps`` steps. The signal handling itself
+SIGINT (docs/storage.md, "Stop signals and exit statuses"). The signal handling itself
 (before training, the first signal, a second one) is trainer.stop_signals; here:
 
 - :class:`PreemptionCallback` (added by trainer.build) installs the :class:`StopRequest` when training

@@ -1,39 +1,23 @@
 """vLLM rollouts that sample from the prompt the trainer scores, in the trainer's dtype.
 
-TRL 1.16 hands vLLM the page prompt as token ids with each image already expanded into its run of
-``<|image_pad|>`` tokens (one per merged vision patch), plus the image. vLLM's Qwen2.5-VL processor
-expands image placeholders itself, so in colocate mode it replaces the first pad of the run with a
-whole run again: a prompt with 12 image tokens reaches the model with 23, 11 of them read as text, and
-every rollout is sampled from a different prompt than the one the trainer scores (upstream: TRL issues
-#6294 / #6401). Server mode is different: TRL places the image features on the runs of its own prompt
-ids, so the expanded form is right there. More that the pinned TRL does not do for us:
+:class:`PageVLLMGeneration`, a small subclass of TRL's ``VLLMGeneration`` swapped in only while the trainer is
+built (:func:`page_vllm_generation`), guarantees what the pinned TRL does not:
 
-* vLLM may sample an image or video pad token (TRL masks them only for HF generation); the next
-  training forward then finds more image tokens than image features and the run dies. They are banned
-  through vLLM's ``bad_words`` in both modes (``--vllm_block_image_tokens``, on by default; the
-  ``generation_kwargs`` are built by ``config.grpo.vllm_sampling_kwargs``).
-* TRL builds the colocated engine without a dtype, and vLLM's ``auto`` turns a float32 checkpoint into
-  bfloat16, so its log-probs disagree with a float32 trainer. The engine runs in ``--vllm_dtype``
-  (default: the trainer's dtype).
-* After a weight sync TRL resets vLLM's prefix cache but not its encoder cache, so a page seen again
-  (a later epoch, or one page trained repeatedly) gets vision features from the old weights; the
-  encoder cache is reset with every sync (colocated engine, or the server's ``/reset_encoder_cache``).
-* vLLM 0.31 reads Qwen3-VL-MoE's stacked expert weights in the released layout, the transpose of the one
-  transformers 5.17 trains with: weight syncs send them transposed (``_iter_named_params``).
-* vLLM's CPU engine packs MoE expert weights for its kernel once, at load; after each sync they are packed
-  again in place (:func:`_reprepack_cpu_moe_weights`).
-* vLLM's CPU backend repacks linear weights (oneDNN; sgl-kernel for bfloat16 on AMX CPUs), which drops the
-  ``weight_loader`` that TRL's weight sync needs; on CPU the repacking is switched off (plain
-  ``torch.nn.functional.linear``).
-* With LoRA (``--use_peft``) TRL sends vLLM the merged weights by merging the adapters into the base weights
-  in place and unmerging them after the copy, which in bf16 moves the frozen base by rounding at every sync
-  (TRL #6688). Where the weights are not sharded (one process, DDP, ZeRO-2), the merged weights are computed
-  out of place instead (``olmocr_rl.model.adapters.merged_named_parameters``: same values, same names, the
-  base untouched); under ZeRO-3 / FSDP TRL's own gathered merge runs.
+* colocate mode: vLLM sees each image as one placeholder, so the prompt it expands is token for token the
+  trainer's (TRL hands it the already expanded run of ``<|image_pad|>`` tokens); server mode is left alone;
+* image and video pad tokens are never sampled (vLLM's ``bad_words``, ``--vllm_block_image_tokens``; the
+  ``generation_kwargs`` come from ``config.grpo.vllm_sampling_kwargs``);
+* the colocated engine runs in ``--vllm_dtype`` (default: the trainer's dtype);
+* vLLM's encoder cache is reset with every weight sync (the colocated engine's, or the server's
+  ``/reset_encoder_cache``);
+* Qwen3-VL-MoE's expert weights are synced in the released layout (``_iter_named_params``), and on the CPU
+  engine packed again after each sync (:func:`_reprepack_cpu_moe_weights`); on CPU the linear-weight
+  repacking that drops TRL's ``weight_loader`` is switched off;
+* with LoRA (``--use_peft``) and unsharded weights, the merged weights are computed out of place
+  (``olmocr_rl.model.adapters.merged_named_parameters``), so the frozen base never moves; under ZeRO-3 / FSDP
+  TRL's own gathered merge runs.
 
-All of it is one small subclass of TRL's ``VLLMGeneration``, swapped in only while the trainer is
-built (:func:`page_vllm_generation`); a TRL release that fixes the prompt form makes
-:meth:`PageVLLMGeneration.generate` a no-op to delete.
+docs/vllm.md ("What was wrong, and the fix") has each problem, how it showed and what was measured.
 """
 
 from __future__ import annotations

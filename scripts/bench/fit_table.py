@@ -1,4 +1,4 @@
-"""The README's one-GPU fit table, from the colocate preflight's own arithmetic (olmocr_rl.model.colocate_memory).
+"""The one-GPU fit table of docs/scaling.md, from the colocate preflight's own arithmetic (olmocr_rl.model.colocate_memory).
 
     python scripts/bench/fit_table.py            # the markdown table
     python scripts/bench/fit_table.py --json     # the numbers

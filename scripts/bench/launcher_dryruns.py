@@ -1,5 +1,5 @@
 """The before/after capture for changes to the launchers (olmocr_rl/launch/, scripts/slurm/, scripts/beaker/):
-every launcher --dry-run of the README's examples and the test cases, one file each. Capture before the
+every launcher --dry-run of docs/scaling.md's examples and the test cases, one file each. Capture before the
 change, capture after it, and `diff -r` shows exactly which printed commands changed (and nothing else).
 
     .venv/bin/python scripts/bench/launcher_dryruns.py /tmp/launch_before
@@ -56,7 +56,7 @@ def cases(tmp: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
                  "--gradient_accumulation_steps", "28"]
     t = ["--beaker-user", "tester"]
     return {
-        # README.md / docs/scaling.md examples
+        # docs/scaling.md examples (the readme_ names are kept: captures stay comparable)
         "readme_beaker_1gpu_colocate": ([*BEAKER, "--gpus", "1", "--", *CFG, "--vllm_mode", "colocate"], {}),
         "readme_beaker_8gpu_7_plus_1": ([*BEAKER, "--gpus", "8", "--vllm-gpus", "1", "--preemptible", "--name",
                                          "synthmix-seed1", "--", *CFG, "--model_name", "s3://bucket/sft-checkpoint",

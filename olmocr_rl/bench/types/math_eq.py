@@ -9,7 +9,7 @@ Run:
    one whose rendering contains the reference's rendering
    (:func:`olmocr_rl.bench.latex.equation_contains`).
 
-olmOCR-bench renders both with KaTeX in headless Chromium (≈90 ms a test) and passes when the
+olmOCR-bench renders both with KaTeX in headless Chromium (docs/bench.md has the cost) and passes when the
 reference's MathML is a substring of the candidate's or when every reference glyph can be mapped to
 a distinct candidate glyph with the same character and the same neighbouring characters (up, down,
 left, right). Here LaTeX is laid out by :mod:`olmocr_rl.bench.latex`, a small TeX-like layout of
