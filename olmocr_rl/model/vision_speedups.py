@@ -21,7 +21,9 @@ took 1.01 s of a 1.17 s prefill, for two reasons this module removes without cha
 ``--share_page_encoding`` is on by default; ``--batched_vision_attention`` is on by default with a CUDA
 GPU (where the loop is launch-bound) and off on CPU, where ``scripts/bench/bench_vision.py`` measured
 it no faster (1.00x and 0.88x on 2 cores). The tests compare features, logits and gradients against
-the stock model on CPU.
+the stock model on CPU. As that GPU default is not measured on this code, the batched attention checks
+itself on its first call against the loop (:func:`_checked_forward`) and on any failure puts the loop back
+for the rest of the run, with one warning line (olmocr_rl.model.fallback).
 """
 
 from __future__ import annotations
@@ -154,7 +156,7 @@ def batch_window_attention(model) -> int:
     )
     from transformers.utils.generic import is_flash_attention_requested
 
-    patched = 0
+    guard = _WindowGuard()
     for block in getattr(inner.visual, "blocks", []):
         attention = block.attn
         if type(attention) is not Qwen2_5_VLVisionAttention or is_flash_attention_requested(attention.config):
@@ -173,9 +175,57 @@ def batch_window_attention(model) -> int:
                                       dropout=0.0 if not self.training else self.attention_dropout, **kwargs)
             return self.proj(output.reshape(seq_length, -1).contiguous())
 
-        attention.forward = types.MethodType(forward, attention)
-        patched += 1
-    return patched
+        attention.forward = types.MethodType(functools.partial(_checked_forward, batched=forward), attention)
+        attention._olmocr_rl_window_guard = guard
+        guard.layers.append(attention)
+    return len(guard.layers)
+
+
+class _WindowGuard:
+    """The first-use check of ``--batched_vision_attention``, shared by the patched layers of one model (kept on each
+    layer, so a deep copy of the model copies it with its layers)."""
+
+    def __init__(self):
+        self.layers: list = []
+        self.checked = False
+
+    def fall_back(self, reason: str) -> None:
+        from olmocr_rl.model.fallback import fall_back
+
+        for layer in self.layers:  # the class's forward again: the per-window loop
+            layer.__dict__.pop("forward", None)
+        fall_back("--batched_vision_attention", reason, "the per-window attention loop")
+
+
+def _checked_forward(self, hidden_states, cu_seqlens, position_embeddings=None, max_seqlen=None, *, batched,
+                     **kwargs):
+    """The batched window attention of a layer; on the first call also the stock loop, to compare.
+
+    An exception of the batched call, or a first result further from the loop's than the dtype's tolerance
+    (olmocr_rl.model.fallback), puts the loop back in every layer and returns the loop's result."""
+    import torch
+
+    from olmocr_rl.model.fallback import reason_of, relative_difference, tolerance
+
+    guard = self._olmocr_rl_window_guard
+    stock = functools.partial(type(self).forward, self, hidden_states, cu_seqlens,
+                              position_embeddings=position_embeddings, max_seqlen=max_seqlen, **kwargs)
+    try:
+        output = batched(self, hidden_states, cu_seqlens, position_embeddings, max_seqlen, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - any failure of the speed-up falls back to the stock loop
+        guard.fall_back(f"the batched call failed: {reason_of(exc)}")
+        return stock()
+    if guard.checked:
+        return output
+    with torch.no_grad():
+        reference = stock()
+    difference = relative_difference(output, reference)
+    if difference > tolerance(reference.dtype):
+        guard.fall_back(f"its first result differs from the per-window loop's by {difference:.2g} (relative), "
+                        f"more than the {tolerance(reference.dtype):.0e} allowed in {reference.dtype}")
+        return stock() if torch.is_grad_enabled() else reference
+    guard.checked = True
+    return output
 
 
 def apply_vision_speedups(model, *, share_pages: bool = True, batched_attention: bool = True) -> list[str]:
