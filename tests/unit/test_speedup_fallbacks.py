@@ -123,3 +123,137 @@ def test_batched_attention_that_agrees_is_checked_once_and_stays(vision_model, m
     torch.testing.assert_close(first, _features(vision_model, pixels, grid), rtol=1e-5, atol=1e-6)
     assert torch.equal(first, second)
     assert all(block.attn._olmocr_rl_window_guard.checked for block in model.model.visual.blocks)
+
+
+# ------------------------------------------------------------------------------------------ --compiled_generation
+# The compiled path here is its static, bucketed cache without the compiling (which takes minutes on CPU): the
+# check and the fallback do not depend on what the compiled path is, only on what it returns.
+
+TOKENS = 12
+
+
+@pytest.fixture(scope="module")
+def generation_trainer(tiny_model_dir, tmp_path_factory):
+    from datasets import Dataset
+    from PIL import Image
+    from trl import GRPOConfig
+
+    from olmocr_rl.model.loading import load_model_and_processor
+    from olmocr_rl.trainer.plain import PlainGRPOTrainer
+
+    model, processor = load_model_and_processor(str(tiny_model_dir))
+    prompt = [{"role": "user", "content": [{"type": "text", "text": "Transcribe."}, {"type": "image"}]}]
+    dataset = Dataset.from_list([{"prompt": prompt, "image": Image.new("RGB", (56, 84), "white")}])
+    args = GRPOConfig(output_dir=str(tmp_path_factory.mktemp("generation")), report_to="none", use_cpu=True,
+                      bf16=False, num_generations=4, per_device_train_batch_size=4, max_completion_length=TOKENS,
+                      generation_kwargs={"min_new_tokens": TOKENS}, logging_steps=1, seed=0)
+    trainer = PlainGRPOTrainer(model=model, args=args, processing_class=processor,
+                               reward_funcs=[lambda completions, **kw: [0.0] * len(completions)], train_dataset=dataset)
+    trainer.model.train()
+    return trainer, [dict(dataset[0]) for _ in range(4)], copy.deepcopy(trainer.generation_config)
+
+
+def _generated(trainer, inputs, seed=0):
+    """One batch's completion ids, and the next random draw after it (where generation left the random state)."""
+    torch.manual_seed(seed)
+    ids = trainer._generate_and_score_completions(inputs)["completion_ids"]
+    return ids, torch.rand(1).item()
+
+
+def _generate_calls(monkeypatch, trainer, broken=None):
+    """Record each ``model.generate``'s cache implementation; ``broken(ids, prompt_length)`` forces a failure of the
+    static-cache (compiled) path."""
+    calls = []
+    stock = trainer.model.generate
+
+    def generate(*args, generation_config, **kwargs):
+        calls.append(generation_config.cache_implementation)
+        ids = stock(*args, generation_config=generation_config, **kwargs)
+        if broken and generation_config.cache_implementation == "static":
+            return broken(ids, kwargs["input_ids"].shape[1])
+        return ids
+
+    monkeypatch.setattr(trainer.model, "generate", generate)
+    return calls
+
+
+@pytest.fixture
+def trainers(generation_trainer):
+    """The trainer on the stock path (TRL's config), and a function switching it to the compiled path."""
+    from olmocr_rl.trainer.build import configure_speedups
+
+    trainer, inputs, stock_config = generation_trainer
+    trainer.generation_config = copy.deepcopy(stock_config)
+    trainer.compiled_generation = trainer.compiled_generation_checked = False
+
+    def compiled():
+        configure_speedups(trainer, padding_free=False, compiled_generation=True)
+        trainer.generation_config.disable_compile = True  # the static cache only (see above)
+        return trainer
+
+    return trainer, inputs, compiled
+
+
+def test_compiled_generation_that_agrees_is_kept_and_checked_once(trainers, monkeypatch, caplog):
+    trainer, inputs, compiled = trainers
+    torch.manual_seed(0)
+    stock_ids = trainer._generate_and_score_completions(inputs)["completion_ids"]
+    torch.rand(1)  # the compiled path below draws one more number than the stock path:
+    compiled_next = torch.rand(1).item()  # the run goes on from where the compiled path left the random state
+    compiled()
+    calls = _generate_calls(monkeypatch, trainer, broken=lambda ids, prompt_length: (torch.rand(1), ids)[1])
+    with caplog.at_level(logging.WARNING, logger=FALLBACK_LOGGER):
+        ids, next_draw = _generated(trainer, inputs)
+        assert calls == ["static", None]  # the first batch: compiled, then the stock path to compare
+        calls.clear()
+        _generated(trainer, inputs, seed=1)
+    assert calls == ["static"] and not _warnings(caplog) and trainer.compiled_generation_checked
+    assert torch.equal(ids, stock_ids) and ids.shape[1] == TOKENS and next_draw == compiled_next
+    assert trainer.generation_config.cache_implementation == "static"
+
+
+def test_compiled_generation_that_raises_falls_back_to_the_stock_path(trainers, monkeypatch, caplog):
+    trainer, inputs, compiled = trainers
+    stock_ids, stock_next = _generated(trainer, inputs)
+    compiled()
+
+    def compile_error(ids, prompt_length):
+        raise RuntimeError("BackendCompilerFailed: inductor raised an error\ntraceback lines")
+
+    calls = _generate_calls(monkeypatch, trainer, broken=compile_error)
+    with caplog.at_level(logging.WARNING, logger=FALLBACK_LOGGER):
+        ids, next_draw = _generated(trainer, inputs)
+        _generated(trainer, inputs, seed=1)
+    assert torch.equal(ids, stock_ids) and next_draw == stock_next  # the stock batch from the same random state
+    assert calls == ["static", None, None] and not trainer.compiled_generation
+    assert trainer.generation_config.cache_implementation is None and trainer.generation_config.disable_compile
+    assert _warnings(caplog) == [
+        "WARNING: --compiled_generation is off for the rest of this run (compiled generation failed: RuntimeError: "
+        "BackendCompilerFailed: inductor raised an error); HF generation with TRL's dynamic cache, uncompiled "
+        "runs instead"]
+
+
+def test_compiled_generation_unlike_the_stock_path_on_the_first_batch_falls_back(trainers, monkeypatch, caplog):
+    from olmocr_rl.trainer.generation import prefix_agreement
+
+    trainer, inputs, compiled = trainers
+    stock_ids, stock_next = _generated(trainer, inputs)
+    compiled()
+
+    def wrong_cache(ids, prompt_length):  # right first token (the prefill), then other tokens
+        ids = ids.clone()
+        ids[:, prompt_length + 1:] = (ids[:, prompt_length + 1:] + 1) % 50
+        return ids
+
+    calls = _generate_calls(monkeypatch, trainer, broken=wrong_cache)
+    with caplog.at_level(logging.WARNING, logger=FALLBACK_LOGGER):
+        ids, next_draw = _generated(trainer, inputs)
+    assert torch.equal(ids, stock_ids) and next_draw == stock_next and calls == ["static", None]
+    assert not trainer.compiled_generation and trainer.generation_config.cache_implementation is None
+    assert _warnings(caplog) == [
+        f"WARNING: --compiled_generation is off for the rest of this run (on the first batch its completions agree "
+        f"with the stock path's on {1 / TOKENS:.0%} of their first 32 tokens, less than the 75% required); HF "
+        f"generation with TRL's dynamic cache, uncompiled runs instead"]
+    assert prefix_agreement([[1, 2, 3, 4]], [[1, 2, 9, 4]]) == 0.5
+    assert prefix_agreement([[1] * 40], [[1] * 40]) == 1.0 and prefix_agreement([[1]], [[1], [1]]) == 0.0
+    assert prefix_agreement([[1] * 31 + [2, 3]], [[1] * 31 + [3, 3]]) == 31 / 32  # beyond 32 tokens: not compared
