@@ -257,3 +257,52 @@ def test_compiled_generation_unlike_the_stock_path_on_the_first_batch_falls_back
     assert prefix_agreement([[1, 2, 3, 4]], [[1, 2, 9, 4]]) == 0.5
     assert prefix_agreement([[1] * 40], [[1] * 40]) == 1.0 and prefix_agreement([[1]], [[1], [1]]) == 0.0
     assert prefix_agreement([[1] * 31 + [2, 3]], [[1] * 31 + [3, 3]]) == 31 / 32  # beyond 32 tokens: not compared
+
+
+# ----------------------------------------------------------------------- --gradient_checkpointing auto on a GPU
+
+def _gpu_plan(tiny_model_dir, monkeypatch, properties):
+    """``plan_for_run`` of the tiny model as on a CUDA machine whose ``get_device_properties`` does ``properties``."""
+    import dataclasses
+
+    from olmocr_rl.config import parse_args, validate
+    from olmocr_rl.config.checks import max_image_tokens
+    from olmocr_rl.config.environment import Environment
+    from olmocr_rl.config.flags import PROMPT_TEXT_TOKENS
+    from olmocr_rl.model.checkpointing import plan_for_run
+
+    cfg = validate(parse_args(["--train_bench_data_folder", "bench_data_sample", "--reward_bench", "--report_to",
+                               "none", "--num_generations", "8", "--model_name", str(tiny_model_dir)]))
+    cfg = dataclasses.replace(cfg, environment=Environment(cuda=True, vllm=False, num_processes=1))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    return plan_for_run(cfg, image_tokens=max_image_tokens(cfg.target_longest_image_dim),
+                        text_tokens=PROMPT_TEXT_TOKENS)
+
+
+def test_checkpointing_plan_on_a_gpu_whose_memory_cannot_be_read_is_the_stock_one(tiny_model_dir, monkeypatch, caplog):
+    from types import SimpleNamespace
+
+    def no_device(index):
+        raise RuntimeError(f"CUDA error: invalid device ordinal {index}\nCUDA kernel errors might be reported later")
+
+    stock = "every layer recomputing (TRL's gradient checkpointing) runs instead"
+    with caplog.at_level(logging.WARNING, logger=FALLBACK_LOGGER):
+        unreadable = _gpu_plan(tiny_model_dir, monkeypatch, no_device)
+        empty = _gpu_plan(tiny_model_dir, monkeypatch, lambda index: SimpleNamespace(total_memory=0))
+    assert unreadable.mode == empty.mode == "full"  # what TRL does: the flag the GRPOConfig gets
+    assert unreadable.reason == "--gradient_checkpointing auto: the GPU's memory is unknown: every layer recomputes"
+    assert _warnings(caplog) == [
+        "WARNING: --gradient_checkpointing auto is off for the rest of this run (the GPU's memory could not be read: "
+        f"RuntimeError: CUDA error: invalid device ordinal 0); {stock}",
+        f"WARNING: --gradient_checkpointing auto is off for the rest of this run (the GPU's memory reads as 0 bytes); "
+        f"{stock}"]
+
+
+def test_checkpointing_plan_on_a_gpu_that_reads_plans_by_its_memory(tiny_model_dir, monkeypatch, caplog):
+    from types import SimpleNamespace
+
+    with caplog.at_level(logging.WARNING, logger=FALLBACK_LOGGER):
+        roomy = _gpu_plan(tiny_model_dir, monkeypatch, lambda index: SimpleNamespace(total_memory=80 * 2**30))
+        tight = _gpu_plan(tiny_model_dir, monkeypatch, lambda index: SimpleNamespace(total_memory=2 * 2**30))
+    assert roomy.mode == "off" and "nothing recomputes" in roomy.reason and not _warnings(caplog)
+    assert tight.mode == "full" and "every layer recomputes: " in tight.reason  # 2 GiB: all of it headroom
