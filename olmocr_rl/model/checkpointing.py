@@ -269,6 +269,7 @@ def _recompute_in_backward(layer) -> None:
         return stock(self, *args, **kwargs)
 
     layer.forward = types.MethodType(forward, layer)
+    layer._olmocr_rl_recomputes = True  # read by the batched vision attention's fallback (model.vision_speedups)
 
 
 def evenly_spaced(count: int, total: int) -> list[int]:

@@ -178,6 +178,7 @@ def batch_window_attention(model) -> int:
         attention.forward = types.MethodType(functools.partial(_checked_forward, batched=forward), attention)
         attention._olmocr_rl_window_guard = guard
         guard.layers.append(attention)
+        guard.blocks.append(block)
     return len(guard.layers)
 
 
@@ -187,7 +188,14 @@ class _WindowGuard:
 
     def __init__(self):
         self.layers: list = []
+        self.blocks: list = []  # the block of each layer
         self.checked = False
+
+    def recomputes(self, layer) -> bool:
+        """Whether ``layer``'s block recomputes in the backward pass (our checkpointing plans, or transformers')."""
+        block = next(b for a, b in zip(self.layers, self.blocks) if a is layer)
+        return bool(getattr(block, "_olmocr_rl_recomputes", False)
+                    or (block.training and getattr(block, "gradient_checkpointing", False)))
 
     def fall_back(self, reason: str) -> None:
         from olmocr_rl.model.fallback import fall_back
@@ -202,7 +210,11 @@ def _checked_forward(self, hidden_states, cu_seqlens, position_embeddings=None, 
     """The batched window attention of a layer; on the first call also the stock loop, to compare.
 
     An exception of the batched call, or a first result further from the loop's than the dtype's tolerance
-    (olmocr_rl.model.fallback), puts the loop back in every layer and returns the loop's result."""
+    (olmocr_rl.model.fallback), puts the loop back in every layer and returns the loop's result. The first call's
+    comparison runs without gradients and the batched call then runs again for them: a layer that recomputes in the
+    backward pass (non-reentrant checkpointing) must save the same tensors when it recomputes, so nothing of a
+    failed batched call may be saved. Hence a later call that fails with gradients on, in a block that recomputes,
+    raises its error as it is (only out of memory is expected there)."""
     import torch
 
     from olmocr_rl.model.fallback import reason_of, relative_difference, tolerance
@@ -210,22 +222,30 @@ def _checked_forward(self, hidden_states, cu_seqlens, position_embeddings=None, 
     guard = self._olmocr_rl_window_guard
     stock = functools.partial(type(self).forward, self, hidden_states, cu_seqlens,
                               position_embeddings=position_embeddings, max_seqlen=max_seqlen, **kwargs)
+    call = functools.partial(batched, self, hidden_states, cu_seqlens, position_embeddings, max_seqlen, **kwargs)
+    if not guard.checked:
+        with torch.no_grad():
+            try:
+                trial = call()
+            except Exception as exc:  # noqa: BLE001 - any failure of the speed-up falls back to the stock loop
+                guard.fall_back(f"the batched call failed: {reason_of(exc)}")
+                return stock()
+            reference = stock()
+        difference, allowed = relative_difference(trial, reference), tolerance(reference.dtype)
+        if difference > allowed:
+            guard.fall_back(f"its first result differs from the per-window loop's by {difference:.2g} (relative), "
+                            f"more than the {allowed:.0e} allowed in {reference.dtype}")
+            return stock() if torch.is_grad_enabled() else reference
+        guard.checked = True
+        if not torch.is_grad_enabled():
+            return trial
     try:
-        output = batched(self, hidden_states, cu_seqlens, position_embeddings, max_seqlen, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - any failure of the speed-up falls back to the stock loop
+        return call()
+    except Exception as exc:  # noqa: BLE001 - e.g. out of memory on a larger page
+        if torch.is_grad_enabled() and guard.recomputes(self):
+            raise  # what the failed call saved for the backward pass cannot be taken back: its recomputation would not match
         guard.fall_back(f"the batched call failed: {reason_of(exc)}")
         return stock()
-    if guard.checked:
-        return output
-    with torch.no_grad():
-        reference = stock()
-    difference = relative_difference(output, reference)
-    if difference > tolerance(reference.dtype):
-        guard.fall_back(f"its first result differs from the per-window loop's by {difference:.2g} (relative), "
-                        f"more than the {tolerance(reference.dtype):.0e} allowed in {reference.dtype}")
-        return stock() if torch.is_grad_enabled() else reference
-    guard.checked = True
-    return output
 
 
 def apply_vision_speedups(model, *, share_pages: bool = True, batched_attention: bool = True) -> list[str]:

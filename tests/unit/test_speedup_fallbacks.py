@@ -105,6 +105,51 @@ def test_batched_attention_unlike_the_loop_on_first_use_falls_back(vision_model,
     assert all(p.grad is not None for p in model.model.visual.blocks[0].attn.parameters())
 
 
+def _out_of_memory(*args, **kwargs):
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+@pytest.mark.parametrize("failure", ["differs in a recomputing block", "raises later, not recomputing"])
+def test_a_fallback_with_gradients_gives_the_stock_gradients(vision_model, monkeypatch, caplog, failure):
+    """Non-reentrant checkpointing (the vision / partial plans, and transformers' own) recomputes a block in the
+    backward pass and checks it saves the same tensors: a failed batched call must have saved nothing."""
+    from olmocr_rl.model.checkpointing import CheckpointPlan, apply_checkpointing
+
+    stock, model, (pixels, grid) = copy.deepcopy(vision_model).train(), _batched(vision_model).train(), _pages()
+    if failure == "differs in a recomputing block":
+        assert apply_checkpointing(model, CheckpointPlan("vision", "test")) == "2 vision blocks"
+    if failure.startswith("raises later"):
+        _features(model, pixels, grid)  # the first call checks and passes
+        monkeypatch.setattr(vision_speedups, "_batched_windows", _out_of_memory)
+    else:
+        _calls(monkeypatch, "_batched_windows", change=lambda out: out * 1.01)
+    with caplog.at_level(logging.WARNING, logger=FALLBACK_LOGGER):
+        features = _features(model, pixels, grid)
+    (features * features).sum().backward()
+    reference = _features(stock, pixels, grid)
+    (reference * reference).sum().backward()
+    assert torch.equal(features, reference) and len(_warnings(caplog)) == 1 and _patched_layers(model) == 0
+    for (name, ours), theirs in zip(model.model.visual.named_parameters(), stock.model.visual.parameters()):
+        torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_a_later_failure_in_a_recomputing_block_raises_as_it_is(vision_model, monkeypatch, caplog):
+    """What the failed call saved for the backward pass cannot be taken back, so its error is not hidden; without
+    gradients (generation's prefill) the same failure falls back."""
+    from olmocr_rl.model.checkpointing import CheckpointPlan, apply_checkpointing
+
+    model, (pixels, grid) = _batched(vision_model).train(), _pages()
+    apply_checkpointing(model, CheckpointPlan("vision", "test"))
+    _features(model, pixels, grid)
+    monkeypatch.setattr(vision_speedups, "_batched_windows", _out_of_memory)
+    with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate 2.00 GiB"):
+        _features(model, pixels, grid)
+    with caplog.at_level(logging.WARNING, logger=FALLBACK_LOGGER), torch.no_grad():
+        features = _features(model, pixels, grid)
+    assert torch.equal(features, _features(vision_model, pixels, grid)) and _patched_layers(model) == 0
+    assert len(_warnings(caplog)) == 1 and "OutOfMemoryError: CUDA out of memory" in _warnings(caplog)[0]
+
+
 def test_batched_attention_that_agrees_is_checked_once_and_stays(vision_model, monkeypatch, caplog):
     model, (pixels, grid) = _batched(vision_model), _pages()
     batched = _calls(monkeypatch, "_batched_windows")
@@ -116,10 +161,11 @@ def test_batched_attention_that_agrees_is_checked_once_and_stays(vision_model, m
         first = _features(model, pixels, grid)
         first_calls, sdpa[:] = len(sdpa), []
         second = _features(model, pixels, grid)
-    assert not _warnings(caplog) and _patched_layers(model) == 2 and len(batched) == 4
+    assert not _warnings(caplog) and _patched_layers(model) == 2 and len(batched) == 2 + 1 + 2
     # batched: one call per window length in the windowed layer (64, 32, 16 patches) and per image in the full one;
-    # the first use adds the stock loop of the first (windowed) layer once: 15 + 12 windows
-    assert (first_calls, len(sdpa)) == (5 + 27, 5)
+    # the first use adds, in the first (windowed) layer, the check without gradients: the batched call (3) and the
+    # stock loop (15 + 12 windows)
+    assert (first_calls, len(sdpa)) == (5 + 3 + 27, 5)
     torch.testing.assert_close(first, _features(vision_model, pixels, grid), rtol=1e-5, atol=1e-6)
     assert torch.equal(first, second)
     assert all(block.attn._olmocr_rl_window_guard.checked for block in model.model.visual.blocks)
