@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["fall_back", "fallbacks", "relative_difference", "reason_of", "tolerance"]
 
-#: Every fallback of this process as (flag, reason), in order (for tests and the run's summary).
+#: Every fallback of this process as (flag, reason), in order (read by the tests; the log has each line).
 _FALLBACKS: list[tuple[str, str]] = []
 
 #: Largest ||batched - stock|| / ||stock|| accepted, by floating-point width in bits (bf16 and fp16: 16).
