@@ -22,7 +22,8 @@ the flags allow: ``--per_device_train_batch_size`` rows of the longest page prom
 Every choice trains the same numbers (recomputation repeats the same operations); the tests compare
 loss and gradients of the three. The memory budget is the GPU's (less a colocated vLLM engine's
 share), or the machine's RAM on CPU; with several processes the weights are counted unsharded, so a
-sharded run errs towards recomputing.
+sharded run errs towards recomputing. A GPU whose memory cannot be read (or reads as nothing) gets the stock
+plan, every layer recomputing, with one warning line (olmocr_rl.model.fallback).
 """
 
 from __future__ import annotations
@@ -184,17 +185,31 @@ def choose_mode(facts: ActivationFacts | None, *, budget_bytes: float, state_byt
                                   f"activations ({shape})", text_layers=facts.text_layers)
 
 
-def _memory_budget(cfg) -> float:
-    """Bytes training may use on this process's device: the GPU less a colocated engine's share, or the RAM."""
+def _memory_budget(cfg) -> float | None:
+    """Bytes training may use on this process's device: the GPU less a colocated engine's share, or the RAM.
+
+    None when the GPU's memory cannot be read or reads as nothing: the plan is then the stock one (every layer
+    recomputes), said in one warning line (olmocr_rl.model.fallback)."""
     if cfg.environment.cuda:
+        import math
+
         import torch
 
+        from olmocr_rl.model.fallback import fall_back, reason_of
         from olmocr_rl.ranks import local_rank
 
-        total = torch.cuda.get_device_properties(local_rank()).total_memory
+        stock = "every layer recomputing (TRL's gradient checkpointing)"
+        try:
+            total = float(torch.cuda.get_device_properties(local_rank()).total_memory)
+        except Exception as exc:  # noqa: BLE001 - no device at this rank, a CUDA error: plan as TRL does
+            fall_back("--gradient_checkpointing auto", f"the GPU's memory could not be read: {reason_of(exc)}", stock)
+            return None
+        if not (math.isfinite(total) and total > 0):
+            fall_back("--gradient_checkpointing auto", f"the GPU's memory reads as {total:g} bytes", stock)
+            return None
         if cfg.vllm_mode == "colocate":
             total *= 1 - cfg.vllm_gpu_memory_utilization
-        return float(total)
+        return total
     return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
@@ -215,7 +230,11 @@ def plan_checkpointing(cfg, config, *, image_tokens: int, text_tokens: int) -> C
     patches = 0 if getattr(cfg, "freeze_vision_tower", False) else rows * image_tokens * 4
     per_parameter = STATE_BYTES_PER_PARAMETER + (2 if cfg.beta > 0 else 0)
     state = model_facts(config).parameters * per_parameter * (torch.finfo(dtype).bits // 16)
-    plan = choose_mode(measure_activation_facts(config, dtype), budget_bytes=_memory_budget(cfg), state_bytes=state,
+    budget = _memory_budget(cfg)
+    if budget is None:
+        return CheckpointPlan("full", "--gradient_checkpointing auto: the GPU's memory is unknown: every layer "
+                                      "recomputes")
+    plan = choose_mode(measure_activation_facts(config, dtype), budget_bytes=budget, state_bytes=state,
                        tokens=tokens, patches=patches)
     return CheckpointPlan(plan.mode, f"--gradient_checkpointing auto: {plan.reason}")
 
@@ -250,6 +269,7 @@ def _recompute_in_backward(layer) -> None:
         return stock(self, *args, **kwargs)
 
     layer.forward = types.MethodType(forward, layer)
+    layer._olmocr_rl_recomputes = True  # read by the batched vision attention's fallback (model.vision_speedups)
 
 
 def evenly_spaced(count: int, total: int) -> list[int]:

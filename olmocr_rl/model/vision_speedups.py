@@ -21,6 +21,8 @@ this module removes without changing any number.
 ``--share_page_encoding`` is on by default; ``--batched_vision_attention`` is on by default with a CUDA
 GPU (where the loop is launch-bound) and off on CPU, where it is no faster (``scripts/bench/bench_vision.py``;
 docs/gpu_check.md). The tests compare features, logits and gradients against the stock model on CPU.
+The batched attention checks itself on its first call against the loop (:func:`_checked_forward`) and on
+any failure puts the loop back for the rest of the run, with one warning line (olmocr_rl.model.fallback).
 """
 
 from __future__ import annotations
@@ -153,7 +155,7 @@ def batch_window_attention(model) -> int:
     )
     from transformers.utils.generic import is_flash_attention_requested
 
-    patched = 0
+    guard = _WindowGuard()
     for block in getattr(inner.visual, "blocks", []):
         attention = block.attn
         if type(attention) is not Qwen2_5_VLVisionAttention or is_flash_attention_requested(attention.config):
@@ -172,9 +174,77 @@ def batch_window_attention(model) -> int:
                                       dropout=0.0 if not self.training else self.attention_dropout, **kwargs)
             return self.proj(output.reshape(seq_length, -1).contiguous())
 
-        attention.forward = types.MethodType(forward, attention)
-        patched += 1
-    return patched
+        attention.forward = types.MethodType(functools.partial(_checked_forward, batched=forward), attention)
+        attention._olmocr_rl_window_guard = guard
+        guard.layers.append(attention)
+        guard.blocks.append(block)
+    return len(guard.layers)
+
+
+class _WindowGuard:
+    """The first-use check of ``--batched_vision_attention``, shared by the patched layers of one model (kept on each
+    layer, so a deep copy of the model copies it with its layers)."""
+
+    def __init__(self):
+        self.layers: list = []
+        self.blocks: list = []  # the block of each layer
+        self.checked = False
+
+    def recomputes(self, layer) -> bool:
+        """Whether ``layer``'s block recomputes in the backward pass (our checkpointing plans, or transformers')."""
+        block = next(b for a, b in zip(self.layers, self.blocks) if a is layer)
+        return bool(getattr(block, "_olmocr_rl_recomputes", False)
+                    or (block.training and getattr(block, "gradient_checkpointing", False)))
+
+    def fall_back(self, reason: str) -> None:
+        from olmocr_rl.model.fallback import fall_back
+
+        for layer in self.layers:  # the class's forward again: the per-window loop
+            layer.__dict__.pop("forward", None)
+        fall_back("--batched_vision_attention", reason, "the per-window attention loop")
+
+
+def _checked_forward(self, hidden_states, cu_seqlens, position_embeddings=None, max_seqlen=None, *, batched,
+                     **kwargs):
+    """The batched window attention of a layer; on the first call also the stock loop, to compare.
+
+    An exception of the batched call, or a first result further from the loop's than the dtype's tolerance
+    (olmocr_rl.model.fallback), puts the loop back in every layer and returns the loop's result. The first call's
+    comparison runs without gradients and the batched call then runs again for them: a layer that recomputes in the
+    backward pass (non-reentrant checkpointing) must save the same tensors when it recomputes, so nothing of a
+    failed batched call may be saved. Hence a later call that fails with gradients on, in a block that recomputes,
+    raises its error as it is (only out of memory is expected there)."""
+    import torch
+
+    from olmocr_rl.model.fallback import reason_of, relative_difference, tolerance
+
+    guard = self._olmocr_rl_window_guard
+    stock = functools.partial(type(self).forward, self, hidden_states, cu_seqlens,
+                              position_embeddings=position_embeddings, max_seqlen=max_seqlen, **kwargs)
+    call = functools.partial(batched, self, hidden_states, cu_seqlens, position_embeddings, max_seqlen, **kwargs)
+    if not guard.checked:
+        with torch.no_grad():
+            try:
+                trial = call()
+            except Exception as exc:  # noqa: BLE001 - any failure of the speed-up falls back to the stock loop
+                guard.fall_back(f"the batched call failed: {reason_of(exc)}")
+                return stock()
+            reference = stock()
+        difference, allowed = relative_difference(trial, reference), tolerance(reference.dtype)
+        if difference > allowed:
+            guard.fall_back(f"its first result differs from the per-window loop's by {difference:.2g} (relative), "
+                            f"more than the {allowed:.0e} allowed in {reference.dtype}")
+            return stock() if torch.is_grad_enabled() else reference
+        guard.checked = True
+        if not torch.is_grad_enabled():
+            return trial
+    try:
+        return call()
+    except Exception as exc:  # noqa: BLE001 - e.g. out of memory on a larger page
+        if torch.is_grad_enabled() and guard.recomputes(self):
+            raise  # what the failed call saved for the backward pass cannot be taken back: its recomputation would not match
+        guard.fall_back(f"the batched call failed: {reason_of(exc)}")
+        return stock()
 
 
 def apply_vision_speedups(model, *, share_pages: bool = True, batched_attention: bool = True) -> list[str]:

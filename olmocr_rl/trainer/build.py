@@ -21,6 +21,7 @@ The callback order is written out in :func:`add_callbacks`, one slot per job:
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 from pathlib import Path
 
@@ -97,6 +98,7 @@ def configure_speedups(trainer, *, padding_free: bool, compiled_generation: bool
 
         from olmocr_rl.trainer.generation import enable_compiled_generation
 
+        trainer.stock_generation_config = copy.deepcopy(trainer.generation_config)  # the check's and the fallback's
         enable_compiled_generation(trainer.generation_config, compile_on_cpu=not torch.cuda.is_available())
         trainer.compiled_generation = True
         logger.info("HF generation: static KV cache, compiled decoding, prompt lengths bucketed")

@@ -20,15 +20,22 @@ cache positions are masked out, so the generated ids equal the stock path's unde
 
 Default ``auto``: on with a CUDA GPU, off on CPU, where it does not pay; the figures on both
 (``scripts/bench/bench_generation.py``, the gpu_check rows) are in docs/gpu_check.md.
+
+The compiled path checks itself: its first batch is generated again on the stock path from the same random
+state and compared (:meth:`CompiledGenerationMixin._checked_generation`); a compile error (on any batch) or
+a first batch that disagrees turns it off for the run with one warning line (olmocr_rl.model.fallback), and
+that batch is the stock path's.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CompiledGenerationMixin", "PROMPT_BUCKET", "bucketed_cache_length", "enable_compiled_generation"]
+__all__ = ["CHECK_TOKENS", "CompiledGenerationMixin", "MIN_AGREEMENT", "PROMPT_BUCKET", "bucketed_cache_length",
+           "enable_compiled_generation", "prefix_agreement"]
 
 #: Prompt lengths are rounded up to a multiple of this many tokens when the static cache is sized.
 PROMPT_BUCKET = 256
@@ -56,17 +63,108 @@ def enable_compiled_generation(generation_config, *, compile_on_cpu: bool = Fals
     generation_config.compile_config = compile_config
 
 
-class CompiledGenerationMixin:
-    """Sizes the static cache of each HF generation batch by its bucketed prompt length (see the module).
+#: The first generation batch is generated again on the stock path; each compiled completion's first CHECK_TOKENS
+#: tokens are compared with the stock one's up to their first difference, and on average at least MIN_AGREEMENT of
+#: them must agree. Exact arithmetic agrees on all; bf16 rounding that differs between compiled and eager kernels
+#: can flip a sampled token now and then (everything after it then differs too), a broken cache or mask from the
+#: second token on.
+CHECK_TOKENS = 32
+MIN_AGREEMENT = 0.75
 
-    ``compiled_generation`` is set by :func:`olmocr_rl.trainer.build.configure_speedups`, which also switches
-    the trainer's generation config with :func:`enable_compiled_generation`.
+
+def prefix_agreement(compiled, stock, tokens: int = CHECK_TOKENS) -> float:
+    """Mean over completions of the share of their first ``tokens`` ids before the first difference (0.0 for batches
+    of different sizes)."""
+    if len(compiled) != len(stock):
+        return 0.0
+    shares = []
+    for ours, theirs in zip(compiled, stock):
+        length = min(tokens, max(len(ours), len(theirs)))
+        same = 0
+        while same < min(length, len(ours), len(theirs)) and ours[same] == theirs[same]:
+            same += 1
+        shares.append(same / length if length else 1.0)
+    return sum(shares) / len(shares) if shares else 1.0
+
+
+def _rng_state():
+    """The random state generation draws from: the CPU's and, once CUDA is in use, every GPU's."""
+    import torch
+
+    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+
+
+def _set_rng_state(state) -> None:
+    import torch
+
+    cpu, cuda = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+
+
+class CompiledGenerationMixin:
+    """Sizes the static cache of each HF generation batch by its bucketed prompt length (see the module), and checks
+    the compiled path on its first batch (:meth:`_checked_generation`).
+
+    ``compiled_generation`` and ``stock_generation_config`` (TRL's own config, for the check and the fallback) are
+    set by :func:`olmocr_rl.trainer.build.configure_speedups`, which also switches the trainer's generation config
+    with :func:`enable_compiled_generation`.
     """
 
     compiled_generation = False
+    compiled_generation_checked = False
+    stock_generation_config = None
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
-        if self.compiled_generation and not self.use_vllm and not self.use_transformers_continuous_batching:
-            self.generation_config.max_cache_len = bucketed_cache_length(
-                [len(ids) for ids in prompt_ids], self.max_completion_length)
-        return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs)
+        generate = functools.partial(super()._generate_single_turn, prompt_ids, images, multimodal_fields,
+                                     num_generations, *args, **kwargs)
+        if not self.compiled_generation or self.use_vllm or self.use_transformers_continuous_batching:
+            return generate()
+        self.generation_config.max_cache_len = bucketed_cache_length(
+            [len(ids) for ids in prompt_ids], self.max_completion_length)
+        return self._checked_generation(generate)
+
+    def _checked_generation(self, generate):
+        """``generate()`` on the compiled path; the first batch also on the stock path from the same random state.
+
+        A compiled batch that raises (then or later: a new prompt bucket compiles again) is generated again on the
+        stock path from the random state it started from; a first batch whose ids agree less than MIN_AGREEMENT
+        with the stock ones is replaced by them. Either way the run goes on with TRL's generation config and one
+        warning line. A first batch that agrees is kept, with the random state the compiled path left."""
+        from olmocr_rl.model.fallback import reason_of
+
+        before = _rng_state()
+        try:
+            compiled = generate()
+        except Exception as exc:  # noqa: BLE001 - a compile error, an unsupported shape: the stock path runs
+            self._stop_compiled_generation(f"compiled generation failed: {reason_of(exc)}")
+            _set_rng_state(before)
+            return generate()
+        if self.compiled_generation_checked:
+            return compiled
+        after = _rng_state()
+        _set_rng_state(before)
+        compiled_config, self.generation_config = self.generation_config, self.stock_generation_config
+        try:
+            stock = generate()
+        finally:
+            self.generation_config = compiled_config
+        agreement = prefix_agreement(compiled[0], stock[0])
+        if agreement < MIN_AGREEMENT:
+            self._stop_compiled_generation(
+                f"on the first batch its completions agree with the stock path's on {agreement:.0%} of their first "
+                f"{CHECK_TOKENS} tokens, less than the {MIN_AGREEMENT:.0%} required")
+            return stock
+        _set_rng_state(after)
+        self.compiled_generation_checked = True
+        logger.info("--compiled_generation: the first batch agrees with the stock path on %.0f%% of the first %d "
+                    "tokens", 100 * agreement, CHECK_TOKENS)
+        return compiled
+
+    def _stop_compiled_generation(self, reason: str) -> None:
+        from olmocr_rl.model.fallback import fall_back
+
+        self.generation_config = self.stock_generation_config
+        self.compiled_generation = False
+        fall_back("--compiled_generation", reason, "HF generation with TRL's dynamic cache, uncompiled")

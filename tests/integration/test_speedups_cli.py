@@ -91,6 +91,9 @@ def test_compiled_generation_samples_the_stock_completions(warm_tiny_model_dir, 
     stock_out, stock = stock_run
     records, log = _run(warm_tiny_model_dir, tmp_path / "run", *STOCK[:-1], "true")
     assert "HF generation: static KV cache, compiled decoding, prompt lengths bucketed" in log
+    # its first-batch check against the stock path passed: no fallback (olmocr_rl.model.fallback)
+    assert "the first batch agrees with the stock path on 100% of the first 32 tokens" in log
+    assert "--compiled_generation is off" not in log
     assert _completions(tmp_path / "run") == _completions(stock_out)
     for mine, theirs in zip(records, stock):
         assert mine["loss"] == pytest.approx(theirs["loss"], rel=1e-4, abs=1e-6)

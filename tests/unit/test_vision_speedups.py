@@ -47,6 +47,8 @@ def test_features_and_gradients_equal_the_stock_tower(models, monkeypatch):
     fast = copy.deepcopy(fast)
     assert share_page_encoding(fast) and batch_window_attention(fast) == 2
     pixels, grid = _pages()
+    with torch.no_grad():  # the first call also runs the stock loop once, to check the batched one (fallback.py)
+        fast.model.get_image_features(pixels, grid)
     encoded = _count_calls(monkeypatch, type(fast.model.visual), "forward")
     attention = _count_calls(monkeypatch, torch.nn.functional, "scaled_dot_product_attention")
     ours = fast.model.get_image_features(pixels, grid).pooler_output
