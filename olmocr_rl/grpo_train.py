@@ -22,11 +22,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 from olmocr_rl.config import ConfigError, ResolvedConfig, build_grpo_config, parse_args, validate
+from olmocr_rl.launch import status
 from olmocr_rl.ranks import is_main_process
 
 logger = logging.getLogger("olmocr_rl.grpo_train")
@@ -42,7 +44,7 @@ def setup_logging() -> None:
 class _Stop(Exception):
     """A phase cannot go on: ``message`` becomes the one ``error:`` line, ``code`` the exit status."""
 
-    def __init__(self, message: str, code: int = 1):
+    def __init__(self, message: str, code: int = status.ERROR):
         super().__init__(message)
         self.message, self.code = message, code
 
@@ -51,7 +53,7 @@ class _Done(Exception):
     """Nothing to do (the run already finished): ``message`` is logged, the exit status is 0."""
 
 
-def _fail(message: str, code: int = 2) -> int:
+def _fail(message: str, code: int = status.BAD_FLAGS) -> int:
     """One ``error:`` line on stderr (a multi-line message, e.g. from the hub client, is joined)."""
     line = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
     print(f"error: {line}", file=sys.stderr)
@@ -67,7 +69,6 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc))
     for notice in cfg.notices:  # each logged once, here
         (logger.warning if notice.startswith("WARNING:") else logger.info)(notice)
-    from olmocr_rl.launch import status
     from olmocr_rl.trainer.stop_signals import Preempted, install_early, restore
 
     previous = install_early()  # SIGTERM/SIGUSR1 before training: one line, status 75 (nothing to save yet)
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         return status.PREEMPTED
     except KeyboardInterrupt:
         print("interrupted (SIGINT) before training began: nothing saved", file=sys.stderr)
-        return 128 + 2
+        return 128 + signal.SIGINT
     finally:
         restore(previous)
 
@@ -197,7 +198,7 @@ def _check_trainer_setup(cfg: ResolvedConfig):
     try:
         return build_grpo_config(cfg, gradient_checkpointing=checkpointing.mode == "full"), peft_config, checkpointing
     except ValueError as exc:  # TRL's own checks of what no check of ours covers
-        raise _Stop(f"TRL's GRPOConfig refuses these settings: {exc}", code=2) from None
+        raise _Stop(f"TRL's GRPOConfig refuses these settings: {exc}", code=status.BAD_FLAGS) from None
 
 
 def _load_model(cfg: ResolvedConfig):
@@ -239,7 +240,7 @@ def _adapter_config(cfg: ResolvedConfig):
     try:
         plan = plan_for_run(cfg, resolve_model_path(cfg.model_name, cache_dir=cfg.cache_dir))
     except AdapterError as exc:
-        raise _Stop(str(exc), code=2) from None
+        raise _Stop(str(exc), code=status.BAD_FLAGS) from None
     except ModelLoadError as exc:
         raise _Stop(f"--model_name: {exc}") from None
     except (OSError, ValueError) as exc:
@@ -262,7 +263,7 @@ def _build_rewards(cfg: ResolvedConfig, processor):
             raw_completion=cfg.bench_raw_completion, reward_logger=reward_logger,
         )
     except ValueError as exc:
-        raise _Stop(str(exc), code=2) from None
+        raise _Stop(str(exc), code=status.BAD_FLAGS) from None
     logger.info("rewards: %s", ", ".join(f"{n} x {w:g}" for n, w in zip(names, weights)))
     return funcs, weights, names, reward_logger
 
@@ -318,8 +319,6 @@ def _train_and_save(cfg: ResolvedConfig, trainer, processor, resume: str | None)
         raise _Stop(f"{exc}; {save_after_failure(trainer)}") from None
     request = preemption_of(trainer).request
     if request.agreed_step is not None and trainer.state.global_step < trainer.state.max_steps:
-        from olmocr_rl.launch import status
-
         return finish_preempted(trainer, request, cfg.s3_save_path, cfg.preempt_upload_timeout, status.PREEMPTED)
     try:
         if cfg.use_peft:
@@ -378,7 +377,6 @@ def _resume_checkpoint(cfg: ResolvedConfig) -> str | None:
 
 def _finish(trainer, cfg: ResolvedConfig) -> int:
     """The run summary, the final mirror and the last log line; the exit status (74 when the mirror failed)."""
-    from olmocr_rl.launch import status
     from olmocr_rl.storage import write_json_atomic
 
     summary = {"global_step": trainer.state.global_step, "output_dir": str(Path(cfg.output_dir).resolve()),

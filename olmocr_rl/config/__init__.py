@@ -1,12 +1,13 @@
 """Flags of ``python -m olmocr_rl.grpo_train``: parsing, YAML merge, validation, and the GRPOConfig.
 
-    args = parse_args(argv)       # flags.py: the parser (each default written once) + --config YAML
-    cfg = validate(args)          # resolved.py: checks.py's pure checks -> a frozen ResolvedConfig
+    args = parse_args(argv)       # flags.py: the parser, generated from options.py's declarations, + --config YAML
+    cfg = validate(args)          # resolved.py: checks.py's pure checks -> a frozen ResolvedConfig (options.py)
     build_grpo_config(cfg, ...)   # grpo.py: TRL's GRPOConfig (imports trl only when called)
 
 Validation happens before any model loads: a bad combination raises :class:`ConfigError` with one line
 that says what to write instead. ``python -m olmocr_rl.config --print KEY [flags]`` prints the value a
-flag will take. Importing this package loads argparse and yaml, not torch.
+flag will take. Each flag is declared once, as a field of ``options.ResolvedConfig`` (the ``--reward_*`` ones as
+rows of ``rewards.py``). Importing this package loads argparse and yaml, not torch.
 """
 
 from olmocr_rl.config.checks import default_vllm_max_model_length, max_image_tokens

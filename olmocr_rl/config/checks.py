@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from olmocr_rl.config.environment import Environment
-from olmocr_rl.config.flags import LOSS_TYPES, PROMPT_TEXT_TOKENS, ConfigError
 from olmocr_rl.config.rewards import RewardValue, no_reward_message, parse_reward, reward_table
+from olmocr_rl.config.values import LOSS_TYPES, PROMPT_TEXT_TOKENS, ConfigError
 
 Problems = list[str]
 

@@ -25,8 +25,9 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 from PIL import Image
 
-#: olmOCR's page size (longest side, px): the renderer's default, and the trainer's --target_longest_image_dim.
-DEFAULT_TARGET_LONGEST_IMAGE_DIM = 1288
+# olmOCR's page size (longest side, px), the renderer's default: declared with --target_longest_image_dim.
+from olmocr_rl.config.values import DEFAULT_TARGET_LONGEST_IMAGE_DIM
+
 DEFAULT_CACHE_BYTES = 512 * 1024 * 1024  # ~130 US-letter pages at 1288 px, per process
 
 _PDFIUM_LOCK = threading.RLock()

@@ -27,6 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+# --lora_target_modules' default, the language model's attention and MLP projections: declared with the flag.
+from olmocr_rl.config.values import LORA_TARGET_MODULES
+
 logger = logging.getLogger(__name__)
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -36,8 +39,6 @@ ADAPTER_DIR = "adapter"
 LANGUAGE_MODEL = "language_model"
 #: --lora_target_modules value for every linear layer of the language model.
 ALL_LINEAR = "all-linear"
-#: --lora_target_modules' default: the language model's attention and MLP projections (Qwen2-VL family names).
-LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 class AdapterError(ValueError):

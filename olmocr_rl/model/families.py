@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple
 
-#: Placeholder tokens of Qwen-VL-family tokenizers that only the processor may place in a prompt.
-VISION_PAD_TOKENS = ("<|image_pad|>", "<|video_pad|>")
+# Placeholder tokens of Qwen-VL-family tokenizers that only the processor may place in a prompt, and those a
+# tokenizer knows: declared beside --vllm_block_image_tokens, which keeps vLLM from sampling them.
+from olmocr_rl.config.grpo import VISION_PAD_TOKENS, vision_pad_tokens  # noqa: F401  (re-exported)
 
 
 class UnsupportedModelError(ValueError):
@@ -280,16 +281,6 @@ def vision_merger_modules(config) -> tuple[str, ...]:
 def head_dim(text_config) -> int:
     """The attention head size of a text config (explicit, or hidden size / heads)."""
     return getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
-
-
-def vision_pad_tokens(tokenizer) -> list[str]:
-    """The vision placeholder tokens this tokenizer knows (as strings, the form vLLM's ``bad_words`` takes)."""
-    found = []
-    for token in VISION_PAD_TOKENS:
-        token_id = tokenizer.convert_tokens_to_ids(token)
-        if token_id is not None and token_id != tokenizer.unk_token_id:
-            found.append(token)
-    return found
 
 
 def vision_pad_ids(processor) -> list[int]:

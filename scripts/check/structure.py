@@ -33,9 +33,10 @@ LAUNCHER_BASH = ("scripts/grpotrainer-beaker.sh", "scripts/beaker", "scripts/slu
 ROOT, INIT = "<root>", "<__init__>"
 LAYERS: tuple[tuple[str, ...], ...] = (
     (INIT, "ranks"),
-    ("bench", "olmorl", "storage"),
+    # config declares the flags (defaults, choices) that data and model read, so it sits below them; it reads
+    # olmorl's settings table (same layer), and imports nothing above itself.
+    ("bench", "config", "olmorl", "storage"),
     ("data", "model"),
-    ("config",),
     ("rewards",),
     ("telemetry",),
     ("trainer", "launch"),

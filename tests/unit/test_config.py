@@ -76,25 +76,46 @@ def test_the_resolved_config_declares_one_field_per_flag():
     assert not extra, f"ResolvedConfig declares {extra}, which no flag of config/flags.py has: remove the field(s)"
 
 
-def test_validate_names_the_field_a_new_flag_lacks(bench, monkeypatch):
-    from olmocr_rl.config import flags, resolved
+def test_a_new_flag_is_one_declaration(bench, tmp_path, monkeypatch, capsys):
+    """One field in the declaration (options.ResolvedConfig) gives the flag everything: --help in its group, the
+    parsed default, the command line, an alias, --no-X for a boolean, a --config YAML key, --print, the chosen-flags
+    record, the resolved config's attribute and the GRPOConfig field it feeds."""
+    from olmocr_rl.config import explicit_flags, options
+    from olmocr_rl.config.__main__ import main as print_main
+    from olmocr_rl.config.grpo import grpo_config_kwargs
+    from olmocr_rl.config.resolved import flags_without_field
 
-    real_parser = flags.build_parser
+    @dataclasses.dataclass(frozen=True)
+    class WithNewFlags(options.ResolvedConfig):
+        brand_new_flag: int = options.flag(options.DATA, 3, "a flag someone just added",
+                                           aliases=("--brand_new_alias",), grpo="brand_new_field")
+        brand_new_switch: bool = options.flag(options.SPEED, True, "a switch someone just added")
 
-    def parser_with_a_new_flag():
-        parser = real_parser()
-        parser.add_argument("--brand_new_flag", type=int, default=3, help="a flag someone just added")
-        return parser
-
-    monkeypatch.setattr(flags, "build_parser", parser_with_a_new_flag)
-    monkeypatch.setattr(resolved, "build_parser", parser_with_a_new_flag)
-    args = flags.parse_args(["--train_bench_data_folder", str(bench), "--reward_bench", "--num_generations", "4",
-                             "--gradient_accumulation_steps", "4"])
-    assert args.brand_new_flag == 3
-    with pytest.raises(TypeError, match=r"declares no field for the flag\(s\) --brand_new_flag: add "
-                                        r"`brand_new_flag: <its type>` to ResolvedConfig"):
-        validate(args)
-    assert resolved.flags_without_field(parser_with_a_new_flag()) == (["brand_new_flag"], [])
+    monkeypatch.setattr(options, "ResolvedConfig", WithNewFlags)
+    helptext = build_parser().format_help()
+    data_group = helptext.split("\ndata:\n")[1].split("\n\n")[0]
+    assert "--brand_new_flag BRAND_NEW_FLAG, --brand_new_alias BRAND_NEW_FLAG" in data_group
+    assert "a flag someone just added (default: 3)" in " ".join(data_group.split())
+    assert "--brand_new_switch [BRAND_NEW_SWITCH], --no-brand_new_switch [BRAND_NEW_SWITCH]" in helptext
+    assert flags_without_field() == ([], [])
+    base = ["--train_bench_data_folder", str(bench), "--reward_bench", "--num_generations", "4",
+            "--gradient_accumulation_steps", "4"]
+    assert (parse_args(base).brand_new_flag, parse_args(base).brand_new_switch) == (3, True)
+    assert "brand_new_flag" not in explicit_flags(base)
+    assert parse_args([*base, "--brand_new_alias", "5", "--no-brand_new_switch"]).brand_new_flag == 5
+    config = tmp_path / "new.yaml"
+    config.write_text("brand_new_alias: 7\nbrand_new_switch: false\n")
+    args = parse_args([*base, "--config", str(config)])
+    assert (args.brand_new_flag, args.brand_new_switch) == (7, False)
+    assert {"brand_new_flag", "brand_new_switch"} <= explicit_flags([*base, "--config", str(config)])
+    assert print_main(["--print", "brand_new_alias", *base, "--config", str(config)]) == 0
+    assert capsys.readouterr().out == "7\n"
+    with pytest.raises(SystemExit):
+        parse_args([*base, "--brand_new_flag", "x"])
+    assert "error: argument --brand_new_flag/--brand_new_alias: invalid int value: 'x'" in capsys.readouterr().err
+    cfg = validate(args)
+    assert isinstance(cfg, WithNewFlags) and (cfg.brand_new_flag, cfg.brand_new_switch) == (7, False)
+    assert grpo_config_kwargs(cfg, [1.0])["brand_new_field"] == 7
 
 
 def _matches(value, hint) -> bool:
