@@ -371,9 +371,32 @@ def _resume_checkpoint(cfg: ResolvedConfig) -> str | None:
                              num_train_epochs=cfg.num_train_epochs, allow_partial_resume=cfg.allow_partial_resume,
                              overwrite_output_dir=cfg.overwrite_output_dir)
     except AlreadyFinished as done:
-        raise _Done(str(done)) from None
+        raise _Done(_complete_finished_mirror(cfg, done)) from None
     except StartError as exc:
         raise _Stop(str(exc)) from None
+
+
+def _complete_finished_mirror(cfg: ResolvedConfig, finished) -> str:
+    """A finished run requeued (e.g. after exit 74): what S3 still lacks of this disk goes up first (each machine's
+    local main process); the line to log, or _Stop with status 74 when S3 still refuses it."""
+    from olmocr_rl.ranks import is_local_main_process
+
+    if not cfg.s3_save_path or not is_local_main_process():
+        return str(finished)
+    from olmocr_rl.launch import status
+    from olmocr_rl.storage import StorageError
+    from olmocr_rl.storage.resume import complete_mirror
+
+    try:
+        result = complete_mirror(cfg.output_dir, cfg.s3_save_path)
+    except StorageError as exc:
+        raise _Stop(f"{finished.head}, but completing its mirror to {cfg.s3_save_path} failed: {exc}; "
+                    f"rerun when S3 is back, or copy {cfg.output_dir} there (`aws s3 sync {cfg.output_dir} "
+                    f"{cfg.s3_save_path}`) before this disk goes", status.UNSYNCED) from None
+    if not result.uploaded:
+        return str(finished)
+    return (f"{finished.head}: nothing to train; completed its mirror to {cfg.s3_save_path}: "
+            f"{result.summary()}")
 
 
 def _finish(trainer, cfg: ResolvedConfig) -> int:

@@ -124,6 +124,19 @@ def choose_checkpoint(output_dir: str | os.PathLike, s3_save_path: str | None = 
     return None
 
 
+def complete_mirror(output_dir: str | os.PathLike, s3_save_path: str):
+    """A finished run requeued on its disk: upload to ``s3_save_path`` what this disk holds and S3 lacks (or holds
+    older or of another size) -- the final model, summary and checkpoints the last mirror could not send --, never
+    deleting anything there; the ``SyncResult``. StorageError when S3 still cannot take them (after retries)."""
+    from olmocr_rl.storage.mirror import S3Mirror
+
+    if not Path(output_dir).is_dir():
+        from olmocr_rl.storage.mirror import SyncResult
+
+        return SyncResult()
+    return S3Mirror(output_dir, s3_save_path, delete=False).sync()
+
+
 def fetch(choice: ResumeChoice) -> Path:
     """The chosen checkpoint on this disk: pulled from S3 first when it is there (then verified here)."""
     if choice.remote is None:
@@ -254,7 +267,13 @@ def drop_stale_history(output_dir: str | os.PathLike) -> int:
 
 
 class AlreadyFinished(Exception):
-    """The checkpoint to resume from already ends the run; the message says so (nothing was written)."""
+    """The checkpoint to resume from already ends the run: ``head`` says where, the message adds that nothing
+    was written."""
+
+    def __init__(self, head: str):
+        super().__init__(f"{head}: nothing to train, nothing written; raise --max_steps (or --num_train_epochs) to "
+                         "train further")
+        self.head = head
 
 
 class StartError(StorageError):
@@ -278,8 +297,7 @@ def prepare_start(flag, output_dir: str | os.PathLike, s3_save_path: str | None 
     try:
         choice = plan_resume(flag, output_dir, s3_save_path)
         if choice is not None and finished_at(choice.state, max_steps, num_train_epochs):
-            raise AlreadyFinished(f"already finished at step {choice.step} ({choice.where()}): nothing to train, "
-                                  "nothing written; raise --max_steps (or --num_train_epochs) to train further")
+            raise AlreadyFinished(f"already finished at step {choice.step} ({choice.where()})")
         if is_main_process():
             _lock(output_dir)
         if choice is None:
