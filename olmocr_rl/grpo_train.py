@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + 2
     finally:
         restore(previous)
+        from olmocr_rl.storage.lease import release_held
+
+        release_held()  # the run's lease on --s3_save_path (storage.lease), whatever the status
 
 
 def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:

@@ -287,7 +287,8 @@ def prepare_start(flag, output_dir: str | os.PathLike, s3_save_path: str | None 
 
     1. what ``--resume_from_checkpoint`` points at (:func:`plan_resume`); AlreadyFinished when that checkpoint
        ends the run (:func:`finished_at`): nothing is written, locally or on S3;
-    2. the run's lock on ``output_dir`` (global main process): another live run there is a StartError naming it;
+    2. the run's lock on ``output_dir`` and, with ``s3_save_path``, its lease on that prefix (global main process,
+       storage.lease): another live run in either is a StartError naming it;
     3. nothing to resume: a new run must find no earlier run's files (:func:`previous_run`), unless resuming
        was asked (an earlier start that saved nothing: its history goes) or ``overwrite_output_dir`` (the local
        files go; S3 is never deleted from, so a prefix holding checkpoints is still an error);
@@ -300,6 +301,8 @@ def prepare_start(flag, output_dir: str | os.PathLike, s3_save_path: str | None 
             raise AlreadyFinished(f"already finished at step {choice.step} ({choice.where()})")
         if is_main_process():
             _lock(output_dir)
+            if s3_save_path:
+                _claim_prefix(s3_save_path)
         if choice is None:
             _fresh_start(flag, output_dir, s3_save_path, overwrite_output_dir)
             return None
@@ -325,6 +328,18 @@ def _lock(output_dir) -> None:
         reason = describe_write_failure(exc, Path(output_dir) / RUN_LOCK, None) or str(exc)
         raise StartError(f"--output_dir {output_dir}: cannot write there ({reason}); choose a folder this run can "
                          "write in") from None
+
+
+def _claim_prefix(s3_save_path: str) -> None:
+    """The run's lease on its S3 prefix (storage.lease): another live run there is a StartError naming it."""
+    from olmocr_rl.storage.lease import LeaseHeldError, acquire_lease
+
+    try:
+        acquire_lease(s3_save_path)
+    except LeaseHeldError as exc:
+        raise StartError(f"--s3_save_path {exc}") from None
+    except StorageError as exc:
+        raise StartError(f"--s3_save_path: {exc}") from None
 
 
 def _fresh_start(flag, output_dir, s3_save_path: str | None, overwrite: bool) -> None:

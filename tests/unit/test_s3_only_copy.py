@@ -5,6 +5,12 @@ whose checkpoints are all damaged never starts a run over, and the CLI's start-u
 from __future__ import annotations
 
 import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +20,7 @@ from test_fault_handling import real_checkpoint
 
 from olmocr_rl import grpo_train
 from olmocr_rl.storage import sync_dir_to_s3
+from olmocr_rl.storage.lease import LEASE_NAME, LeaseHeldError, acquire_lease, release_held
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,3 +75,84 @@ def test_a_requeued_finished_run_with_s3_still_down_exits_74_in_one_line(moto_s3
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(err) == 1 and err[0].startswith(f"error: already finished at step 8 ({out / 'checkpoint-8'}), but "
                                                f"completing its mirror to {uri} failed: ")
+
+
+# ---- one run at a time on a prefix: the lease ------------------------------------------------------------------
+
+HOLDER = """
+import sys, time
+from olmocr_rl.storage.lease import acquire_lease
+acquire_lease(sys.argv[1])
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def start_holder(uri: str, env: dict) -> subprocess.Popen:
+    """Another run's process on this machine holding the prefix's lease (renewed by its thread)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, uri], env={**os.environ, **env}, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_live_lease_of_another_run_stops_a_start_in_one_line_and_a_dead_ones_is_taken_over(
+        moto_s3, tmp_path, capsys):
+    uri = f"s3://{moto_s3.bucket}/runs/shared"
+    holder = start_holder(uri, moto_s3.env)
+    try:
+        lease = json.loads(moto_s3.client().get_object(Bucket=moto_s3.bucket, Key="runs/shared/" + LEASE_NAME)
+                           ["Body"].read())
+        assert lease["pid"] == holder.pid
+        assert grpo_train.main(cli(tmp_path / "second", "--s3_save_path", uri, "--resume_from_checkpoint",
+                                   "--seed", 7)) == 1
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+        assert len(err) == 1 and err[0].startswith(
+            f"error: --s3_save_path {uri}/ is in use by another run (run {lease['run']}: pid {holder.pid} on "
+            f"{socket.gethostname()}, started {lease['started']}: ")
+        assert "wait for it to end, or choose another --s3_save_path" in err[0]
+        assert not (tmp_path / "second" / "checkpoint-2").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    logs = []
+    handler = logging.Handler()
+    handler.emit = logs.append
+    logging.getLogger("olmocr_rl.storage.lease").addHandler(handler)
+    try:
+        taken = acquire_lease(uri, keep_alive=False)  # its process is gone: stale at once, taken over in one line
+    finally:
+        logging.getLogger("olmocr_rl.storage.lease").removeHandler(handler)
+    assert [r.getMessage() for r in logs] == [
+        f"taking over the stale S3 lease on {uri}/ of run {lease['run']}: pid {holder.pid} on {socket.gethostname()}, "
+        f"started {lease['started']}: {lease['command']}: its process {holder.pid} on this machine is gone"]
+    taken.release()
+    assert LEASE_NAME not in keys(moto_s3, "runs/shared/")
+
+
+def test_a_lease_is_renewed_at_each_save_and_goes_stale_when_not_renewed(moto_s3, tmp_path, monkeypatch):
+    from olmocr_rl.storage import S3SyncCallback
+
+    uri = f"s3://{moto_s3.bucket}/runs/r"
+    key = "runs/r/" + LEASE_NAME
+    other = {"run": "elsewhere", "host": "node7", "pid": 4242, "started": "2026-01-02 10:00:00", "command": "x"}
+    moto_s3.client().put_object(Bucket=moto_s3.bucket, Key=key, Body=json.dumps(other).encode())
+    with pytest.raises(LeaseHeldError, match="run elsewhere: pid 4242 on node7"):
+        acquire_lease(uri, keep_alive=False)  # another machine's, renewed just now: live
+    monkeypatch.setenv("OLMOCR_RL_S3_LEASE_SECONDS", "1")
+    time.sleep(2.1)  # S3's LastModified has one-second resolution
+    lease = acquire_lease(uri, keep_alive=False)
+    assert json.loads(moto_s3.client().get_object(Bucket=moto_s3.bucket, Key=key)["Body"].read())["run"] == \
+        lease.body["run"]
+    before = lease.etag
+    callback = S3SyncCallback(uri, tmp_path / "out", background=False)
+    (tmp_path / "out" / "checkpoint-2").mkdir(parents=True)
+    state = type("State", (), {"is_local_process_zero": True, "is_world_process_zero": True, "global_step": 2})()
+    callback.on_save(None, state, None)  # a save renews it
+    assert lease.etag != before and not lease.lost
+    assert moto_s3.client().head_object(Bucket=moto_s3.bucket, Key=key)["ETag"] == lease.etag
+    moto_s3.client().put_object(Bucket=moto_s3.bucket, Key=key, Body=b"{}")  # taken over by another run meanwhile
+    assert lease.renew() is False and lease.lost
+    lease.release()
+    assert LEASE_NAME in keys(moto_s3, "runs/r/")  # not ours any more: left alone
+    release_held()
