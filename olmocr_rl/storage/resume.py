@@ -106,7 +106,7 @@ def choose_checkpoint(output_dir: str | os.PathLike, s3_save_path: str | None = 
         several = topology.num_machines > 1
         newer_than = -1 if several or local is None else local.step
         try:
-            remote = newest_remote_checkpoint(s3_save_path, topology, newer_than=newer_than)
+            remote = newest_remote_checkpoint(s3_save_path, topology, newer_than=newer_than, damaged=skipped)
         except StorageError as exc:
             if local is None or several:
                 raise
@@ -119,8 +119,10 @@ def choose_checkpoint(output_dir: str | os.PathLike, s3_save_path: str | None = 
         return local
     if skipped:
         where = f"{output}" + (f" (nor on {s3_save_path})" if s3_save_path else "")
-        raise StorageError(f"no checkpoint in {where} can be resumed from ({'; '.join(skipped)}): restore one, or "
-                           "start over with --overwrite_output_dir")
+        fix = ("restore one, or start over with --overwrite_output_dir" if not s3_save_path else
+               "resume from one you restored (--resume_from_checkpoint PATH), or start over elsewhere (another "
+               "--s3_save_path and --output_dir; nothing on S3 is written over)")
+        raise StorageError(f"no checkpoint in {where} can be resumed from ({'; '.join(skipped)}): {fix}")
     return None
 
 

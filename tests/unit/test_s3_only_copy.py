@@ -156,3 +156,28 @@ def test_a_lease_is_renewed_at_each_save_and_goes_stale_when_not_renewed(moto_s3
     lease.release()
     assert LEASE_NAME in keys(moto_s3, "runs/r/")  # not ours any more: left alone
     release_held()
+
+
+# ---- a prefix whose checkpoints are all damaged ----------------------------------------------------------------
+
+
+def test_a_prefix_whose_checkpoints_all_fail_verification_stops_the_start_in_one_line(moto_s3, tmp_path, capsys):
+    uri = f"s3://{moto_s3.bucket}/runs/broken"
+    source = tmp_path / "lost-disk"
+    finished_run(source)
+    (source / "model.safetensors").unlink()
+    sync_dir_to_s3(source, uri)
+    client = moto_s3.client()
+    client.put_object(Bucket=moto_s3.bucket, Key="runs/broken/checkpoint-8/model.safetensors", Body=b"x" * 40)
+    client.delete_object(Bucket=moto_s3.bucket, Key="runs/broken/checkpoint-6/optimizer.pt")
+    before = keys(moto_s3, "runs/broken/")
+    out = tmp_path / "fresh-machine"
+    assert grpo_train.main(cli(out, "--s3_save_path", uri, "--resume_from_checkpoint")) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert err == [
+        f"error: --resume_from_checkpoint: no checkpoint in {out} (nor on {uri}) can be resumed from (checkpoint-8 on "
+        "S3: model.safetensors has 40 bytes, its manifest says "
+        f"{(source / 'checkpoint-8' / 'model.safetensors').stat().st_size}; checkpoint-6 on S3: optimizer.pt is "
+        "missing): resume from one you restored (--resume_from_checkpoint PATH), or start "
+        "over elsewhere (another --s3_save_path and --output_dir; nothing on S3 is written over)"]
+    assert keys(moto_s3, "runs/broken/") == before and not any(out.glob("checkpoint-*"))
