@@ -133,6 +133,7 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
         problem = kind_mismatch(resume, cfg.use_peft)  # a LoRA checkpoint for a full fine-tune, or the reverse
         if problem:
             raise _Stop(f"--resume_from_checkpoint: {problem}")
+        _compare_flags(cfg, resume)
     if cfg.s3_save_path:  # a mistyped bucket or missing credentials now, not as log lines at the first save
         from olmocr_rl.storage import StorageError, check_s3_access
 
@@ -141,6 +142,19 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
         except StorageError as exc:
             raise _Stop(f"--s3_save_path: {exc}") from None
     return resume, reports
+
+
+def _compare_flags(cfg: ResolvedConfig, resume: str) -> None:
+    """Each flag that differs from the checkpoint's in one line (applied, or kept and why); _Stop for one that
+    changes what is trained (config.resume_flags)."""
+    from olmocr_rl.config.resume_flags import compare_with_checkpoint
+    from olmocr_rl.storage.checkpoints import checkpoint_step
+
+    lines, refusal = compare_with_checkpoint(cfg.flags, resume, checkpoint_step(Path(resume).name))
+    if refusal:
+        raise _Stop(f"--resume_from_checkpoint: {resume}: {refusal}")
+    for line in lines if is_main_process() else ():
+        logger.warning("resuming with %s", line)
 
 
 def _test_types(cfg: ResolvedConfig) -> list[str] | None:

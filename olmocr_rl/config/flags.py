@@ -479,6 +479,9 @@ def _add_logging_flags(parser: argparse.ArgumentParser) -> None:
                    help="resume from a checkpoint that has no optimizer.pt or scheduler.pt (e.g. saved with "
                         "save_only_model) with a warning: Adam's moments start from zero (the learning-rate "
                         "schedule is moved on to the checkpoint's step); without it such a resume is an error")
+    g.add_argument("--apply_learning_rate_on_resume", action=_BoolFlag, default=False,
+                   help="on resume, train on with this run's --learning_rate (the checkpoint's schedule state, "
+                        "which holds the learning rate it was saved with, wins without it)")
     g.add_argument("--overwrite_output_dir", action=_BoolFlag, default=False,
                    help="start a new run in an --output_dir that holds an earlier run's checkpoints or history: "
                         "they are deleted first (without it such a start is an error; S3 is never touched)")

@@ -145,6 +145,7 @@ class ResolvedConfig:
     profile_step: int | None
     resume_from_checkpoint: bool | str | None  # resolved: True (newest), a checkpoint folder, or None
     allow_partial_resume: bool
+    apply_learning_rate_on_resume: bool
     overwrite_output_dir: bool
     preempt_upload_timeout: float
     # ---- console --------------------------------------------------------------------------------------

@@ -97,7 +97,27 @@ def load_optimizer_and_scheduler(trainer, checkpoint: str | None, original) -> N
             "saved with other --use_peft / --lora_* / --freeze_vision_tower / --freeze_vision_merger settings: resume "
             "with the ones it was saved with, or start a new run in another --output_dir") from None
     _advance_schedule(trainer, checkpoint)
+    if checkpoint is not None and getattr(trainer, "apply_learning_rate_on_resume", False):
+        _apply_learning_rate(trainer)
     return None
+
+
+def _apply_learning_rate(trainer) -> None:
+    """--apply_learning_rate_on_resume: the schedule goes on from its position with this run's learning rate as its
+    peak (the checkpoint's state held the one it was saved with); the groups' ratios are kept."""
+    scheduler = getattr(trainer, "lr_scheduler", None)
+    if scheduler is None or not getattr(scheduler, "base_lrs", None) or not scheduler.base_lrs[0]:
+        return
+    scale = trainer.args.learning_rate / scheduler.base_lrs[0]
+    state = scheduler.state_dict()  # its last rate is what the Trainer logs for the coming step
+    state["base_lrs"] = [base * scale for base in scheduler.base_lrs]
+    state["_last_lr"] = [rate * scale for rate in scheduler.get_last_lr()]
+    scheduler.load_state_dict(state)
+    for group, base in zip(scheduler.optimizer.param_groups, scheduler.base_lrs):
+        group["initial_lr"] = base
+        group["lr"] = group["lr"] * scale
+    logger.info("--apply_learning_rate_on_resume: learning rate %.3g from here on the schedule (lr %.3g now)",
+                trainer.args.learning_rate, scheduler.optimizer.param_groups[0]["lr"])
 
 
 def _advance_schedule(trainer, checkpoint: str | None) -> None:
