@@ -6,7 +6,7 @@ Each checkpoint holds the flags of the run that saved it, ``checkpoint-N/olmocr_
 with them (:func:`compare_with_checkpoint`):
 
 * refused: what changes which parameters are trained (``--freeze_vision_tower``, ``--freeze_vision_merger`` of a
-  full fine-tune; ``--lora_r``, ``--lora_target_modules``, ``--lora_modules_to_save`` of a LoRA run): the
+  full fine-tune; ``--lora_r``, ``--lora_alpha``, ``--lora_target_modules``, ``--lora_modules_to_save`` of a LoRA run): the
   optimizer's state would not fit them (``--use_peft`` itself is refused by trainer.adapter_checkpoint);
 * kept from the checkpoint: ``--learning_rate`` (the schedule's state holds the rate it was saved with and
   wins, unless ``--apply_learning_rate_on_resume``); ``--seed`` is applied to the page order, while the random
@@ -25,7 +25,7 @@ from pathlib import Path
 FLAGS_FILE = "olmocr_rl_flags.json"
 
 FROZEN = ("freeze_vision_tower", "freeze_vision_merger")  # what a full fine-tune trains
-ADAPTED = ("lora_r", "lora_target_modules", "lora_modules_to_save")  # what a LoRA run trains
+ADAPTED = ("lora_r", "lora_alpha", "lora_target_modules", "lora_modules_to_save")  # what a LoRA run trains
 NOT_COMPARED = frozenset({
     "config", "output_dir", "cache_dir", "s3_save_path", "resume_from_checkpoint", "allow_partial_resume",
     "apply_learning_rate_on_resume", "overwrite_output_dir", "preempt_upload_timeout", "report_to", "wandb_project",
