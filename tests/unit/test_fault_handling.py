@@ -451,3 +451,51 @@ def test_an_output_folder_this_run_cannot_write_in_is_one_line(tmp_path, monkeyp
         prepare_start(None, tmp_path / "out")
     assert str(error.value) == (f"--output_dir {tmp_path / 'out'}: cannot write there (the file system is read-only "
                                 f"({tmp_path / 'out'})); choose a folder this run can write in")
+
+
+def test_a_full_disk_at_the_history_append_is_the_one_line_of_a_full_disk_at_a_save(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    from olmocr_rl import grpo_train
+    from olmocr_rl.telemetry.history import MetricsFileCallback
+
+    class FullDisk(type(tmp_path)):
+        """metrics.jsonl on a disk that fills up halfway through the next record."""
+
+        def open(self, mode="r", *args, **kwargs):
+            handle = super().open(mode, *args, **kwargs)
+            if mode != "a":
+                return handle
+            write = handle.write
+
+            def half_then_full(text):
+                write(text[: len(text) // 2])
+                handle.flush()
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            handle.write = half_then_full
+            return handle
+
+    out = tmp_path / "out"
+    real_checkpoint(out, 4)
+    history = out / "metrics.jsonl"
+    history.write_text('{"step": 1}\n{"step": 2}\n')
+    before = history.read_text()
+    callback = MetricsFileCallback(history)
+    callback.path = FullDisk(history)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(12 << 20, 12 << 20, 0))
+    state = type("State", (), {"is_world_process_zero": True, "global_step": 5, "epoch": 0.6})()
+
+    class Trainer:  # a run whose step 5 logs
+        def train(self, resume_from_checkpoint=None):
+            callback.on_log(None, state, None, logs={"loss": 0.5, "reward": 0.25})
+
+    with pytest.raises(grpo_train._Stop) as stop:
+        grpo_train._train_and_save(None, Trainer(), None, None)
+    assert stop.value.message.startswith(
+        f"appending to {history} failed: no space left on device: it needs about ")
+    assert stop.value.message.endswith(f", 0 B free on the file system of {out}; checkpoint-4 is intact: make room (or "
+                                       "point --output_dir at a disk with room) and resume with --resume_from_checkpoint")
+    assert history.read_text() == before  # the half record was cut off
