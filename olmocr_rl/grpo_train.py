@@ -68,9 +68,23 @@ def main(argv: list[str] | None = None) -> int:
     for notice in cfg.notices:  # each logged once, here
         (logger.warning if notice.startswith("WARNING:") else logger.info)(notice)
     from olmocr_rl.launch import status
-    from olmocr_rl.trainer.stop_signals import Preempted, install_early, restore
+    from olmocr_rl.storage.lease import release_held
+    from olmocr_rl.trainer.stop_signals import install_early, restore
 
     previous = install_early()  # SIGTERM/SIGUSR1 before training: one line, status 75 (nothing to save yet)
+    code = 1  # a bug's traceback: Python exits 1 too
+    try:
+        code = _run(cfg, status)
+    finally:
+        release_held()  # the run's lease on --s3_save_path (storage.lease), whatever the status
+        restore(previous, exit_status=code)  # a late signal (a second SIGTERM) ends the process with `code`
+    return code
+
+
+def _run(cfg: ResolvedConfig, status) -> int:
+    """Every phase of the run, in order; the exit status (each stop said in one line)."""
+    from olmocr_rl.trainer.stop_signals import Preempted
+
     try:
         resume, reports = _check_before_loading(cfg)
         train_dataset, eval_dataset = _build_datasets(cfg, reports)
@@ -92,11 +106,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted (SIGINT) before training began: nothing saved", file=sys.stderr)
         return 128 + 2
-    finally:
-        restore(previous)
-        from olmocr_rl.storage.lease import release_held
-
-        release_held()  # the run's lease on --s3_save_path (storage.lease), whatever the status
 
 
 def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:

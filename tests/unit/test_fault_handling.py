@@ -499,3 +499,37 @@ def test_a_full_disk_at_the_history_append_is_the_one_line_of_a_full_disk_at_a_s
     assert stop.value.message.endswith(f", 0 B free on the file system of {out}; checkpoint-4 is intact: make room (or "
                                        "point --output_dir at a disk with room) and resume with --resume_from_checkpoint")
     assert history.read_text() == before  # the half record was cut off
+
+
+def test_a_late_second_sigterm_ends_the_process_with_the_status_the_run_said(tmp_path):
+    """The first SIGTERM stops the run (status 75, said in the log); a second one 0.5 s later, while the process
+    winds down, used to kill it (-15): the status stays the one said. The same through the real CLI's main."""
+    result = run_python("""
+        import os, signal, sys, time
+        from olmocr_rl.trainer.stop_signals import Preempted, install_early, restore
+        previous = install_early()
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        except Preempted:
+            print("exiting with status 75", flush=True)
+        restore(previous, exit_status=75)
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        print("not reached")
+    """)
+    assert (result.returncode, result.stdout) == (75, "exiting with status 75\n"), result.stderr
+    out = tmp_path / "out"
+    real_checkpoint(out, 8)
+    result = run_python(f"""
+        import os, signal, sys, time
+        from olmocr_rl import grpo_train
+        code = grpo_train.main(["--config", "configs/tiny-cpu.yaml", "--model_name", "{out}/no-model", "--output_dir",
+                                "{out}", "--max_steps", "8", "--resume_from_checkpoint", "--report_to", "none"])
+        print("main returned", code, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        print("not reached")
+    """)
+    assert result.stdout == "main returned 0\n" and result.returncode == 0, (result.returncode, result.stderr[-2000:])
+    assert "already finished at step 8" in result.stderr
