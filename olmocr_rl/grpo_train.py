@@ -134,7 +134,7 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
             print(report.format(), file=sys.stderr)
             raise _Stop(f"bench folder {folder} has problems (listed above); fix them, or check them with "
                         f"`python -m olmocr_rl.validate_bench {folder}`")
-    os.makedirs(cfg.output_dir, exist_ok=True)
+    _make_output_dir(cfg.output_dir)
     resume = _resume_checkpoint(cfg)
     if resume:
         from olmocr_rl.trainer.adapter_checkpoint import kind_mismatch
@@ -151,6 +151,27 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
         except StorageError as exc:
             raise _Stop(f"--s3_save_path: {exc}") from None
     return resume, reports
+
+
+def _make_output_dir(output_dir: str) -> None:
+    """--output_dir made (with its parents), or _Stop in one line: a file there or above it, a disk it cannot be
+    made on (read-only, not this user's)."""
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        return
+    except OSError as exc:
+        error = exc
+    from olmocr_rl.storage import describe_write_failure
+
+    path = Path(output_dir)
+    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocker == path:
+        raise _Stop(f"--output_dir {output_dir} is a file, not a folder: choose a folder (or move the file away)")
+    if blocker is not None:
+        raise _Stop(f"--output_dir {output_dir}: {blocker} is a file, so no folder can be made under it: choose "
+                    "another --output_dir")
+    reason = describe_write_failure(error, path, None) or error.strerror or str(error)
+    raise _Stop(f"--output_dir {output_dir}: cannot create it ({reason}); choose a folder this run can write in")
 
 
 def _compare_flags(cfg: ResolvedConfig, resume: str) -> None:

@@ -4,6 +4,7 @@ whose checkpoints are all damaged never starts a run over, and the CLI's start-u
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -181,3 +182,40 @@ def test_a_prefix_whose_checkpoints_all_fail_verification_stops_the_start_in_one
         "missing): resume from one you restored (--resume_from_checkpoint PATH), or start "
         "over elsewhere (another --s3_save_path and --output_dir; nothing on S3 is written over)"]
     assert keys(moto_s3, "runs/broken/") == before and not any(out.glob("checkpoint-*"))
+
+
+# ---- start-up refusals: one line each, before the model loads --------------------------------------------------
+
+
+def test_an_output_folder_that_cannot_be_made_is_one_line(tmp_path, capsys, monkeypatch):
+    a_file = tmp_path / "taken"
+    a_file.write_text("not a folder")
+    cases = [(a_file, f"error: --output_dir {a_file} is a file, not a folder: choose a folder (or move the file "
+                      "away)"),
+             (a_file / "out", f"error: --output_dir {a_file / 'out'}: {a_file} is a file, so no folder can be made "
+                              "under it: choose another --output_dir")]
+    for out, line in cases:
+        assert grpo_train.main(cli(out)) == 1
+        assert [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")] == [line]
+
+    def read_only(path, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(grpo_train.os, "makedirs", read_only)
+    out = tmp_path / "new"
+    assert grpo_train.main(cli(out)) == 1
+    assert [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")] == [
+        f"error: --output_dir {out}: cannot create it (the file system is read-only ({tmp_path})); choose a folder "
+        "this run can write in"]
+
+
+@pytest.mark.parametrize("uri, words", [
+    ("s3://bucket/run ", "contains whitespace; write it as s3://BUCKET/PREFIX with no spaces"),
+    ("s3://bad!bucket/run", "'bad!bucket' is not a valid bucket name"),
+])
+def test_a_malformed_s3_save_path_is_one_line_before_anything_loads(tmp_path, capsys, uri, words):
+    assert grpo_train.main(cli(tmp_path / "out", "--s3_save_path", uri)) == 2
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.startswith("error:")]
+    assert len(lines) == 1 and lines[0].startswith("error: --s3_save_path: S3 URI") and words in lines[0], err
+    assert "Traceback" not in err and not (tmp_path / "out").exists()
