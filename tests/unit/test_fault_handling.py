@@ -324,24 +324,51 @@ def test_upload_waits_end_at_the_deadline(tmp_path, monkeypatch):
 
 
 def test_reward_workers_die_with_a_killed_trainer_and_leave_its_process_group():
-    trainer = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
-        import os, time
-        from olmocr_rl.rewards.evaluator import BenchEvaluator
-        evaluator = BenchEvaluator(workers=2, start_method="fork")
-        evaluator._run_in_pool([], False)  # starts the pool
-        pool = evaluator._pool
-        list(pool.map(abs, range(4)))  # every worker up
-        print(" ".join(str(pid) for pid in pool._processes), os.getpgrp(), flush=True)
-        time.sleep(60)
-    """)], stdout=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    """Under load (CPU burners beside the trainer, and workers that start late: the second 0.5 s, the third 1 s
+    after the first, as on a busy machine), three pools in a row: once the pool has answered, every worker has
+    already left the trainer's process group (a Ctrl-C to the group misses it); then a SIGKILLed trainer leaves
+    no worker behind."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
-        *workers, group = map(int, trainer.stdout.readline().split())
-        assert len(workers) == 2 and all(alive(pid) for pid in workers)
-        assert all(os.getpgid(pid) != group for pid in workers)  # a Ctrl-C to the trainer's group misses them
-        assert sorted(descendants(trainer.pid)) == sorted(workers)
+        trainer = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+            import multiprocessing, os, time
+            from olmocr_rl.rewards import evaluator as pool_module
+            started = multiprocessing.Value("i", 0)
+            first_act = pool_module._worker_start
+
+            def late_start(*args):  # the n-th worker of a pool starts n x 0.5 s after the first
+                with started.get_lock():
+                    order, started.value = started.value, started.value + 1
+                time.sleep(0.5 * (order % 3))
+                first_act(*args)
+
+            pool_module._worker_start = late_start
+            for attempt in range(3):
+                evaluator = pool_module.BenchEvaluator(workers=3, start_method="fork")
+                evaluator._run_in_pool([], False)  # starts the pool
+                evaluator._pool.submit(abs, -1).result()  # the pool has answered
+                pids = list(evaluator._pool._processes)
+                groups = [os.getpgid(pid) for pid in pids]  # at once
+                print(len(pids), sum(group == os.getpgrp() for group in groups), flush=True)
+                if attempt < 2:
+                    evaluator.close()
+            print(" ".join(str(pid) for pid in pids), os.getpgrp(), flush=True)
+            time.sleep(60)
+        """)], stdout=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+        try:
+            counts = [trainer.stdout.readline().split() for _ in range(3)]
+            assert counts == [["3", "0"]] * 3  # 3 workers each time, none left in the trainer's group
+            *workers, group = map(int, trainer.stdout.readline().split())
+            assert len(workers) == 3 and all(alive(pid) for pid in workers)
+            assert all(os.getpgid(pid) != group for pid in workers)
+            assert set(workers) <= set(descendants(trainer.pid))
+        finally:
+            trainer.kill()
+            trainer.wait()
     finally:
-        trainer.kill()
-        trainer.wait()
+        for burner in burners:
+            burner.kill()
+            burner.wait()
     assert survivors(workers, timeout=10) == []
 
 
