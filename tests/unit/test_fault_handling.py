@@ -68,6 +68,21 @@ def test_a_checkpoint_whose_files_disagree_with_its_manifest_does_not_verify(tmp
     assert reason in storage.local_checkpoint_problem(folder)
 
 
+def test_stray_files_in_a_checkpoint_with_a_manifest_do_not_count(tmp_path):
+    """A file dropped into a good checkpoint after its save (an editor's swap, a half-copied extra): only the files
+    its manifest lists say whether it is whole; a listed file cut short still fails."""
+    folder = real_checkpoint(tmp_path, 4)
+    (folder / "notes.json").write_text("{\"half\": ")
+    (folder / "probe.safetensors").write_bytes(b"\x10\x00")
+    assert storage.local_checkpoint_problem(folder) is None
+    assert choose_checkpoint(tmp_path).folder == folder
+    os.truncate(folder / "trainer_state.json", 30)
+    assert "trainer_state.json" in storage.local_checkpoint_problem(folder)
+    unlisted = real_checkpoint(tmp_path / "old", 4, manifest=False)  # no manifest: every file is checked
+    (unlisted / "notes.json").write_text("{\"half\": ")
+    assert "notes.json is not valid JSON" in storage.local_checkpoint_problem(unlisted)
+
+
 @pytest.mark.parametrize("damage, reason", [
     (lambda f: os.truncate(f / "model.safetensors", 300), "has 300 bytes, its safetensors header says"),
     (lambda f: os.truncate(f / "model.safetensors", 5), "too few for a safetensors header"),
