@@ -110,9 +110,15 @@ class StopRequest:
         if self.signal_name is None:
             self.signal_name, self.received_at = name, time.monotonic()
             done = self.state.global_step if self.state is not None else 0
-            when = (f"during step {done + 1}: finishing it, then saving checkpoint-{done + 1}" if self.in_step else
-                    f"after step {done}: saving checkpoint-{done} if that save is under way, else finishing step "
-                    f"{done + 1} and saving it")
+            last = int(getattr(self.state, "max_steps", 0) or 0)
+            if last and done >= last:  # training is over: the final save and upload are under way
+                when = (f"after the last step ({done} of {last}): finishing the final save and its upload (bounded "
+                        "by --preempt_upload_timeout)")
+            elif self.in_step:
+                when = f"during step {done + 1}: finishing it, then saving checkpoint-{done + 1}"
+            else:
+                when = (f"after step {done}: saving checkpoint-{done} if that save is under way, else finishing step "
+                        f"{done + 1} and saving it")
             _say(f"{name} received {when}, then stopping (a second signal exits at once, without saving)")
             for hook in self.hooks:
                 hook()

@@ -575,3 +575,25 @@ def test_a_late_second_sigterm_ends_the_process_with_the_status_the_run_said(tmp
     """)
     assert result.stdout == "main returned 0\n" and result.returncode == 0, (result.returncode, result.stderr[-2000:])
     assert "already finished at step 8" in result.stderr
+
+
+def test_a_signal_after_the_last_step_names_no_step_beyond_it(caplog):
+    """SIGTERM during the final save and upload of an 8-step run: the line names step 8 of 8, not a step 9."""
+    from olmocr_rl.trainer.stop_signals import StopRequest
+
+    said = []
+    for step, in_step in ((8, False), (5, False), (5, True)):
+        request = StopRequest()
+        request.state = type("State", (), {"global_step": step, "max_steps": 8})()
+        request.in_step = in_step
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="olmocr_rl.trainer.stop_signals"):
+            request._handle(signal.SIGTERM, None)
+        said.append(caplog.records[-1].getMessage())
+    assert said == [
+        "SIGTERM received after the last step (8 of 8): finishing the final save and its upload (bounded by "
+        "--preempt_upload_timeout), then stopping (a second signal exits at once, without saving)",
+        "SIGTERM received after step 5: saving checkpoint-5 if that save is under way, else finishing step 6 and "
+        "saving it, then stopping (a second signal exits at once, without saving)",
+        "SIGTERM received during step 6: finishing it, then saving checkpoint-6, then stopping (a second signal "
+        "exits at once, without saving)"]
