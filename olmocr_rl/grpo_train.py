@@ -432,8 +432,16 @@ def _complete_finished_mirror(cfg: ResolvedConfig, finished) -> str:
         return str(finished)
     from olmocr_rl.launch import status
     from olmocr_rl.storage import StorageError
+    from olmocr_rl.storage.lease import LeaseHeldError, acquire_lease
     from olmocr_rl.storage.resume import complete_mirror
 
+    if is_main_process():  # another live run on the prefix: do not upload into it (storage.lease)
+        try:
+            acquire_lease(cfg.s3_save_path)
+        except LeaseHeldError as exc:
+            raise _Stop(f"--s3_save_path {exc}") from None
+        except StorageError:
+            pass  # S3 down: the mirror below says so (status 74)
     try:
         result = complete_mirror(cfg.output_dir, cfg.s3_save_path)
     except StorageError as exc:

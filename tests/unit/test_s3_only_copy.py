@@ -219,3 +219,18 @@ def test_a_malformed_s3_save_path_is_one_line_before_anything_loads(tmp_path, ca
     lines = [x for x in err.splitlines() if x.startswith("error:")]
     assert len(lines) == 1 and lines[0].startswith("error: --s3_save_path: S3 URI") and words in lines[0], err
     assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+def test_a_requeued_finished_run_does_not_upload_into_a_prefix_another_live_run_holds(moto_s3, tmp_path, capsys):
+    uri = f"s3://{moto_s3.bucket}/runs/r1"
+    out = tmp_path / "out"
+    finished_run(out)
+    holder = start_holder(uri, moto_s3.env)
+    try:
+        assert grpo_train.main(cli(out, "--s3_save_path", uri, "--resume_from_checkpoint")) == 1
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+        assert len(err) == 1 and err[0].startswith(f"error: --s3_save_path {uri}/ is in use by another run (run ")
+        assert keys(moto_s3, "runs/r1/") == {LEASE_NAME}  # nothing uploaded
+    finally:
+        holder.kill()
+        holder.wait()
