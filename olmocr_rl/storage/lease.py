@@ -6,7 +6,9 @@ their checkpoints there. So the run's global main process claims the prefix with
 each save and every third of :func:`lease_seconds` from a background thread), and deletes it when it ends.
 
 A lease found there belongs to another run unless it names this process. It is stale, and taken over with one
-warning, when its holder is a process on this machine that is no longer running, or when it was not renewed
+warning, when it names this job (``SLURM_JOB_ID``, ``BEAKER_TASK_ID`` or ``OLMOCR_RL_JOB_ID``: a requeued
+job's earlier start, killed before it could release it), when its holder is a process on this machine that is
+no longer running, or when it was not renewed
 for :func:`lease_seconds` (``OLMOCR_RL_S3_LEASE_SECONDS``, default 900), measured on the S3 server's clock
 (its ``Date`` header against the object's ``LastModified``), so no two machines' clocks are compared. A live
 one stops the start in one line naming its holder (:class:`LeaseHeldError`).
@@ -152,8 +154,18 @@ def _read(client, bucket: str, key: str) -> tuple[dict, str, float] | None:
     return body, response["ETag"], max(0.0, now - response["LastModified"].timestamp())
 
 
+JOB_ENV = ("OLMOCR_RL_JOB_ID", "SLURM_JOB_ID", "BEAKER_TASK_ID")  # the same across a scheduler's requeues
+
+
+def job_id() -> str | None:
+    """The scheduler's id of this job, the same for each of its requeued starts (None outside a scheduler)."""
+    return next((f"{name}={os.environ[name]}" for name in JOB_ENV if os.environ.get(name)), None)
+
+
 def stale_reason(holder: dict, age: float) -> str | None:
     """Why a lease found on the prefix may be taken over, or None when its run is live."""
+    if holder.get("job") and holder.get("job") == job_id():
+        return f"it is an earlier start of this job ({holder['job']}), requeued: only one runs at a time"
     if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
         if not _alive_here(holder["pid"]):
             return f"its process {holder['pid']} on this machine is gone"
@@ -167,7 +179,7 @@ def acquire_lease(s3_save_path: str, *, keep_alive: bool = True) -> Lease:
     StorageError when S3 cannot be written."""
     bucket, prefix = parse_s3_uri(s3_save_path)
     uri = f"s3://{bucket}/{folder_prefix(prefix)}"
-    body = {"run": uuid.uuid4().hex[:12], "host": socket.gethostname(), "pid": os.getpid(),
+    body = {"run": uuid.uuid4().hex[:12], "job": job_id(), "host": socket.gethostname(), "pid": os.getpid(),
             "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)[:500]}
     lease = Lease(uri, bucket, folder_prefix(prefix) + LEASE_NAME, body, etag="")
     client = None

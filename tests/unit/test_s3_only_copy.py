@@ -91,14 +91,15 @@ time.sleep(120)
 
 def start_holder(uri: str, env: dict) -> subprocess.Popen:
     """Another run's process on this machine holding the prefix's lease (renewed by its thread)."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, uri], env={**os.environ, **env}, stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, uri], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, **env, "OLMOCR_RL_JOB_ID": "another-job"})
     assert proc.stdout.readline().strip() == "held"
     return proc
 
 
 def test_a_live_lease_of_another_run_stops_a_start_in_one_line_and_a_dead_ones_is_taken_over(
-        moto_s3, tmp_path, capsys):
+        moto_s3, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OLMOCR_RL_JOB_ID", "this-job")  # whatever scheduler runs the suite
     uri = f"s3://{moto_s3.bucket}/runs/shared"
     holder = start_holder(uri, moto_s3.env)
     try:
@@ -133,6 +134,8 @@ def test_a_live_lease_of_another_run_stops_a_start_in_one_line_and_a_dead_ones_i
 
 def test_a_lease_is_renewed_at_each_save_and_goes_stale_when_not_renewed(moto_s3, tmp_path, monkeypatch):
     from olmocr_rl.storage import S3SyncCallback
+
+    monkeypatch.setenv("OLMOCR_RL_JOB_ID", "this-job")  # whatever scheduler runs the suite
 
     uri = f"s3://{moto_s3.bucket}/runs/r"
     key = "runs/r/" + LEASE_NAME
@@ -221,7 +224,9 @@ def test_a_malformed_s3_save_path_is_one_line_before_anything_loads(tmp_path, ca
     assert "Traceback" not in err and not (tmp_path / "out").exists()
 
 
-def test_a_requeued_finished_run_does_not_upload_into_a_prefix_another_live_run_holds(moto_s3, tmp_path, capsys):
+def test_a_requeued_finished_run_does_not_upload_into_a_prefix_another_live_run_holds(moto_s3, tmp_path, capsys,
+                                                                                     monkeypatch):
+    monkeypatch.setenv("OLMOCR_RL_JOB_ID", "this-job")  # whatever scheduler runs the suite
     uri = f"s3://{moto_s3.bucket}/runs/r1"
     out = tmp_path / "out"
     finished_run(out)
@@ -234,3 +239,21 @@ def test_a_requeued_finished_run_does_not_upload_into_a_prefix_another_live_run_
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_requeued_jobs_own_earlier_lease_is_taken_over_and_another_jobs_is_not(moto_s3, monkeypatch):
+    """A job killed hard on another machine left its lease: the scheduler's requeue of that job (same job id) takes
+    it over at once; a duplicated submission (another job id) is refused."""
+    uri = f"s3://{moto_s3.bucket}/runs/r"
+    earlier = {"run": "killed", "job": "SLURM_JOB_ID=4242", "host": "node7", "pid": 99, "started": "then",
+               "command": "x"}
+    moto_s3.client().put_object(Bucket=moto_s3.bucket, Key="runs/r/" + LEASE_NAME, Body=json.dumps(earlier).encode())
+    monkeypatch.delenv("OLMOCR_RL_JOB_ID", raising=False)  # the scheduler's own id decides
+    monkeypatch.setenv("SLURM_JOB_ID", "4243")
+    with pytest.raises(LeaseHeldError, match="run killed: pid 99 on node7"):
+        acquire_lease(uri, keep_alive=False)
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    lease = acquire_lease(uri, keep_alive=False)
+    assert lease.body["job"] == "SLURM_JOB_ID=4242"
+    lease.release()
+    release_held()
