@@ -85,9 +85,14 @@ class Lease:
     etag: str
     lost: bool = False
     _stop: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # one renewal at a time (the ETag chain)
 
     def renew(self) -> bool:
         """Write the lease again if it is still this run's; False (logged) when it could not be, or was taken."""
+        with self._lock:
+            return self._renew()
+
+    def _renew(self) -> bool:
         if self.lost:
             return False
         self.body["renewed"] = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -240,12 +245,18 @@ def _claim_best_effort(client, lease: Lease) -> None:
 
 
 def renew_held() -> None:
-    """Renew this process's lease, if it holds one (at each checkpoint save)."""
+    """Renew this process's lease, if it holds one (at each checkpoint save), in the background: a hung S3 server
+    must not hold up training."""
     for lease in _HELD:
-        lease.renew()
+        threading.Thread(target=lease.renew, name="olmocr_rl-s3-lease-renew", daemon=True).start()
 
 
-def release_held() -> None:
-    """Release this process's lease, if it holds one (at the run's end, whatever its status)."""
+def release_held(timeout: float = 5.0) -> None:
+    """Release this process's lease, if it holds one (at the run's end, whatever its status), waiting ``timeout``
+    seconds at most: a hung S3 server must not keep a stopped run past its grace period (the lease then goes
+    stale on its own)."""
     while _HELD:
-        _HELD.pop().release()
+        lease = _HELD.pop()
+        worker = threading.Thread(target=lease.release, name="olmocr_rl-s3-lease-release", daemon=True)
+        worker.start()
+        worker.join(timeout)

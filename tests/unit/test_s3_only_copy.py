@@ -152,7 +152,10 @@ def test_a_lease_is_renewed_at_each_save_and_goes_stale_when_not_renewed(moto_s3
     callback = S3SyncCallback(uri, tmp_path / "out", background=False)
     (tmp_path / "out" / "checkpoint-2").mkdir(parents=True)
     state = type("State", (), {"is_local_process_zero": True, "is_world_process_zero": True, "global_step": 2})()
-    callback.on_save(None, state, None)  # a save renews it
+    callback.on_save(None, state, None)  # a save renews it (in the background)
+    deadline = time.monotonic() + 20
+    while lease.etag == before and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert lease.etag != before and not lease.lost
     assert moto_s3.client().head_object(Bucket=moto_s3.bucket, Key=key)["ETag"] == lease.etag
     moto_s3.client().put_object(Bucket=moto_s3.bucket, Key=key, Body=b"{}")  # taken over by another run meanwhile
