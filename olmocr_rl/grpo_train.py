@@ -69,9 +69,23 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc))
     for notice in cfg.notices:  # each logged once, here
         (logger.warning if notice.startswith("WARNING:") else logger.info)(notice)
-    from olmocr_rl.trainer.stop_signals import Preempted, install_early, restore
+    from olmocr_rl.storage.lease import release_held
+    from olmocr_rl.trainer.stop_signals import install_early, restore
 
     previous = install_early()  # SIGTERM/SIGUSR1 before training: one line, status 75 (nothing to save yet)
+    code = 1  # a bug's traceback: Python exits 1 too
+    try:
+        code = _run(cfg)
+    finally:
+        release_held()  # the run's lease on --s3_save_path (storage.lease), whatever the status
+        restore(previous, exit_status=code)  # a late signal (a second SIGTERM) ends the process with `code`
+    return code
+
+
+def _run(cfg: ResolvedConfig) -> int:
+    """Every phase of the run, in order; the exit status (each stop said in one line)."""
+    from olmocr_rl.trainer.stop_signals import Preempted
+
     try:
         resume, reports = _check_before_loading(cfg)
         train_dataset, eval_dataset = _build_datasets(cfg, reports)
@@ -93,8 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted (SIGINT) before training began: nothing saved", file=sys.stderr)
         return 128 + signal.SIGINT
-    finally:
-        restore(previous)
 
 
 def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
@@ -123,7 +135,7 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
             print(report.format(), file=sys.stderr)
             raise _Stop(f"bench folder {folder} has problems (listed above); fix them, or check them with "
                         f"`python -m olmocr_rl.validate_bench {folder}`")
-    os.makedirs(cfg.output_dir, exist_ok=True)
+    _make_output_dir(cfg.output_dir)
     resume = _resume_checkpoint(cfg)
     if resume:
         from olmocr_rl.trainer.adapter_checkpoint import kind_mismatch
@@ -131,6 +143,7 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
         problem = kind_mismatch(resume, cfg.use_peft)  # a LoRA checkpoint for a full fine-tune, or the reverse
         if problem:
             raise _Stop(f"--resume_from_checkpoint: {problem}")
+        _compare_flags(cfg, resume)
     if cfg.s3_save_path:  # a mistyped bucket or missing credentials now, not as log lines at the first save
         from olmocr_rl.storage import StorageError, check_s3_access
 
@@ -139,6 +152,40 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
         except StorageError as exc:
             raise _Stop(f"--s3_save_path: {exc}") from None
     return resume, reports
+
+
+def _make_output_dir(output_dir: str) -> None:
+    """--output_dir made (with its parents), or _Stop in one line: a file there or above it, a disk it cannot be
+    made on (read-only, not this user's)."""
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        return
+    except OSError as exc:
+        error = exc
+    from olmocr_rl.storage import describe_write_failure
+
+    path = Path(output_dir)
+    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocker == path:
+        raise _Stop(f"--output_dir {output_dir} is a file, not a folder: choose a folder (or move the file away)")
+    if blocker is not None:
+        raise _Stop(f"--output_dir {output_dir}: {blocker} is a file, so no folder can be made under it: choose "
+                    "another --output_dir")
+    reason = describe_write_failure(error, path, None) or error.strerror or str(error)
+    raise _Stop(f"--output_dir {output_dir}: cannot create it ({reason}); choose a folder this run can write in")
+
+
+def _compare_flags(cfg: ResolvedConfig, resume: str) -> None:
+    """Each flag that differs from the checkpoint's in one line (applied, or kept and why); _Stop for one that
+    changes what is trained (config.resume_flags)."""
+    from olmocr_rl.config.resume_flags import compare_with_checkpoint
+    from olmocr_rl.storage.checkpoints import checkpoint_step
+
+    lines, refusal = compare_with_checkpoint(cfg.flags, resume, checkpoint_step(Path(resume).name))
+    if refusal:
+        raise _Stop(f"--resume_from_checkpoint: {resume}: {refusal}")
+    for line in lines if is_main_process() else ():
+        logger.warning("resuming with %s", line)
 
 
 def _test_types(cfg: ResolvedConfig) -> list[str] | None:
@@ -370,9 +417,39 @@ def _resume_checkpoint(cfg: ResolvedConfig) -> str | None:
                              num_train_epochs=cfg.num_train_epochs, allow_partial_resume=cfg.allow_partial_resume,
                              overwrite_output_dir=cfg.overwrite_output_dir)
     except AlreadyFinished as done:
-        raise _Done(str(done)) from None
+        raise _Done(_complete_finished_mirror(cfg, done)) from None
     except StartError as exc:
         raise _Stop(str(exc)) from None
+
+
+def _complete_finished_mirror(cfg: ResolvedConfig, finished) -> str:
+    """A finished run requeued (e.g. after exit 74): what S3 still lacks of this disk goes up first (each machine's
+    local main process); the line to log, or _Stop with status 74 when S3 still refuses it."""
+    from olmocr_rl.ranks import is_local_main_process
+
+    if not cfg.s3_save_path or not is_local_main_process():
+        return str(finished)
+    from olmocr_rl.storage import StorageError
+    from olmocr_rl.storage.lease import LeaseHeldError, acquire_lease
+    from olmocr_rl.storage.resume import complete_mirror
+
+    if is_main_process():  # another live run on the prefix: do not upload into it (storage.lease)
+        try:
+            acquire_lease(cfg.s3_save_path)
+        except LeaseHeldError as exc:
+            raise _Stop(f"--s3_save_path {exc}") from None
+        except StorageError:
+            pass  # S3 down: the mirror below says so (status 74)
+    try:
+        result = complete_mirror(cfg.output_dir, cfg.s3_save_path)
+    except StorageError as exc:
+        raise _Stop(f"{finished.head}, but completing its mirror to {cfg.s3_save_path} failed: {exc}; "
+                    f"rerun when S3 is back, or copy {cfg.output_dir} there (`aws s3 sync {cfg.output_dir} "
+                    f"{cfg.s3_save_path}`) before this disk goes", status.UNSYNCED) from None
+    if not result.uploaded:
+        return str(finished)
+    return (f"{finished.head}: nothing to train; completed its mirror to {cfg.s3_save_path}: "
+            f"{result.summary()}")
 
 
 def _finish(trainer, cfg: ResolvedConfig) -> int:

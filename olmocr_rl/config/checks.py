@@ -484,10 +484,17 @@ def resolve_resume(a: Namespace) -> bool | str | None:
 
 
 def check_s3(a: Namespace) -> Problems:
-    """--s3_save_path is an s3:// URI; --overwrite_output_dir does not meet --resume_from_checkpoint."""
+    """--s3_save_path is a well-formed s3:// URI; --overwrite_output_dir does not meet --resume_from_checkpoint."""
+    from olmocr_rl.storage.s3 import parse_s3_uri
+
     problems = []
     if a.s3_save_path and not str(a.s3_save_path).startswith("s3://"):
         problems.append(f"--s3_save_path {a.s3_save_path!r}: expected s3://bucket/prefix")
+    elif a.s3_save_path:
+        try:
+            parse_s3_uri(a.s3_save_path)  # whitespace, an invalid bucket name
+        except ValueError as exc:
+            problems.append(f"--s3_save_path: {exc}")
     if a.overwrite_output_dir and resolve_resume(a):
         problems.append("--overwrite_output_dir deletes the checkpoints --resume_from_checkpoint would resume from: "
                         "give one of them (through a launcher, --no-auto-resume leaves the resume flag out)")

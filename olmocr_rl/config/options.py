@@ -338,6 +338,9 @@ class ResolvedConfig:
     allow_partial_resume: bool = flag(LOGGING, False, "resume from a checkpoint that has no optimizer.pt or "
         "scheduler.pt (e.g. saved with save_only_model) with a warning: Adam's moments start from zero (the "
         "learning-rate schedule is moved on to the checkpoint's step); without it such a resume is an error")
+    apply_learning_rate_on_resume: bool = flag(LOGGING, False, "on resume, train on with this run's "
+        "--learning_rate (the checkpoint's schedule state, which holds the learning rate it was saved with, wins "
+        "without it)")
     overwrite_output_dir: bool = flag(LOGGING, False, "start a new run in an --output_dir that holds an earlier run's "
         "checkpoints or history: they are deleted first (without it such a start is an error; S3 is never touched)")
     preempt_upload_timeout: float = flag(LOGGING, 240.0, "after SIGTERM/SIGUSR1/SIGINT the run finishes its step, "

@@ -22,6 +22,7 @@ Pool design:
 * workers die with the trainer (:func:`_worker_start`): the kernel sends them SIGKILL when their parent ends,
   however it ends, and they leave the trainer's process group, so a Ctrl-C in the terminal, or a launcher's signal to the group, reaches only the
   trainer, which stops them itself (no traceback from each worker, no pool broken under the last step).
+  The pool gets no work before every worker has left the group (a barrier the workers and the trainer meet at).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ WORKERS_ENV = "OLMOCR_RL_REWARD_WORKERS"
 START_METHOD_ENV = "OLMOCR_RL_REWARD_START_METHOD"
 MAX_DEFAULT_WORKERS = 16
 MAX_POOL_FAILURES = 3  # consecutive failed batches before the pool is given up for the run
+WORKER_START_TIMEOUT_S = 120.0  # every worker out of the trainer's process group by then, or the pool failed
 
 
 def resolve_workers(workers: int | None = None) -> int:
@@ -125,8 +127,9 @@ _worker_cache: PageTestCache | None = None
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def _worker_start(parent: int | None) -> None:
-    """A reward worker's first act: SIGKILL when its parent dies (Linux), out of the parent's process group.
+def _worker_start(parent: int | None, ready=None) -> None:
+    """A reward worker's first act: SIGKILL when its parent dies (Linux), out of the parent's process group, then
+    say so (``ready``: the pool's barrier, which the trainer waits at before it gives the pool any work).
 
     ``parent``: the trainer's pid when the worker is forked from it (a worker whose parent is already gone
     then exits); None with forkserver/spawn (the parent is the fork server, which exits with the trainer).
@@ -144,6 +147,8 @@ def _worker_start(parent: int | None) -> None:
         os.setpgid(0, 0)
     except OSError:
         pass
+    if ready is not None:
+        ready.wait(timeout=WORKER_START_TIMEOUT_S)
 
 
 def _score_in_worker(key: PageKey, texts: list[str], raw_completion: bool) -> list[PageScore]:
@@ -188,12 +193,27 @@ class BenchEvaluator:
         if self._pool is None:
             self._pool_method = self.start_method or default_start_method()
             logger.info("reward worker pool: %d processes, start method %s", self.workers, self._pool_method)
-            parent = os.getpid() if self._pool_method == "fork" else None
-            self._pool = ProcessPoolExecutor(max_workers=self.workers,
-                                             mp_context=multiprocessing.get_context(self._pool_method),
-                                             initializer=_worker_start, initargs=(parent,))
+            self._pool = self._start_pool()
         futures = [self._pool.submit(_score_in_worker, key, texts, raw_completion) for key, _indices, texts in chunks]
         return [future.result() for future in futures]
+
+    def _start_pool(self) -> ProcessPoolExecutor:
+        """A pool whose every worker has left the trainer's process group: each waits at a barrier after doing so
+        (one task each makes the pool start them all), and so does the trainer, before any work goes out."""
+        context = multiprocessing.get_context(self._pool_method)
+        parent = os.getpid() if self._pool_method == "fork" else None
+        ready = context.Barrier(self.workers + 1)
+        pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context, initializer=_worker_start,
+                                   initargs=(parent, ready))
+        started = [pool.submit(os.getpid) for _ in range(self.workers)]  # no worker idle yet: one process each
+        try:
+            ready.wait(timeout=WORKER_START_TIMEOUT_S)
+            for future in started:
+                future.result()
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        return pool
 
     def _pool_failed(self, error: Exception) -> None:
         self.close()

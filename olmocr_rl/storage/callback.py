@@ -18,6 +18,7 @@ from transformers import TrainerCallback
 
 from olmocr_rl.ranks import barrier, is_local_main_process
 from olmocr_rl.storage.checkpoints import TRAINER_STATE, Topology, checkpoint_step, current_topology, manifest_name
+from olmocr_rl.storage.lease import renew_held
 from olmocr_rl.storage.mirror import DEFAULT_EXCLUDE, S3Mirror, SyncResult
 from olmocr_rl.storage.s3 import StorageError, parse_s3_uri
 from olmocr_rl.storage.verify import write_manifest
@@ -86,6 +87,7 @@ class S3SyncCallback(TrainerCallback):
         barrier()  # every rank's files of this checkpoint are written before any node lists them
         if not is_local_main_process(state):
             return
+        renew_held()  # the run's lease on the prefix (storage.lease; held by the global main process only)
         folder = self.output_dir / f"checkpoint-{state.global_step}"
         if folder.is_dir():
             if self.topology.node_rank > 0:

@@ -331,10 +331,11 @@ def check_remote_checkpoint(client, uri: str, bucket: str, name: str, files: dic
     return RemoteCheckpoint(uri, bucket, name, files, manifests, state, body), None
 
 
-def newest_remote_checkpoint(s3_uri: str, topology: Topology | None = None, *,
-                             newer_than: int = -1) -> RemoteCheckpoint | None:
+def newest_remote_checkpoint(s3_uri: str, topology: Topology | None = None, *, newer_than: int = -1,
+                             damaged: list[str] | None = None) -> RemoteCheckpoint | None:
     """S3's newest whole checkpoint with a step above ``newer_than``, or None; each newer one that is not whole
-    is skipped with a log line saying why. StorageError naming the URI when S3 cannot be listed or read."""
+    is skipped with a log line saying why (and, when it has the trainer_state.json only a whole upload ends with,
+    a ``name on S3: why`` line added to ``damaged``). StorageError naming the URI when S3 cannot be listed."""
     current = topology or current_topology()
     bucket, prefix = parse_s3_uri(s3_uri)
     folder = folder_prefix(prefix)
@@ -351,6 +352,8 @@ def newest_remote_checkpoint(s3_uri: str, topology: Topology | None = None, *,
             if found is not None:
                 return found
             logger.warning("skipping checkpoint %s/%s on S3: %s", s3_uri.rstrip("/"), name, problem)
+            if damaged is not None and TRAINER_STATE in listing[name]:
+                damaged.append(f"{name} on S3: {problem}")
     except storage_errors() as exc:
         raise explain(exc, "listing checkpoints in", s3_uri, client) from exc
     return None

@@ -106,7 +106,7 @@ def choose_checkpoint(output_dir: str | os.PathLike, s3_save_path: str | None = 
         several = topology.num_machines > 1
         newer_than = -1 if several or local is None else local.step
         try:
-            remote = newest_remote_checkpoint(s3_save_path, topology, newer_than=newer_than)
+            remote = newest_remote_checkpoint(s3_save_path, topology, newer_than=newer_than, damaged=skipped)
         except StorageError as exc:
             if local is None or several:
                 raise
@@ -119,9 +119,24 @@ def choose_checkpoint(output_dir: str | os.PathLike, s3_save_path: str | None = 
         return local
     if skipped:
         where = f"{output}" + (f" (nor on {s3_save_path})" if s3_save_path else "")
-        raise StorageError(f"no checkpoint in {where} can be resumed from ({'; '.join(skipped)}): restore one, or "
-                           "start over with --overwrite_output_dir")
+        fix = ("restore one, or start over with --overwrite_output_dir" if not s3_save_path else
+               "resume from one you restored (--resume_from_checkpoint PATH), or start over elsewhere (another "
+               "--s3_save_path and --output_dir; nothing on S3 is written over)")
+        raise StorageError(f"no checkpoint in {where} can be resumed from ({'; '.join(skipped)}): {fix}")
     return None
+
+
+def complete_mirror(output_dir: str | os.PathLike, s3_save_path: str):
+    """A finished run requeued on its disk: upload to ``s3_save_path`` what this disk holds and S3 lacks (or holds
+    older or of another size) -- the final model, summary and checkpoints the last mirror could not send --, never
+    deleting anything there; the ``SyncResult``. StorageError when S3 still cannot take them (after retries)."""
+    from olmocr_rl.storage.mirror import S3Mirror
+
+    if not Path(output_dir).is_dir():
+        from olmocr_rl.storage.mirror import SyncResult
+
+        return SyncResult()
+    return S3Mirror(output_dir, s3_save_path, delete=False).sync()
 
 
 def fetch(choice: ResumeChoice) -> Path:
@@ -254,7 +269,13 @@ def drop_stale_history(output_dir: str | os.PathLike) -> int:
 
 
 class AlreadyFinished(Exception):
-    """The checkpoint to resume from already ends the run; the message says so (nothing was written)."""
+    """The checkpoint to resume from already ends the run: ``head`` says where, the message adds that nothing
+    was written."""
+
+    def __init__(self, head: str):
+        super().__init__(f"{head}: nothing to train, nothing written; raise --max_steps (or --num_train_epochs) to "
+                         "train further")
+        self.head = head
 
 
 class StartError(StorageError):
@@ -268,7 +289,8 @@ def prepare_start(flag, output_dir: str | os.PathLike, s3_save_path: str | None 
 
     1. what ``--resume_from_checkpoint`` points at (:func:`plan_resume`); AlreadyFinished when that checkpoint
        ends the run (:func:`finished_at`): nothing is written, locally or on S3;
-    2. the run's lock on ``output_dir`` (global main process): another live run there is a StartError naming it;
+    2. the run's lock on ``output_dir`` and, with ``s3_save_path``, its lease on that prefix (global main process,
+       storage.lease): another live run in either is a StartError naming it;
     3. nothing to resume: a new run must find no earlier run's files (:func:`previous_run`), unless resuming
        was asked (an earlier start that saved nothing: its history goes) or ``overwrite_output_dir`` (the local
        files go; S3 is never deleted from, so a prefix holding checkpoints is still an error);
@@ -278,10 +300,11 @@ def prepare_start(flag, output_dir: str | os.PathLike, s3_save_path: str | None 
     try:
         choice = plan_resume(flag, output_dir, s3_save_path)
         if choice is not None and finished_at(choice.state, max_steps, num_train_epochs):
-            raise AlreadyFinished(f"already finished at step {choice.step} ({choice.where()}): nothing to train, "
-                                  "nothing written; raise --max_steps (or --num_train_epochs) to train further")
+            raise AlreadyFinished(f"already finished at step {choice.step} ({choice.where()})")
         if is_main_process():
             _lock(output_dir)
+            if s3_save_path:
+                _claim_prefix(s3_save_path)
         if choice is None:
             _fresh_start(flag, output_dir, s3_save_path, overwrite_output_dir)
             return None
@@ -307,6 +330,18 @@ def _lock(output_dir) -> None:
         reason = describe_write_failure(exc, Path(output_dir) / RUN_LOCK, None) or str(exc)
         raise StartError(f"--output_dir {output_dir}: cannot write there ({reason}); choose a folder this run can "
                          "write in") from None
+
+
+def _claim_prefix(s3_save_path: str) -> None:
+    """The run's lease on its S3 prefix (storage.lease): another live run there is a StartError naming it."""
+    from olmocr_rl.storage.lease import LeaseHeldError, acquire_lease
+
+    try:
+        acquire_lease(s3_save_path)
+    except LeaseHeldError as exc:
+        raise StartError(f"--s3_save_path {exc}") from None
+    except StorageError as exc:
+        raise StartError(f"--s3_save_path: {exc}") from None
 
 
 def _fresh_start(flag, output_dir, s3_save_path: str | None, overwrite: bool) -> None:

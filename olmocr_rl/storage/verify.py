@@ -175,7 +175,8 @@ def _zip_problem(path: Path, rel: str) -> str | None:
 
 def verify_folder(folder: Path) -> str | None:
     """Why ``folder``'s files cannot be trusted: an unreadable manifest, a file that disagrees with one, or a
-    file its own format says was written only in part. None when nothing is wrong."""
+    file its own format says was written only in part (of the files the manifests list, when there are any).
+    None when nothing is wrong."""
     sizes = local_files(folder)
     manifests, problem = read_manifests(folder)
     if problem:
@@ -183,7 +184,11 @@ def verify_folder(folder: Path) -> str | None:
     problem = files_problem(folder, sizes, manifests)
     if problem:
         return problem
-    for rel in sorted(sizes, key=lambda r: (r != TRAINER_STATE, r)):  # the state first: the commonest damage
+    # With manifests only the files they list count (a stray file dropped in later says nothing about the
+    # checkpoint); without, every file is format-checked.
+    listed = {rel for manifest in manifests for rel in dict(manifest.get("files", {}))} | {TRAINER_STATE}
+    checked = [rel for rel in sizes if rel in listed] if manifests else list(sizes)
+    for rel in sorted(checked, key=lambda r: (r != TRAINER_STATE, r)):  # the state first: the commonest damage
         if problem := format_problem(folder / rel, rel):
             return problem
     return None

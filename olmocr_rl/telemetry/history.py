@@ -3,7 +3,8 @@
 - :class:`MetricsFileCallback` appends every log event to ``OUTPUT_DIR/metrics.jsonl`` (one JSON
   object per line, with ``step``), the history that ``python -m olmocr_rl.report`` plots. A resumed
   run appends to the same file after ``storage.checkpoints.trim_history`` dropped the records of the
-  steps after its checkpoint (they are trained again), so each step is recorded by one run.
+  steps after its checkpoint (they are trained again), so each step is recorded by one run. A disk that refuses
+  a record (full, read-only) stops the run with the one line of a full disk at a save (a StorageError).
 - :class:`ProgressTableCallback` prints one row per training log above the progress bar: step, reward, its
   std, bench pass rate overall and per test type, the share of sequences vLLM's importance-sampling correction
   masked (vLLM runs), mean completion length, fraction of zero-signal groups, and seconds per step; the header
@@ -31,9 +32,36 @@ class MetricsFileCallback(TrainerCallback):
         for key, value in logs.items():
             if isinstance(value, (int, float, str, bool)) or value is None:
                 record[key] = value
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as fh:
-            fh.write(json.dumps(record) + "\n")
+        line = json.dumps(record) + "\n"
+        size = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            size = self.path.stat().st_size if self.path.exists() else 0
+            with self.path.open("a") as fh:
+                fh.write(line)
+        except OSError as exc:
+            raise _append_failed(exc, self.path, size, len(line)) from None
+
+
+def _append_failed(exc: OSError, path: Path, size: int | None, needed: int):
+    """A record the disk refused: the file cut back to its last whole record, and the one line of a full disk at a
+    save (storage.files.describe_write_failure) as a StorageError, which the CLI prints; any other OSError as is."""
+    from olmocr_rl.storage import StorageError, describe_write_failure
+    from olmocr_rl.storage.checkpoints import local_checkpoints
+
+    reason = describe_write_failure(exc, path, needed)
+    if reason is None:
+        return exc
+    if size is not None:
+        try:
+            with path.open("r+b") as fh:
+                fh.truncate(size)  # no half record for the report to choke on
+        except OSError:
+            pass
+    previous = [folder.name for _step, folder in local_checkpoints(path.parent)]
+    kept = f"{previous[0]} is intact" if previous else "no checkpoint was saved yet"
+    return StorageError(f"appending to {path} failed: {reason}; {kept}: make room (or point --output_dir at a disk "
+                        "with room) and resume with --resume_from_checkpoint")
 
 
 def _fmt(value, pct: bool = False) -> str:

@@ -86,6 +86,10 @@ def build_trainer(cfg, grpo_config, model, processor, reward_funcs, reward_names
 
         attach_feature_cache(trainer)
     add_callbacks(trainer, cfg, reward_names, reward_logger)
+    from olmocr_rl.config.resume_flags import saved_flags
+
+    trainer.olmocr_rl_flags = saved_flags(cfg.flags)  # kept in each checkpoint (trainer.checkpoint_save)
+    trainer.apply_learning_rate_on_resume = cfg.apply_learning_rate_on_resume  # trainer.checkpoint_load
     return trainer
 
 

@@ -16,8 +16,9 @@ trainer built directly (not through grpo_train) resumes correctly too.
 - :func:`load_optimizer_and_scheduler`: with several CPU processes the Trainer's map_location ``cpu:0`` is not
   one torch.load can restore ``optimizer.pt`` to; within that one call, on that thread,
   torch is taught to restore ``cpu:N`` (:func:`indexed_cpu_loads`; ``torch.load`` is not replaced). A
-  checkpoint without ``scheduler.pt`` (resumed only with ``--allow_partial_resume``) gets its learning-rate
-  schedule moved on to the checkpoint's step, where the Trainer would restart it at step 0 (warmup again).
+  checkpoint without ``scheduler.pt`` or ``optimizer.pt`` (resumed only with ``--allow_partial_resume``) gets
+  its learning-rate schedule moved on to the checkpoint's step (from ``scheduler.pt`` when it is there), where
+  the Trainer would restart it at step 0 (warmup again).
 """
 
 from __future__ import annotations
@@ -96,17 +97,49 @@ def load_optimizer_and_scheduler(trainer, checkpoint: str | None, original) -> N
             "saved with other --use_peft / --lora_* / --freeze_vision_tower / --freeze_vision_merger settings: resume "
             "with the ones it was saved with, or start a new run in another --output_dir") from None
     _advance_schedule(trainer, checkpoint)
+    if checkpoint is not None and getattr(trainer, "apply_learning_rate_on_resume", False):
+        _apply_learning_rate(trainer)
     return None
 
 
+def _apply_learning_rate(trainer) -> None:
+    """--apply_learning_rate_on_resume: the schedule goes on from its position with this run's learning rate as its
+    peak (the checkpoint's state held the one it was saved with); the groups' ratios are kept."""
+    scheduler = getattr(trainer, "lr_scheduler", None)
+    if scheduler is None or not getattr(scheduler, "base_lrs", None) or not scheduler.base_lrs[0]:
+        return
+    scale = trainer.args.learning_rate / scheduler.base_lrs[0]
+    state = scheduler.state_dict()  # its last rate is what the Trainer logs for the coming step
+    state["base_lrs"] = [base * scale for base in scheduler.base_lrs]
+    state["_last_lr"] = [rate * scale for rate in scheduler.get_last_lr()]
+    scheduler.load_state_dict(state)
+    for group, base in zip(scheduler.optimizer.param_groups, scheduler.base_lrs):
+        group["initial_lr"] = base
+        group["lr"] = group["lr"] * scale
+    logger.info("--apply_learning_rate_on_resume: learning rate %.3g from here on the schedule (lr %.3g now)",
+                trainer.args.learning_rate, scheduler.optimizer.param_groups[0]["lr"])
+
+
 def _advance_schedule(trainer, checkpoint: str | None) -> None:
-    """No scheduler.pt in ``checkpoint``: step the fresh schedule to the checkpoint's step (it is a function of the
-    step alone), so the learning rate goes on where it was instead of starting over."""
+    """The Trainer restores the schedule only with the optimizer's state (both files, or neither): without
+    scheduler.pt the fresh schedule is stepped to the checkpoint's step (it is a function of the step alone);
+    with scheduler.pt but no optimizer state it is loaded from scheduler.pt. Either way the learning rate goes
+    on where it was instead of starting over."""
     import json
     import warnings
 
     scheduler = getattr(trainer, "lr_scheduler", None)
-    if checkpoint is None or scheduler is None or os.path.isfile(os.path.join(checkpoint, "scheduler.pt")):
+    if checkpoint is None or scheduler is None:
+        return
+    has_schedule = os.path.isfile(os.path.join(checkpoint, "scheduler.pt"))
+    if has_schedule and _has_optimizer_state(trainer, checkpoint):
+        return  # the Trainer loaded both
+    if has_schedule:
+        import torch
+
+        scheduler.load_state_dict(torch.load(os.path.join(checkpoint, "scheduler.pt"), weights_only=True))
+        logger.warning("%s has no optimizer state: the learning-rate schedule was restored from its scheduler.pt "
+                       "(lr %.3g)", checkpoint, scheduler.get_last_lr()[0])
         return
     try:
         with open(os.path.join(checkpoint, "trainer_state.json")) as handle:
@@ -119,6 +152,13 @@ def _advance_schedule(trainer, checkpoint: str | None) -> None:
             scheduler.step()
     logger.warning("%s has no scheduler.pt: the learning-rate schedule was moved on to step %d (lr %.3g)",
                    checkpoint, step, scheduler.get_last_lr()[0])
+
+
+def _has_optimizer_state(trainer, checkpoint: str) -> bool:
+    """Whether the Trainer found optimizer state to load (an engine's own layout counts as found)."""
+    if getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):
+        return True
+    return any(os.path.isfile(os.path.join(checkpoint, name)) for name in ("optimizer.pt", "optimizer.bin"))
 
 
 _INDEXED_CPU = threading.local()  # .depth > 0 inside indexed_cpu_loads() on this thread

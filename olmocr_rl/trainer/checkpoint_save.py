@@ -5,7 +5,8 @@
 
 - ``trainer_state.json`` is written whole or not at all (a temporary name, then a rename; transformers writes
   it in place);
-- once every rank's files are written (a barrier), each machine's main process writes the checkpoint's node
+- once every rank's files are written (a barrier), each machine's main process writes the run's flags
+  (``olmocr_rl_flags.json``: a resume compares its own with them, config.resume_flags) and the checkpoint's node
   manifest (storage.verify: every file, its size and checksum), the last file of the checkpoint: a resume
   takes only a checkpoint whose files agree with it;
 - an ``OSError`` of the disk (full, read-only, not writable; torch's writer reports a full disk as a bare
@@ -96,10 +97,21 @@ def save_checkpoint(trainer, model, trial, original) -> None:
     barrier()  # every rank's files (RNG states, shards) are on disk before a manifest lists them
     if is_local_main_process(trainer.state) and folder.is_dir():
         try:
+            _write_flags(trainer, folder)
             write_manifest(folder, current_topology())
         except OSError as exc:  # the checkpoint itself is whole; without a manifest its files' formats are checked
             logger.warning("no manifest for %s (%s): a resume checks its files' formats only", folder,
                            describe_write_failure(exc, folder / "olmocr_rl_manifest", None) or exc)
+
+
+def _write_flags(trainer, folder: Path) -> None:
+    """The run's flags beside the checkpoint (config.resume_flags compares a resume's with them), when it has them."""
+    flags = getattr(trainer, "olmocr_rl_flags", None)
+    if flags is not None:
+        from olmocr_rl.config.resume_flags import FLAGS_FILE
+        from olmocr_rl.storage import write_json_atomic
+
+        write_json_atomic(folder / FLAGS_FILE, flags, indent=1)
 
 
 class CheckpointSaveMixin:

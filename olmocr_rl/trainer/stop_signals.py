@@ -2,7 +2,8 @@
 
 - Before training begins (flags, data, model loading) :func:`install_early` makes SIGTERM and SIGUSR1 raise
   :class:`Preempted` (SIGINT raises Python's KeyboardInterrupt): nothing to save, the CLI exits with one line;
-  :func:`restore` puts the handlers back when the run is over.
+  :func:`restore` puts the handlers back when the run is over (a late SIGTERM or SIGUSR1 then ends the process
+  with the status the run said, not as a signal death).
 - During training :class:`StopRequest` records the first signal and logs one line; trainer.preemption's
   callback saves the step it arrived in and stops. A second signal exits at once (status 128 + its number),
   without saving. A second SIGTERM or SIGUSR1 less than :data:`DUPLICATE_WINDOW_S` after the first counts as
@@ -54,10 +55,26 @@ def install_early() -> dict:
     return previous
 
 
-def restore(previous: dict) -> None:
-    """Put back the handlers :func:`install_early` returned."""
+def restore(previous: dict, exit_status: int | None = None) -> None:
+    """Put back the handlers :func:`install_early` returned.
+
+    With ``exit_status`` (the status the run decided and said), a SIGTERM or SIGUSR1 whose handler was the
+    default (death by the signal) instead ends the process at once with that status: a second signal that comes
+    while the process winds down (uploads joined, interpreter shutdown) must not turn a logged "exiting with
+    status 75" into a signal death that a launcher reads otherwise."""
     for sig, handler in previous.items():
-        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        if exit_status is not None and sig != signal.SIGINT and handler in (None, signal.SIG_DFL):
+            signal.signal(sig, _exit_with(exit_status))
+        else:
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def _exit_with(status: int):
+    def handler(signum, frame):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return handler
 
 
 def _say(message: str) -> None:
@@ -93,9 +110,15 @@ class StopRequest:
         if self.signal_name is None:
             self.signal_name, self.received_at = name, time.monotonic()
             done = self.state.global_step if self.state is not None else 0
-            when = (f"during step {done + 1}: finishing it, then saving checkpoint-{done + 1}" if self.in_step else
-                    f"after step {done}: saving checkpoint-{done} if that save is under way, else finishing step "
-                    f"{done + 1} and saving it")
+            last = int(getattr(self.state, "max_steps", 0) or 0)
+            if last and done >= last:  # training is over: the final save and upload are under way
+                when = (f"after the last step ({done} of {last}): finishing the final save and its upload (bounded "
+                        "by --preempt_upload_timeout)")
+            elif self.in_step:
+                when = f"during step {done + 1}: finishing it, then saving checkpoint-{done + 1}"
+            else:
+                when = (f"after step {done}: saving checkpoint-{done} if that save is under way, else finishing step "
+                        f"{done + 1} and saving it")
             _say(f"{name} received {when}, then stopping (a second signal exits at once, without saving)")
             for hook in self.hooks:
                 hook()

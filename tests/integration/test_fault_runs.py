@@ -291,15 +291,16 @@ def test_an_explicit_damaged_checkpoint_is_one_error_line(tmp_path, uninterrupte
 
 
 def test_resuming_with_other_trained_parameters_is_one_error_line(tmp_path, tiny_model_dir, uninterrupted):
-    """A checkpoint of a run that trained the vision tower, resumed with it frozen: the optimizer state cannot fit
-    (torch raised from deep inside its load); one line naming the flags, the checkpoint left as it was."""
+    """A checkpoint of a run that trained the vision tower, resumed with it frozen: the optimizer state cannot fit;
+    one line naming the flag, from the flags the checkpoint was saved with (before the model loads), the
+    checkpoint left as it was."""
     out = killed_after_step_6(uninterrupted, tmp_path / "out")
     result = run_cli([*flags(tiny_model_dir, out), "--resume_from_checkpoint", "--freeze_vision_tower"], tmp_path)
     assert result.returncode == 1 and "Traceback" not in result.stderr, failure(result)
     [line] = errors(result.stderr)
-    assert line.startswith(f"error: --resume_from_checkpoint: {out / 'checkpoint-6'}: its optimizer state is for "
-                           "another set of trained parameters (torch: loaded state dict contains a parameter group")
-    assert "--freeze_vision_tower" in line and "resume with the ones it was saved with" in line
+    assert line == (f"error: --resume_from_checkpoint: {out / 'checkpoint-6'}: --freeze_vision_tower on (the "
+                    "checkpoint was saved with off): its optimizer state is for another set of trained parameters; "
+                    "resume with --no-freeze_vision_tower, or start a new run in another --output_dir")
     assert local_checkpoint_problem(out / "checkpoint-6") is None
     assert max(per_step(read_metrics(out))) == 6  # nothing trained
 

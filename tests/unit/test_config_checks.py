@@ -138,7 +138,7 @@ def test_resolve_report_to_resume_and_s3(tmp_path):
         checks.resolve_report_to(flags(report_to="mlflow"))
     assert checks.resolve_resume(flags(resume_from_checkpoint="False")) is None
     assert checks.resolve_resume(flags(resume_from_checkpoint=str(tmp_path))) == str(tmp_path)
-    assert checks.check_s3(flags(s3_save_path="s3://b/p")) == []
+    assert checks.check_s3(flags(s3_save_path="s3://bucket/p")) == []
     assert checks.check_s3(flags(s3_save_path="b/p")) == ["--s3_save_path 'b/p': expected s3://bucket/prefix"]
 
 

@@ -68,6 +68,21 @@ def test_a_checkpoint_whose_files_disagree_with_its_manifest_does_not_verify(tmp
     assert reason in storage.local_checkpoint_problem(folder)
 
 
+def test_stray_files_in_a_checkpoint_with_a_manifest_do_not_count(tmp_path):
+    """A file dropped into a good checkpoint after its save (an editor's swap, a half-copied extra): only the files
+    its manifest lists say whether it is whole; a listed file cut short still fails."""
+    folder = real_checkpoint(tmp_path, 4)
+    (folder / "notes.json").write_text("{\"half\": ")
+    (folder / "probe.safetensors").write_bytes(b"\x10\x00")
+    assert storage.local_checkpoint_problem(folder) is None
+    assert choose_checkpoint(tmp_path).folder == folder
+    os.truncate(folder / "trainer_state.json", 30)
+    assert "trainer_state.json" in storage.local_checkpoint_problem(folder)
+    unlisted = real_checkpoint(tmp_path / "old", 4, manifest=False)  # no manifest: every file is checked
+    (unlisted / "notes.json").write_text("{\"half\": ")
+    assert "notes.json is not valid JSON" in storage.local_checkpoint_problem(unlisted)
+
+
 @pytest.mark.parametrize("damage, reason", [
     (lambda f: os.truncate(f / "model.safetensors", 300), "has 300 bytes, its safetensors header says"),
     (lambda f: os.truncate(f / "model.safetensors", 5), "too few for a safetensors header"),
@@ -324,24 +339,51 @@ def test_upload_waits_end_at_the_deadline(tmp_path, monkeypatch):
 
 
 def test_reward_workers_die_with_a_killed_trainer_and_leave_its_process_group():
-    trainer = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
-        import os, time
-        from olmocr_rl.rewards.evaluator import BenchEvaluator
-        evaluator = BenchEvaluator(workers=2, start_method="fork")
-        evaluator._run_in_pool([], False)  # starts the pool
-        pool = evaluator._pool
-        list(pool.map(abs, range(4)))  # every worker up
-        print(" ".join(str(pid) for pid in pool._processes), os.getpgrp(), flush=True)
-        time.sleep(60)
-    """)], stdout=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    """Under load (CPU burners beside the trainer, and workers that start late: the second 0.5 s, the third 1 s
+    after the first, as on a busy machine), three pools in a row: once the pool has answered, every worker has
+    already left the trainer's process group (a Ctrl-C to the group misses it); then a SIGKILLed trainer leaves
+    no worker behind."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
-        *workers, group = map(int, trainer.stdout.readline().split())
-        assert len(workers) == 2 and all(alive(pid) for pid in workers)
-        assert all(os.getpgid(pid) != group for pid in workers)  # a Ctrl-C to the trainer's group misses them
-        assert sorted(descendants(trainer.pid)) == sorted(workers)
+        trainer = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+            import multiprocessing, os, time
+            from olmocr_rl.rewards import evaluator as pool_module
+            started = multiprocessing.Value("i", 0)
+            first_act = pool_module._worker_start
+
+            def late_start(*args):  # the n-th worker of a pool starts n x 0.5 s after the first
+                with started.get_lock():
+                    order, started.value = started.value, started.value + 1
+                time.sleep(0.5 * (order % 3))
+                first_act(*args)
+
+            pool_module._worker_start = late_start
+            for attempt in range(3):
+                evaluator = pool_module.BenchEvaluator(workers=3, start_method="fork")
+                evaluator._run_in_pool([], False)  # starts the pool
+                evaluator._pool.submit(abs, -1).result()  # the pool has answered
+                pids = list(evaluator._pool._processes)
+                groups = [os.getpgid(pid) for pid in pids]  # at once
+                print(len(pids), sum(group == os.getpgrp() for group in groups), flush=True)
+                if attempt < 2:
+                    evaluator.close()
+            print(" ".join(str(pid) for pid in pids), os.getpgrp(), flush=True)
+            time.sleep(60)
+        """)], stdout=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+        try:
+            counts = [trainer.stdout.readline().split() for _ in range(3)]
+            assert counts == [["3", "0"]] * 3  # 3 workers each time, none left in the trainer's group
+            *workers, group = map(int, trainer.stdout.readline().split())
+            assert len(workers) == 3 and all(alive(pid) for pid in workers)
+            assert all(os.getpgid(pid) != group for pid in workers)
+            assert set(workers) <= set(descendants(trainer.pid))
+        finally:
+            trainer.kill()
+            trainer.wait()
     finally:
-        trainer.kill()
-        trainer.wait()
+        for burner in burners:
+            burner.kill()
+            burner.wait()
     assert survivors(workers, timeout=10) == []
 
 
@@ -451,3 +493,107 @@ def test_an_output_folder_this_run_cannot_write_in_is_one_line(tmp_path, monkeyp
         prepare_start(None, tmp_path / "out")
     assert str(error.value) == (f"--output_dir {tmp_path / 'out'}: cannot write there (the file system is read-only "
                                 f"({tmp_path / 'out'})); choose a folder this run can write in")
+
+
+def test_a_full_disk_at_the_history_append_is_the_one_line_of_a_full_disk_at_a_save(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    from olmocr_rl import grpo_train
+    from olmocr_rl.telemetry.history import MetricsFileCallback
+
+    class FullDisk(type(tmp_path)):
+        """metrics.jsonl on a disk that fills up halfway through the next record."""
+
+        def open(self, mode="r", *args, **kwargs):
+            handle = super().open(mode, *args, **kwargs)
+            if mode != "a":
+                return handle
+            write = handle.write
+
+            def half_then_full(text):
+                write(text[: len(text) // 2])
+                handle.flush()
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            handle.write = half_then_full
+            return handle
+
+    out = tmp_path / "out"
+    real_checkpoint(out, 4)
+    history = out / "metrics.jsonl"
+    history.write_text('{"step": 1}\n{"step": 2}\n')
+    before = history.read_text()
+    callback = MetricsFileCallback(history)
+    callback.path = FullDisk(history)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(12 << 20, 12 << 20, 0))
+    state = type("State", (), {"is_world_process_zero": True, "global_step": 5, "epoch": 0.6})()
+
+    class Trainer:  # a run whose step 5 logs
+        def train(self, resume_from_checkpoint=None):
+            callback.on_log(None, state, None, logs={"loss": 0.5, "reward": 0.25})
+
+    with pytest.raises(grpo_train._Stop) as stop:
+        grpo_train._train_and_save(None, Trainer(), None, None)
+    assert stop.value.message.startswith(
+        f"appending to {history} failed: no space left on device: it needs about ")
+    assert stop.value.message.endswith(f", 0 B free on the file system of {out}; checkpoint-4 is intact: make room (or "
+                                       "point --output_dir at a disk with room) and resume with --resume_from_checkpoint")
+    assert history.read_text() == before  # the half record was cut off
+
+
+def test_a_late_second_sigterm_ends_the_process_with_the_status_the_run_said(tmp_path):
+    """The first SIGTERM stops the run (status 75, said in the log); a second one 0.5 s later, while the process
+    winds down, used to kill it (-15): the status stays the one said. The same through the real CLI's main."""
+    result = run_python("""
+        import os, signal, sys, time
+        from olmocr_rl.trainer.stop_signals import Preempted, install_early, restore
+        previous = install_early()
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        except Preempted:
+            print("exiting with status 75", flush=True)
+        restore(previous, exit_status=75)
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        print("not reached")
+    """)
+    assert (result.returncode, result.stdout) == (75, "exiting with status 75\n"), result.stderr
+    out = tmp_path / "out"
+    real_checkpoint(out, 8)
+    result = run_python(f"""
+        import os, signal, sys, time
+        from olmocr_rl import grpo_train
+        code = grpo_train.main(["--config", "configs/tiny-cpu.yaml", "--model_name", "{out}/no-model", "--output_dir",
+                                "{out}", "--max_steps", "8", "--resume_from_checkpoint", "--report_to", "none"])
+        print("main returned", code, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        print("not reached")
+    """)
+    assert result.stdout == "main returned 0\n" and result.returncode == 0, (result.returncode, result.stderr[-2000:])
+    assert "already finished at step 8" in result.stderr
+
+
+def test_a_signal_after_the_last_step_names_no_step_beyond_it(caplog):
+    """SIGTERM during the final save and upload of an 8-step run: the line names step 8 of 8, not a step 9."""
+    from olmocr_rl.trainer.stop_signals import StopRequest
+
+    said = []
+    for step, in_step in ((8, False), (5, False), (5, True)):
+        request = StopRequest()
+        request.state = type("State", (), {"global_step": step, "max_steps": 8})()
+        request.in_step = in_step
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="olmocr_rl.trainer.stop_signals"):
+            request._handle(signal.SIGTERM, None)
+        said.append(caplog.records[-1].getMessage())
+    assert said == [
+        "SIGTERM received after the last step (8 of 8): finishing the final save and its upload (bounded by "
+        "--preempt_upload_timeout), then stopping (a second signal exits at once, without saving)",
+        "SIGTERM received after step 5: saving checkpoint-5 if that save is under way, else finishing step 6 and "
+        "saving it, then stopping (a second signal exits at once, without saving)",
+        "SIGTERM received during step 6: finishing it, then saving checkpoint-6, then stopping (a second signal "
+        "exits at once, without saving)"]
