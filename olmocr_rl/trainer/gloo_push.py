@@ -40,6 +40,30 @@ def server_flags() -> list[str]:
     return ["--weight-transfer-config", config, "--worker-extension-cls", WORKER_EXTENSION]
 
 
+def server_problem(host: str, port: int, timeout_s: float = 5.0) -> str | None:
+    """Why the vLLM server at ``host:port`` cannot take the gloo push, or None (also when it does not answer yet:
+    TRL waits for it). Checked before the model loads, by a trainer without CUDA."""
+    import urllib.error
+    import urllib.request
+
+    url = f"http://{host}:{port}/server_info?config_format=json"
+    start = f"restart it with `trl vllm-serve --model ... {' '.join(server_flags())}`"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            config = json.loads(response.read()).get("vllm_config", {})
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return f"the vLLM server at {host}:{port} has no development endpoints (weight push): {start}"
+        return None
+    except (OSError, ValueError):
+        return None
+    backend = (config.get("weight_transfer_config") or {}).get("backend")
+    if backend == BACKEND:
+        return None
+    return (f"the vLLM server at {host}:{port} takes weights over {backend or 'nothing'}, and this machine has no "
+            f"CUDA for TRL's NCCL push: {start}")
+
+
 def open_group(host: str, port: int, rank: int, world_size: int, store=None):
     """A gloo process group of its own (the default group, if any, is untouched); rank 0 hosts the store."""
     import torch.distributed as dist

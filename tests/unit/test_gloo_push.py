@@ -1,10 +1,13 @@
-"""The gloo weight push's pieces that run without vLLM: the server's flags and the group's broadcast.
+"""The gloo weight push's pieces that run without vLLM: the server's flags, the check of a server before the
+model loads, and the group's broadcast.
 
 The push itself, against a real ``trl vllm-serve``, runs in the vLLM lane (tests/vllm_lane/test_vllm_server.py).
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import socket
 import subprocess
@@ -13,7 +16,7 @@ import threading
 
 import torch
 
-from olmocr_rl.trainer.gloo_push import BACKEND, WORKER_EXTENSION, open_group, server_flags
+from olmocr_rl.trainer.gloo_push import BACKEND, WORKER_EXTENSION, open_group, server_flags, server_problem
 
 
 def test_server_flags_name_our_backend_and_survive_a_shell():
@@ -50,3 +53,41 @@ def test_local_address_is_loopback_for_a_loopback_server():
 
     assert _local_address("127.0.0.1") == "127.0.0.1"
     socket.inet_aton(_local_address("10.255.255.1"))  # a routable address of this machine, not a name
+
+
+@contextlib.contextmanager
+def serving_info(backend: str | None, status: int = 200):
+    """A stand-in for a vLLM server's /server_info on a free loopback port; yields the port."""
+    body = json.dumps({"vllm_config": {"weight_transfer_config": backend and {"backend": backend}}}).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_server_without_our_backend_is_named_with_the_flags_to_start_it():
+    with serving_info(BACKEND) as port:
+        assert server_problem("127.0.0.1", port) is None
+    with serving_info("nccl") as port:
+        problem = server_problem("127.0.0.1", port)
+    assert "takes weights over nccl" in problem and " ".join(server_flags()) in problem
+    with serving_info(None) as port:
+        assert "takes weights over nothing" in server_problem("127.0.0.1", port)
+    with serving_info(None, status=404) as port:
+        assert "no development endpoints" in server_problem("127.0.0.1", port)
+    with socket.socket() as sock:  # nothing listens: not up yet, TRL waits for it
+        sock.bind(("127.0.0.1", 0))
+        assert server_problem("127.0.0.1", sock.getsockname()[1]) is None

@@ -11,11 +11,14 @@ two servers never share the machine.
 from __future__ import annotations
 
 import contextlib
+import http.server
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -115,3 +118,31 @@ def test_server_mode_trains_a_tiny_moe(warm_qwen3_vl_moe_release_dir, tmp_path):
 @pytest.mark.parametrize("arm", list(ARMS))
 def test_server_mode_trains_with_the_gloo_push(sft_model_dir, qwen25_server, tmp_path, arm):
     check_server_run(sft_model_dir, tmp_path, qwen25_server, ["--reward_bench_edit_distance", 1.0, *ARMS[arm]], arm)
+
+
+def test_a_server_without_the_gloo_flags_is_one_error_line_before_the_model_loads(tmp_path):
+    """A stand-in server answers /server_info with TRL's NCCL backend: the CLI names the flags, loads nothing."""
+    body = json.dumps({"vllm_config": {"weight_transfer_config": {"backend": "nccl"}}}).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        flags = server_flags_for("/nonexistent/model", tmp_path / "out", server.server_address[1], steps=1)
+        result = subprocess.run([sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, flags)], env=lane_env(tmp_path),
+                                capture_output=True, text=True, timeout=300)
+    finally:
+        server.shutdown()
+        server.server_close()
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 1 and len(errors) == 1, failure(result)
+    assert errors[0].startswith("error: --vllm_server_host/--vllm_server_port: ") and "takes weights over nccl" in errors[0]
+    assert " ".join(server_flags()) in errors[0]
