@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from olmocr_rl.config import ConfigError, ResolvedConfig, build_grpo_config, parse_args, validate
+from olmocr_rl.config.environment import cuda_available
 from olmocr_rl.launch import status
 from olmocr_rl.ranks import is_main_process
 
@@ -135,6 +136,12 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
             print(report.format(), file=sys.stderr)
             raise _Stop(f"bench folder {folder} has problems (listed above); fix them, or check them with "
                         f"`python -m olmocr_rl.validate_bench {folder}`")
+    if cfg.vllm_mode == "server" and is_main_process() and not cuda_available():  # weights go over gloo
+        from olmocr_rl.trainer.gloo_push import server_problem
+
+        problem = server_problem(cfg.vllm_server_host, cfg.vllm_server_port)
+        if problem:
+            raise _Stop(f"--vllm_server_host/--vllm_server_port: {problem}")
     _make_output_dir(cfg.output_dir)
     resume = _resume_checkpoint(cfg)
     if resume:

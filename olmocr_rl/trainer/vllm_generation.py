@@ -11,8 +11,10 @@ built (:func:`page_vllm_generation`), guarantees what the pinned TRL does not:
 * vLLM's encoder cache is reset with every weight sync (the colocated engine's, or the server's
   ``/reset_encoder_cache``);
 * Qwen3-VL-MoE's expert weights are synced in the released layout (``_iter_named_params``), and on the CPU
-  engine packed again after each sync (:func:`_reprepack_cpu_moe_weights`); on CPU the linear-weight
+  engine packed again after each sync (:func:`reprepack_cpu_moe_weights`); on CPU the linear-weight
   repacking that drops TRL's ``weight_loader`` is switched off;
+* without CUDA, server mode pushes weights over gloo (TRL's push needs NCCL) to a server started with
+  :func:`olmocr_rl.trainer.gloo_push.server_flags`;
 * with LoRA (``--use_peft``) and unsharded weights, the merged weights are computed out of place
   (``olmocr_rl.model.adapters.merged_named_parameters``), so the frozen base never moves; under ZeRO-3 / FSDP
   TRL's own gathered merge runs.
@@ -50,8 +52,9 @@ def model_family(model):
     return FAMILIES.get(getattr(getattr(model, "config", None), "model_type", None))
 
 
-def _disable_cpu_weight_repacking() -> None:
-    """vLLM CPU only: keep linear layers as plain parameters so TRL's colocated weight sync can load them.
+def disable_cpu_weight_repacking() -> None:
+    """vLLM CPU only: keep linear layers as plain parameters so a weight sync can load them (colocated engine, or
+    the server's worker through :mod:`olmocr_rl.trainer.gloo_worker`).
 
     Two repacking paths replace a layer's weight by an empty parameter: oneDNN's (any dtype), and, for a
     bfloat16/float16 engine on a CPU with AMX tiles, the sgl-kernel one (``check_cpu_sgl_kernel``), which is what
@@ -71,7 +74,7 @@ def _sharded_parameters(accelerator) -> bool:
     return zero3 or getattr(state, "fsdp_plugin", None) is not None
 
 
-def _reprepack_cpu_moe_weights(llm) -> int:
+def reprepack_cpu_moe_weights(model) -> int:
     """vLLM CPU only: put the experts of every MoE layer back into the CPU kernel's packed layout after a sync.
 
     vLLM's CPU MoE kernel packs each layer's expert weights once, after the checkpoint loads; TRL's weight sync
@@ -79,12 +82,12 @@ def _reprepack_cpu_moe_weights(llm) -> int:
     packed (mean |vLLM - trainer| log-prob 0.02-0.04 from the first sync of a random tiny Qwen3-VL-MoE, the
     vision and router untouched). Packing keeps shapes, so the new weights are packed in place. A kernel that
     also padded the expert width (a width not a multiple of its alignment) cannot be followed: error.
-    Returns the number of layers re-packed.
+    ``model`` is the engine's model (colocated: the driver worker's; server: the worker's). Returns the number of
+    layers re-packed.
     """
     from vllm._custom_ops import cpu_prepack_moe_weight
     from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
 
-    model = llm.llm_engine.model_executor.driver_worker.model_runner.model
     packed = 0
     for module in model.modules():
         kernel = getattr(getattr(getattr(module, "quant_method", None), "moe_kernel", None), "fused_experts", None)
@@ -117,8 +120,8 @@ def _generation_class():
             import torch
 
             if self.mode == "colocate" and not torch.cuda.is_available():
-                _disable_cpu_weight_repacking()
-            base_llm = trl_vllm.LLM
+                disable_cpu_weight_repacking()
+            base_llm, base_client = trl_vllm.LLM, trl_vllm.VLLMClient
             extra = dict(self.engine_kwargs)
 
             def llm_with_engine_kwargs(*args, **kwargs):
@@ -126,10 +129,15 @@ def _generation_class():
                 return base_llm(*args, **{**kwargs, **extra})
 
             trl_vllm.LLM = llm_with_engine_kwargs  # TRL builds the engine by this module-level name
+            if self.mode == "server" and not torch.cuda.is_available():
+                # TRL's NCCL push needs CUDA: without it, weights go to the server over gloo (trainer/gloo_push.py)
+                from olmocr_rl.trainer.gloo_push import client_class
+
+                trl_vllm.VLLMClient = client_class()  # TRL builds the server's client by this module-level name
             try:
                 super()._init_vllm()
             finally:
-                trl_vllm.LLM = base_llm
+                trl_vllm.LLM, trl_vllm.VLLMClient = base_llm, base_client
 
         def _iter_named_params(self):
             from olmocr_rl.model.adapters import is_peft_model, merged_named_parameters
@@ -154,7 +162,7 @@ def _generation_class():
 
                 family = model_family(self.model)
                 if not torch.cuda.is_available() and family is not None and family.moe:  # vLLM's CPU engine
-                    _reprepack_cpu_moe_weights(self.llm)
+                    reprepack_cpu_moe_weights(self.llm.llm_engine.model_executor.driver_worker.model_runner.model)
                 self.llm.llm_engine.reset_encoder_cache()
             elif self.accelerator.is_main_process:
                 # `trl vllm-serve` runs vLLM's server in dev mode, which has this endpoint (empty reply).

@@ -22,14 +22,11 @@ def lane_env(tmp_path: Path) -> dict[str, str]:
     }
 
 
-def run_recorded(tmp_path: Path, flags: list, *, skip_weight_transfer: bool = False, timeout: int = 900):
+def run_recorded(tmp_path: Path, flags: list, *, timeout: int = 900, env: dict | None = None):
     """Run the training CLI through record_rollouts.py; return (process, rollout records)."""
     out = tmp_path / "rollouts.jsonl"
-    command = [sys.executable, str(RECORDER), str(out)]
-    if skip_weight_transfer:
-        command.append("--skip-weight-transfer")
-    command += ["--", *map(str, flags)]
-    result = subprocess.run(command, cwd=REPO, env=lane_env(tmp_path), capture_output=True, text=True,
+    command = [sys.executable, str(RECORDER), str(out), "--", *map(str, flags)]
+    result = subprocess.run(command, cwd=REPO, env={**lane_env(tmp_path), **(env or {})}, capture_output=True, text=True,
                             timeout=timeout)
     records = [json.loads(line) for line in out.read_text().splitlines()] if out.is_file() else []
     return result, records

@@ -1,14 +1,11 @@
-"""Run the training CLI and record every rollout: ``python tests/vllm_lane/record_rollouts.py OUT.jsonl [--skip-weight-transfer] -- FLAGS``.
+"""Run the training CLI and record every rollout: ``python tests/vllm_lane/record_rollouts.py OUT.jsonl -- FLAGS``.
 
 A test helper for the vLLM lane. It wraps two TRL methods before ``olmocr_rl.grpo_train.main`` runs:
 ``GRPOTrainer._generate_single_turn`` (the prompt token ids the trainer scores, and the completion ids
 it trains on) and ``VLLMGeneration.generate`` (the prompt token ids as vLLM expanded them), and writes
 one JSON line per generation call to OUT.jsonl, with the number of encoder-cache resets of the colocated
-engine so far (vLLM's ``LLMEngine.reset_encoder_cache``, wrapped too).
-
-``--skip-weight-transfer`` (server mode on CPU only): TRL's weight transfer to a vLLM server needs
-CUDA/NCCL, so the communicator and the weight push are skipped (the rest of TRL's weight sync runs) and
-the run says so; the server keeps the weights it loaded, which equal the trainer's at step 1.
+engine so far (vLLM's ``LLMEngine.reset_encoder_cache``, wrapped too) and, in server mode, the number of
+weight pushes (``/update_weights``) and encoder-cache resets (``/reset_encoder_cache``) posted to the server.
 """
 
 from __future__ import annotations
@@ -21,10 +18,10 @@ import sys
 def main() -> int:
     argv = sys.argv[1:]
     out_path, rest = argv[0], argv[1:]
-    skip_transfer = "--skip-weight-transfer" in rest
     flags = rest[rest.index("--") + 1 :]
 
-    from trl.generation import vllm_client, vllm_generation
+    import requests
+    from trl.generation import vllm_generation
     from trl.trainer import grpo_trainer
 
     from vllm.v1.engine.llm_engine import LLMEngine
@@ -39,6 +36,18 @@ def main() -> int:
         return base_reset(self)
 
     LLMEngine.reset_encoder_cache = reset_encoder_cache
+
+    posts = {"update_weights": 0, "reset_encoder_cache": 0}
+    base_post = requests.Session.post
+
+    def post(self, url, *args, **kwargs):
+        endpoint = str(url).rsplit("/", 1)[-1]
+        response = base_post(self, url, *args, **kwargs)
+        if endpoint in posts and response.status_code == 200:
+            posts[endpoint] += 1
+        return response
+
+    requests.Session.post = post
 
     base_generate = vllm_generation.VLLMGeneration.generate
 
@@ -60,6 +69,8 @@ def main() -> int:
             "vllm_prompt_ids": vllm_views[-1] if vllm_views else None,
             "completion_ids": [list(map(int, ids)) for ids in completion_ids],
             "encoder_cache_resets": resets[0],
+            "server_weight_pushes": posts["update_weights"],
+            "server_encoder_cache_resets": posts["reset_encoder_cache"],
         })
         with open(out_path, "a") as fh:
             fh.write(json.dumps(records[-1]) + "\n")
@@ -67,14 +78,6 @@ def main() -> int:
 
     vllm_generation.VLLMGeneration.generate = generate
     grpo_trainer.GRPOTrainer._generate_single_turn = generate_single_turn
-    if skip_transfer:
-        print("[record_rollouts] server mode on CPU: weight transfer skipped (TRL's NCCL transfer needs CUDA); "
-              "the server serves the weights it loaded", flush=True)
-        # Only the NCCL push is skipped: TRL's sync_weights still runs (and resets the server's prefix cache),
-        # so olmocr_rl's check of TRL's private surface sees TRL's own method.
-        vllm_client.VLLMClient.init_communicator = lambda self, device=None: None
-        vllm_client.VLLMClient.update_named_params = lambda self, metadata, named_params: None
-
     from olmocr_rl import grpo_train
 
     return grpo_train.main(flags)

@@ -1,27 +1,36 @@
-"""The training CLI with ``--vllm_mode server`` against ``trl vllm-serve`` on loopback (vLLM's CPU build).
+"""The training CLI with ``--vllm_mode server`` against ``trl vllm-serve`` on loopback (vLLM's CPU build), fp32.
 
-TRL pushes weights to the server over NCCL, which needs CUDA, so on CPU the weight transfer is skipped
-(record_rollouts.py --skip-weight-transfer says so in the run's output); one step needs none, since the
-server loaded the same weights. What runs for real: the server, TRL's image-feature and generation
-requests, our bad_words for vision pad tokens, the encoder-cache reset after a (skipped) sync, and
-the trainer's log-probs against the server's.
+Without CUDA the trainer pushes its weights to the server over gloo (olmocr_rl/trainer/gloo_push.py; the
+server runs with its flags, ``server_flags()``). Three steps at a large learning rate, as the colocated runs:
+a push that did not arrive, arrived wrong (LoRA merge, MoE expert layout or packing), or a stale encoder cache
+shows as a log-prob gap from step 2 on. One server serves the plain, ``--olmorl`` and LoRA arms in turn (each
+run pushes its weights before its first step); the tiny MoE has a server of its own, and runs first, so that
+two servers never share the machine.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
 
+from olmocr_rl.trainer.gloo_push import server_flags
 from vllm_lane.lane import BENCH, failure, lane_env, read_metrics, run_recorded
+from vllm_lane.test_vllm_colocate import MAX_LOGP_GAP, check_prompts_and_pads, vision_pad_ids
+
+ARMS = {"plain": [], "olmorl": ["--olmorl"], "lora": ["--use_peft", "--learning_rate", 1e-2]}
 
 
 def _free_port() -> int:
@@ -30,27 +39,26 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture
-def vllm_server(sft_model_dir, tmp_path):
-    port = _free_port()
-    log = (tmp_path / "server.log").open("w")
+@contextlib.contextmanager
+def vllm_server(model_dir: Path, folder: Path):
+    """``trl vllm-serve`` with the gloo push's flags on a free loopback port; yields the port."""
+    port, log_path = _free_port(), folder / "server.log"
+    log = log_path.open("w")
     trl = Path(sys.executable).with_name("trl")
     process = subprocess.Popen(
-        [str(trl), "vllm-serve", "--model", str(sft_model_dir), "--host", "127.0.0.1", "--port", str(port),
-         "--dtype", "float32", "--max_model_len", "4096", "--gpu_memory_utilization", "0.2"],
-        env=lane_env(tmp_path), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [str(trl), "vllm-serve", "--model", str(model_dir), "--host", "127.0.0.1", "--port", str(port),
+         "--dtype", "float32", "--max_model_len", "4096", "--gpu_memory_utilization", "0.2", *server_flags()],
+        env=lane_env(folder), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     deadline = time.time() + 300
     try:
         while True:
             if process.poll() is not None:
-                pytest.fail(f"trl vllm-serve exited {process.returncode}:\n{(tmp_path / 'server.log').read_text()[-4000:]}")
-            try:
+                pytest.fail(f"trl vllm-serve exited {process.returncode}:\n{log_path.read_text()[-4000:]}")
+            with contextlib.suppress(OSError):
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
                     if response.status == 200:
                         break
-            except OSError:
-                pass
             if time.time() > deadline:
                 pytest.fail("trl vllm-serve did not answer /health within 300 s")
             time.sleep(2)
@@ -64,23 +72,77 @@ def vllm_server(sft_model_dir, tmp_path):
         log.close()
 
 
-def test_server_rollout_step_matches_the_trainer(sft_model_dir, vllm_server, tmp_path):
-    out = tmp_path / "out"
-    flags = [
-        "--train_bench_data_folder", BENCH, "--model_name", sft_model_dir, "--output_dir", out, "--reward_bench",
+@pytest.fixture(scope="module")
+def qwen25_server(sft_model_dir, tmp_path_factory):
+    with vllm_server(sft_model_dir, tmp_path_factory.mktemp("server")) as port:
+        yield port
+
+
+def server_flags_for(model, out, port, *, steps=3) -> list:
+    return [
+        "--train_bench_data_folder", BENCH, "--model_name", model, "--output_dir", out, "--reward_bench",
         "--num_generations", 4, "--per_device_train_batch_size", 4, "--gradient_accumulation_steps", 1,
-        "--max_steps", 1, "--max_completion_length", 128, "--vllm_mode", "server",
-        "--vllm_server_host", "127.0.0.1", "--vllm_server_port", vllm_server, "--report_to", "none",
+        "--max_steps", steps, "--max_completion_length", 128, "--vllm_mode", "server",
+        "--vllm_server_host", "127.0.0.1", "--vllm_server_port", port, "--report_to", "none",
         "--no-log_completions", "--logging_steps", 1, "--target_longest_image_dim", 448, "--pages", "simple_lines",
-        "--seed", 0,
+        "--learning_rate", 1e-3, "--warmup_steps", 0, "--save_steps", 100000, "--seed", 0,
     ]
-    result, records = run_recorded(tmp_path, flags, skip_weight_transfer=True)
+
+
+def check_server_run(model_dir: Path, tmp_path: Path, port: int, extra: list, label: str) -> list[float]:
+    out = tmp_path / "out"
+    result, records = run_recorded(tmp_path, server_flags_for(model_dir, out, port) + extra)
     assert result.returncode == 0, failure(result)
-    assert "weight transfer skipped" in result.stdout
-    config = json.loads((sft_model_dir / "config.json").read_text())
-    pads = {config["image_token_id"], config["video_token_id"]}
-    assert len(records) == 1 and records[0]["vllm_prompt_ids"] == records[0]["trainer_prompt_ids"]
-    assert all(not pads & set(c) for c in records[0]["completion_ids"])
-    gap = read_metrics(out)[0]["sampling/sampling_logp_difference/mean"]
-    assert gap <= 1e-3
-    print(f"server mode, step 1: mean |vLLM - trainer| log-prob {gap:.3g}")
+    check_prompts_and_pads(records, vision_pad_ids(model_dir), steps=3)
+    # one gloo push and one encoder-cache reset before each step's generation (the first sends the start weights)
+    assert [r["server_weight_pushes"] for r in records] == [1, 2, 3]
+    assert [r["server_encoder_cache_resets"] for r in records] == [1, 2, 3]
+    metrics = read_metrics(out)
+    gaps = [m["sampling/sampling_logp_difference/mean"] for m in metrics]
+    assert len(gaps) == 3 and max(gaps) <= MAX_LOGP_GAP, gaps
+    # The weights moved, so a push that did not arrive would show from step 2 on.
+    before, after = load_file(model_dir / "model.safetensors"), load_file(out / "model.safetensors")
+    moved = max((after[k] - before[k]).abs().max().item() for k in before)
+    assert moved > 1e-3
+    print(f"server {label}: mean |vLLM - trainer| log-prob per step {gaps}; "
+          f"max {[m['sampling/sampling_logp_difference/max'] for m in metrics]}; weights moved by up to {moved:.4f}")
+    return gaps
+
+
+def test_server_mode_trains_a_tiny_moe(warm_qwen3_vl_moe_release_dir, tmp_path):
+    """Experts pushed in the released layout and re-packed for the CPU MoE kernel by the server's worker."""
+    with vllm_server(warm_qwen3_vl_moe_release_dir, tmp_path) as port:
+        check_server_run(warm_qwen3_vl_moe_release_dir, tmp_path, port, ["--reward_bench_edit_distance", 1.0], "moe")
+
+
+@pytest.mark.parametrize("arm", list(ARMS))
+def test_server_mode_trains_with_the_gloo_push(sft_model_dir, qwen25_server, tmp_path, arm):
+    check_server_run(sft_model_dir, tmp_path, qwen25_server, ["--reward_bench_edit_distance", 1.0, *ARMS[arm]], arm)
+
+
+def test_a_server_without_the_gloo_flags_is_one_error_line_before_the_model_loads(tmp_path):
+    """A stand-in server answers /server_info with TRL's NCCL backend: the CLI names the flags, loads nothing."""
+    body = json.dumps({"vllm_config": {"weight_transfer_config": {"backend": "nccl"}}}).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        flags = server_flags_for("/nonexistent/model", tmp_path / "out", server.server_address[1], steps=1)
+        result = subprocess.run([sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, flags)], env=lane_env(tmp_path),
+                                capture_output=True, text=True, timeout=300)
+    finally:
+        server.shutdown()
+        server.server_close()
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 1 and len(errors) == 1, failure(result)
+    assert errors[0].startswith("error: --vllm_server_host/--vllm_server_port: ") and "takes weights over nccl" in errors[0]
+    assert " ".join(server_flags()) in errors[0]

@@ -1,0 +1,122 @@
+"""Benchmark: server mode's two phases on CPU, the vLLM server on one core and the trainer on another.
+
+    .venv-vllm/bin/python scripts/bench/bench_server_phases.py [--lengths 64 256] [--steps 6] [--model DIR]
+        [--server-core 0] [--trainer-core 1]
+
+The layout of olmOCR 2's recipe (one GPU serving vLLM, the others training) shrunk to two cores: ``trl vllm-serve``
+with the gloo weight push (olmocr_rl/trainer/gloo_push.py) pinned to ``--server-core`` (``taskset``, and vLLM's own
+OpenMP binding), the training CLI on the demo's config (configs/tiny-cpu.yaml) pinned to ``--trainer-core``, one
+server for every length. Completions run to the length (``ignore_eos``). Prints, per step, ``timing/step_s``,
+``timing/generate_s`` (the weight push, the server's generation and the trainer's wait for it) and
+``timing/train_s``, then per length the medians over steps 2.. and the best an overlap of the two phases could
+give, max(generate, train) / (generate + train): the step-time ratio asynchronous generation aims at.
+Without ``--model`` the lane's warm-started tiny model is built in a temporary folder (about a minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from olmocr_rl.trainer.gloo_push import server_flags  # noqa: E402
+
+KEYS = ("timing/step_s", "timing/generate_s", "timing/train_s")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _warm_model(folder: Path) -> Path:
+    from olmocr_rl.model.warm_start import warm_start
+    from olmocr_rl.tiny_model import build_tiny_model, read_corpus_dir
+
+    bench = REPO / "bench_data_sample"
+    build_tiny_model(folder, seed=0, extra_corpus=read_corpus_dir(bench / "claude_original"))
+    warm_start(folder, bench, seed=0, steps=40, pages="simple_lines")
+    return folder
+
+
+def _start_server(model: Path, port: int, core: int, env: dict, log: Path) -> subprocess.Popen:
+    trl = Path(sys.executable).with_name("trl")
+    command = ["taskset", "-c", str(core), str(trl), "vllm-serve", "--model", str(model), "--host", "127.0.0.1",
+               "--port", str(port), "--dtype", "float32", "--max_model_len", "4096", "--gpu_memory_utilization", "0.2",
+               *server_flags()]
+    process = subprocess.Popen(command, env={**env, "VLLM_CPU_OMP_THREADS_BIND": str(core)}, stdout=log.open("w"),
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        if process.poll() is not None:
+            sys.exit(f"error: trl vllm-serve exited {process.returncode}; see {log}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                return process
+        except OSError:
+            time.sleep(2)
+    sys.exit(f"error: trl vllm-serve did not answer /health within 600 s; see {log}")
+
+
+def _run(model: Path, port: int, length: int, steps: int, core: int, env: dict, work: Path) -> list[dict]:
+    out = work / f"out_{length}"
+    command = ["taskset", "-c", str(core), sys.executable, "-m", "olmocr_rl.grpo_train",
+               "--config", str(REPO / "configs" / "tiny-cpu.yaml"), "--model_name", str(model), "--output_dir", str(out),
+               "--vllm_mode", "server", "--vllm_server_host", "127.0.0.1", "--vllm_server_port", str(port),
+               "--max_steps", str(steps), "--max_completion_length", str(length), "--save_steps", "100000",
+               "--generation_kwargs", json.dumps({"ignore_eos": True})]
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"error: the training run at length {length} exited {result.returncode}:\n{result.stderr[-3000:]}")
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [row for row in rows if KEYS[0] in row]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--model", type=Path)
+    parser.add_argument("--server-core", type=int, default=0)
+    parser.add_argument("--trainer-core", type=int, default=1)
+    args = parser.parse_args(argv)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline",
+           "TOKENIZERS_PARALLELISM": "false", "VLLM_CPU_KVCACHE_SPACE": "2"}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        model = args.model or _warm_model(work / "tiny-sft")
+        port = _free_port()
+        server = _start_server(model, port, args.server_core, env, work / "server.log")
+        try:
+            summary = []
+            for length in args.lengths:
+                rows = _run(model, port, length, args.steps, args.trainer_core, env, work)
+                for row in rows:
+                    print(f"length {length} step {row['step']}: " + "  ".join(f"{k[7:]} {row[k]:.2f}" for k in KEYS))
+                med = {k: statistics.median(row[k] for row in rows[1:]) for k in KEYS}
+                generate, train = med["timing/generate_s"], med["timing/train_s"]
+                summary.append(f"length {length}: median step {med['timing/step_s']:.2f} s = generate {generate:.2f} s + "
+                               f"train {train:.2f} s; an overlap could give {max(generate, train) / (generate + train):.2f}x")
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=60)
+    print("\n".join(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
