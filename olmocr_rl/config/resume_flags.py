@@ -6,8 +6,9 @@ Each checkpoint holds the flags of the run that saved it, ``checkpoint-N/olmocr_
 with them (:func:`compare_with_checkpoint`):
 
 * refused: what changes which parameters are trained (``--freeze_vision_tower``, ``--freeze_vision_merger`` of a
-  full fine-tune; ``--lora_r``, ``--lora_alpha``, ``--lora_target_modules``, ``--lora_modules_to_save`` of a LoRA run): the
-  optimizer's state would not fit them (``--use_peft`` itself is refused by trainer.adapter_checkpoint);
+  full fine-tune; ``--lora_r``, ``--lora_alpha``, ``--lora_target_modules``, ``--lora_modules_to_save`` of a
+  LoRA run): the optimizer's state would not fit them (``--use_peft`` itself is refused by
+  trainer.adapter_checkpoint);
 * kept from the checkpoint: ``--learning_rate`` (the schedule's state holds the rate it was saved with and
   wins, unless ``--apply_learning_rate_on_resume``); ``--seed`` is applied to the page order, while the random
   states of sampling are the checkpoint's;

@@ -25,7 +25,7 @@ import os
 import shutil
 from pathlib import Path
 
-from olmocr_rl.ranks import barrier, is_local_main_process
+from olmocr_rl.ranks import barrier, is_local_main_process, is_main_process
 from olmocr_rl.storage import StorageError, current_topology, describe_write_failure
 from olmocr_rl.storage.checkpoints import local_checkpoints
 from olmocr_rl.storage.s3 import PARTIAL_SUFFIX
@@ -105,9 +105,10 @@ def save_checkpoint(trainer, model, trial, original) -> None:
 
 
 def _write_flags(trainer, folder: Path) -> None:
-    """The run's flags beside the checkpoint (config.resume_flags compares a resume's with them), when it has them."""
+    """The run's flags beside the checkpoint (config.resume_flags compares a resume's with them), when it has them:
+    by the global main process only (each machine's flags name its own --output_dir; one copy goes to S3)."""
     flags = getattr(trainer, "olmocr_rl_flags", None)
-    if flags is not None:
+    if flags is not None and is_main_process(trainer.state):
         from olmocr_rl.config.resume_flags import FLAGS_FILE
         from olmocr_rl.storage import write_json_atomic
 
