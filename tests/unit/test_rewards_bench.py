@@ -205,7 +205,8 @@ def test_macro_call_after_micro_reuses_results_and_records_nothing(p1_file, monk
 
     runs = []
     real_score_page = evaluator.score_page
-    monkeypatch.setattr(evaluator, "score_page", lambda tests, text: runs.append(text) or real_score_page(tests, text))
+    monkeypatch.setattr(evaluator, "score_page",
+                        lambda tests, text, *credit: runs.append(text) or real_score_page(tests, text, *credit))
     stats = []
     scorer = BenchRewardScorer(workers=1, stats_sink=stats.append)
     cols = columns(2, [p1_file], P1_IDS)
