@@ -21,7 +21,6 @@ from olmocr_rl.bench.partial import FAIL_CEILING, credit, progress, run_with_cre
 from olmocr_rl.data.references import find_reference
 
 COMMON = dict(pdf="p.pdf", page=1, id="t")
-SAMPLE = Path(__file__).resolve().parents[3] / "shared" / "olmocr-bench-sample"
 REPO_SAMPLE = Path(__file__).resolve().parents[2] / "bench_data_sample"
 
 
@@ -162,11 +161,11 @@ def test_verdict_is_unchanged_and_credit_is_one_exactly_for_passes_on_the_repo_s
     assert checked > 100
 
 
-@pytest.mark.skipif(not SAMPLE.is_dir(), reason="olmOCR-bench sample data not found at ../shared/olmocr-bench-sample")
-def test_verdict_is_unchanged_and_credit_is_one_exactly_for_passes_on_real_outputs():
+@pytest.mark.shared
+def test_verdict_is_unchanged_and_credit_is_one_exactly_for_passes_on_real_outputs(shared_sample):
     checked = partial = 0
-    for (pdf, page), tests in _pages(SAMPLE).items():
-        output = SAMPLE / "olmocr_pipeline" / (Path(pdf).with_suffix("").as_posix() + f"_pg{page}_repeat1.md")
+    for (pdf, page), tests in _pages(shared_sample).items():
+        output = shared_sample / "olmocr_pipeline" / (Path(pdf).with_suffix("").as_posix() + f"_pg{page}_repeat1.md")
         if not output.is_file():
             continue
         for text in _variants(output.read_text(encoding="utf-8")):
