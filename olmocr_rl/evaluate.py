@@ -14,7 +14,10 @@ removed, in olmOCR-bench's candidate layout::
     OUTPUTS/<sub>/<pdf stem>_pg<page>_repeat<k>.md    for pdfs/<sub>/<stem>.pdf
 
 The folder is then scored by the bench scorer (:mod:`olmocr_rl.bench.score`, the same code as
-``python -m olmocr_rl.bench.score``): per-JSONL pass rates and their mean, as olmOCR-bench reports.
+``python -m olmocr_rl.bench.score``): per-JSONL pass rates and their mean, as olmOCR-bench reports. The
+report names the scoring rule: ``--scoring olmocr-rl`` (default: olmOCR-bench's tests plus this project's
+near-empty guard on present/absent) or ``--scoring olmocr-bench`` (olmocr's scorer, no guard: numbers
+comparable with the published leaderboard; docs/evaluate.md lists what else differs).
 
 Pages are named ``<pdf>:<page>`` with ``<pdf>`` relative to ``pdfs/`` (``counting.pdf:2``,
 ``synth/doc0042_page3.pdf:1``); ``--pages`` keeps the pages whose name a regex matches (``re.search``)
@@ -40,6 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from olmocr_rl.bench.prepared import PROJECT_RULE, SCORING_RULES
 from olmocr_rl.data.dataset import page_key, select_pages
 
 #: Temperature used when sampling K > 1 transcriptions and none is given (the training CLI's default).
@@ -308,8 +312,10 @@ def evaluate(
     batch_size: int = 1,
     seed: int = 0,
     device: str | None = None,
+    scoring: str = PROJECT_RULE,
 ) -> dict:
-    """Transcribe the selected pages of ``bench`` with ``model``, write them, score them.
+    """Transcribe the selected pages of ``bench`` with ``model``, write them, score them under ``scoring``
+    (``olmocr-rl``, the project's rule, or ``olmocr-bench``, olmocr's scorer's; docs/evaluate.md).
 
     Returns a JSON-ready dict: the scorer's result (``overall_pass_rate``, ``per_jsonl``,
     ``per_type``, ``missing_outputs``, ``tests``; see :func:`score_outputs`) plus ``model``,
@@ -319,6 +325,7 @@ def evaluate(
     """
     # 1. Flags, model path, bench folder and page selection: fail before the slow model load.
     sampling = resolve_sampling(num_samples, temperature)
+    check_scoring(scoring)
     for flag, value in (("--max_new_tokens", max_new_tokens), ("--batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise EvaluateError(f"{flag} must be a positive integer, got {value!r}")
@@ -337,7 +344,7 @@ def evaluate(
 
     # 3. The bench scorer, on the transcribed pages' tests only.
     chosen = [dataset.samples[i] for i in selected]
-    result = score_outputs(bench, outputs, pages=chosen)
+    result = score_outputs(bench, outputs, pages=chosen, scoring=scoring)
     result.update(
         model=model,
         bench=str(bench),
@@ -365,8 +372,16 @@ def strip_front_matter(text: str) -> str:
 # --- scoring ---------------------------------------------------------------------------------------
 
 
-def score_outputs(bench: str | os.PathLike, outputs: str | os.PathLike, *, pages: Sequence[dict] | None = None) -> dict:
-    """Score ``outputs`` with the bench scorer (:func:`olmocr_rl.bench.score.score_bench`); its JSON form.
+def check_scoring(scoring: str) -> None:
+    """EvaluateError naming ``--scoring`` for an unknown rule."""
+    if scoring not in SCORING_RULES:
+        raise EvaluateError(f"--scoring {scoring!r} is not a scoring rule; choose one of {', '.join(SCORING_RULES)}")
+
+
+def score_outputs(bench: str | os.PathLike, outputs: str | os.PathLike, *, pages: Sequence[dict] | None = None,
+                  scoring: str = PROJECT_RULE) -> dict:
+    """Score ``outputs`` with the bench scorer (:func:`olmocr_rl.bench.score.score_bench`) under the rule
+    ``scoring``; its JSON form, with ``scoring`` (the rule's name) and ``scoring_rule`` (a line describing it).
 
     ``pages`` (dataset samples: ``pdf``, ``page``, ``test_ids``) restricts the score to those pages'
     tests and to the ``baseline`` tests the scorer adds for their PDFs, so held-out pages and
@@ -375,10 +390,11 @@ def score_outputs(bench: str | os.PathLike, outputs: str | os.PathLike, *, pages
     Keys: ``overall_pass_rate`` (mean of per-JSONL pass rates), ``per_jsonl``, ``per_type``,
     ``missing_outputs``, ``tests``.
     """
-    from olmocr_rl.bench.score import BASELINE_GROUP, BenchScore, UsageError, score_bench
+    from olmocr_rl.bench.score import BASELINE_GROUP, BenchScore, UsageError, describe_rule, score_bench
 
+    check_scoring(scoring)
     try:
-        result = score_bench(Path(bench), Path(outputs))
+        result = score_bench(Path(bench), Path(outputs), rule=scoring)
     except UsageError as exc:
         raise EvaluateError(f"scoring {outputs} against {bench}: {str(exc).splitlines()[0]}") from None
     if pages is not None:
@@ -393,7 +409,7 @@ def score_outputs(bench: str | os.PathLike, outputs: str | os.PathLike, *, pages
             ],
             missing=[pattern for pattern in result.missing if pattern.startswith(prefixes)],
         )
-    return result.to_json()
+    return {"scoring": scoring, "scoring_rule": describe_rule(scoring), **result.to_json()}
 
 
 def format_result(result: dict) -> str:
@@ -405,6 +421,7 @@ def format_result(result: dict) -> str:
         f"bench   {result['bench']}: {len(result['pages'])} page(s), {sampling['num_samples']} transcription(s) "
         f"each ({how}, max {sampling['max_new_tokens']} new tokens)",
         f"outputs {result['outputs']}",
+        f"scoring {result['scoring_rule']}",
         "",
     ]
     for title, table in (("JSONL", result["per_jsonl"]), ("type", result["per_type"])):
@@ -468,6 +485,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--exclude_pages", default=None, metavar="REGEX",
                         help="leave out pages whose name (<pdf>:<page>) this regex searches into")
     parser.add_argument("--device", default=None, help="torch device (default cuda when available, else cpu)")
+    parser.add_argument("--scoring", default=PROJECT_RULE, metavar="RULE",
+                        help="olmocr-rl (default): olmOCR-bench's tests plus this project's near-empty guard on "
+                             "present/absent; olmocr-bench: exactly as olmocr's scorer (no guard), comparable with "
+                             "the published leaderboard (docs/evaluate.md)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     return parser
 
@@ -488,6 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             batch_size=args.batch_size,
             seed=args.seed,
             device=args.device,
+            scoring=args.scoring,
         )
     except EvaluateError as exc:
         print(f"python -m olmocr_rl.evaluate: error: {exc}", file=sys.stderr)

@@ -19,7 +19,8 @@ Public API::
 
 Semantics follow olmOCR-bench (olmocr 0.4.27 / HEAD; docs/bench.md), including its normalisation
 (:func:`normalize_text`), thresholds ``1 - max_diffs/len`` and rapidfuzz scores; differences are
-listed in the docstring of the module concerned (present/absent's short-text guard in ``types.text``,
+listed in the docstring of the module concerned (present/absent's near-empty guard in ``types.text``, this
+project's rule, which ``PreparedText(text, "olmocr-bench")`` turns off,
 the near-match search in ``fuzzy``, table span clamping in ``tables``, browser-free math in ``latex``).
 
 Cost limits on pathological completions (every test returns, none raises on any ``str``):

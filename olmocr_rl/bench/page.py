@@ -12,20 +12,23 @@ from __future__ import annotations
 from typing import Iterable
 
 from .base import BenchTest
-from .prepared import PreparedText, prepare_text
+from .prepared import PROJECT_RULE, PreparedText, prepare_text
 
 __all__ = ["evaluate_page", "pass_rate"]
 
 
-def evaluate_page(tests: Iterable[BenchTest], text: str | PreparedText) -> list[tuple[BenchTest, bool, str]]:
+def evaluate_page(
+    tests: Iterable[BenchTest], text: str | PreparedText, rule: str = PROJECT_RULE
+) -> list[tuple[BenchTest, bool, str]]:
     """Run ``tests`` on one completion; returns ``(test, passed, explanation)`` in input order.
 
-    ``text`` may be a ``str`` or an existing ``PreparedText`` (whose caches are then reused).
+    ``text`` may be a ``str`` or an existing ``PreparedText`` (whose caches, and rule, are then reused);
+    ``rule`` is the scoring rule of a ``str`` (``prepared.SCORING_RULES``).
     A completion that is not a string fails every test.
     """
     tests = list(tests)
     try:
-        prepared = prepare_text(text)
+        prepared = prepare_text(text, rule)
     except Exception as error:  # e.g. None or bytes passed as a completion
         reason = f"invalid completion: {type(error).__name__}: {error}"
         return [(test, False, reason) for test in tests]

@@ -20,9 +20,16 @@ from .equations import extract_equations
 from .normalize import normalize_text
 from .tables import parse_html_tables, parse_markdown_tables
 
-__all__ = ["PreparedText", "prepare_text"]
+__all__ = ["PreparedText", "prepare_text", "SCORING_RULES", "PROJECT_RULE", "OLMOCR_BENCH_RULE"]
 
 T = TypeVar("T")
+
+#: The project's rule (the default): olmOCR-bench's tests plus the near-empty guard of ``present``/``absent``
+#: (:mod:`.types.text`), which olmocr's scorer lacks at its pinned commit (olmocr PR #462 proposes it).
+PROJECT_RULE = "olmocr-rl"
+#: olmOCR-bench's scorer as published: no near-empty guard (docs/evaluate.md lists the remaining differences).
+OLMOCR_BENCH_RULE = "olmocr-bench"
+SCORING_RULES = (PROJECT_RULE, OLMOCR_BENCH_RULE)
 
 
 class PreparedText:
@@ -33,12 +40,15 @@ class PreparedText:
     value ``compute(self)`` under ``key`` (used by the table, math, baseline and format modules).
     """
 
-    __slots__ = ("text", "_cache")
+    __slots__ = ("text", "rule", "_cache")
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, rule: str = PROJECT_RULE) -> None:
         if not isinstance(text, str):
             raise TypeError(f"a completion must be a str, got {type(text).__name__}")
+        if rule not in SCORING_RULES:
+            raise ValueError(f"unknown scoring rule {rule!r}; choose one of {', '.join(SCORING_RULES)}")
         self.text = text
+        self.rule = rule  # which scoring rule the tests apply (SCORING_RULES)
         self._cache: dict[Any, Any] = {}
 
     def derived(self, key: Any, compute: Callable[["PreparedText"], T]) -> T:
@@ -125,8 +135,8 @@ _ASCII_NOT_ALNUM = bytes(i for i in range(128) if not chr(i).isalnum())
 _ASCII_RUNS = re.compile(r"[\x00-\x7f]+")
 
 
-def prepare_text(text: str | PreparedText) -> PreparedText:
-    """Wrap a completion for evaluation; a ``PreparedText`` is returned unchanged."""
+def prepare_text(text: str | PreparedText, rule: str = PROJECT_RULE) -> PreparedText:
+    """Wrap a completion for evaluation under ``rule``; a ``PreparedText`` is returned unchanged."""
     if isinstance(text, PreparedText):
         return text
-    return PreparedText(text)
+    return PreparedText(text, rule)

@@ -11,6 +11,11 @@ of ``pdfs/`` (``headers_footers/x.pdf``) has its files in the same sub-folder of
 (``headers_footers/x_pg1_repeat1.md``). The name rule is applied exactly, so a PDF whose own name
 ends in ``_pg1`` gives ``…_pg1_pg1_repeat1.md``.
 
+``--scoring`` picks the rule the tests apply: ``olmocr-rl`` (default, this project's: olmOCR-bench's tests plus
+the near-empty guard of present/absent, see :mod:`.types.text`) or ``olmocr-bench`` (olmocr's scorer at its
+pinned commit, without the guard: a one-character page passes a ``present`` test of any text containing that
+character). docs/evaluate.md lists what else differs from olmocr's scorer.
+
 Scoring (olmOCR-bench's): a test passes if more than half of its page's repeats pass; a test whose
 page has no output file fails and is listed as missing. Each JSONL file's pass rate is the fraction
 of its tests that pass; the overall score is the mean of the per-JSONL pass rates. As in
@@ -34,15 +39,24 @@ from .base import BenchTest
 from .errors import TestLoadError
 from .loading import load_tests
 from .page import evaluate_page
+from .prepared import PROJECT_RULE, SCORING_RULES
 from .types import BaselineTest
 
-__all__ = ["main", "score_bench", "load_bench_tests", "BenchScore", "UsageError", "output_files"]
+__all__ = ["main", "score_bench", "load_bench_tests", "BenchScore", "UsageError", "output_files", "describe_rule"]
 
 BASELINE_GROUP = "baseline"
 
 
 class UsageError(Exception):
     """The bench or outputs folder cannot be scored; the message says why and what to do."""
+
+
+def describe_rule(rule: str) -> str:
+    """One line naming a scoring rule, for reports."""
+    if rule == PROJECT_RULE:
+        return ("olmocr-rl (this project's: olmOCR-bench's tests plus a near-empty guard on present/absent; "
+                "--scoring olmocr-bench scores as olmocr's scorer)")
+    return "olmocr-bench (olmocr's scorer: no near-empty guard; docs/evaluate.md lists the remaining differences)"
 
 
 @dataclass
@@ -152,8 +166,11 @@ def load_bench_tests(bench: Path, skip_baseline: bool = False) -> list[tuple[Ben
     return tests
 
 
-def score_bench(bench: Path, outputs: Path, *, skip_baseline: bool = False) -> BenchScore:
-    """Score every test of ``bench`` on the transcriptions in ``outputs``; raises :class:`UsageError`."""
+def score_bench(bench: Path, outputs: Path, *, skip_baseline: bool = False, rule: str = PROJECT_RULE) -> BenchScore:
+    """Score every test of ``bench`` on the transcriptions in ``outputs`` under the scoring ``rule``
+    (``prepared.SCORING_RULES``); raises :class:`UsageError`."""
+    if rule not in SCORING_RULES:
+        raise UsageError(f"unknown scoring rule {rule!r}; choose one of {', '.join(SCORING_RULES)}")
     tests = load_bench_tests(bench, skip_baseline)
     if not outputs.is_dir():
         raise UsageError(f"outputs folder {outputs} does not exist or is not a folder; pass the folder of <pdf stem>_pg<page>_repeat<k>.md files")
@@ -178,7 +195,8 @@ def score_bench(bench: Path, outputs: Path, *, skip_baseline: bool = False) -> B
             except (OSError, UnicodeDecodeError) as error:
                 text = None
                 reason = f"cannot read {path}: {error}"
-            for score, (_, passed, why) in zip(scores, evaluate_page([s.test for s in scores], text if text is not None else 0)):
+            results = evaluate_page([s.test for s in scores], text if text is not None else 0, rule)
+            for score, (_, passed, why) in zip(scores, results):
                 score.repeats += 1
                 score.repeat_passes += passed
                 if not passed and not score.explanation:
@@ -186,7 +204,8 @@ def score_bench(bench: Path, outputs: Path, *, skip_baseline: bool = False) -> B
     return result
 
 
-def _print_report(result: BenchScore, show_failures: bool) -> None:
+def _print_report(result: BenchScore, show_failures: bool, rule: str = PROJECT_RULE) -> None:
+    print(f"scoring rule: {describe_rule(rule)}\n")
     print(f"{'JSONL':40s} {'pass rate':>9s}   passed/total")
     for group, (passed, total) in result.groups().items():
         print(f"{group:40s} {100 * passed / total:8.1f}%   {passed}/{total}")
@@ -218,16 +237,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object (per-JSONL, per-type, per-test results)")
     parser.add_argument("--skip-baseline", action="store_true", help="do not add a baseline test for PDFs that have none")
     parser.add_argument("--show-failures", action="store_true", help="list every failing test with its explanation")
+    parser.add_argument("--scoring", choices=SCORING_RULES, default=PROJECT_RULE,
+                        help="olmocr-rl (default): with the near-empty guard on present/absent; olmocr-bench: as "
+                             "olmocr's scorer (no guard)")
     args = parser.parse_args(argv)
     try:
-        result = score_bench(args.bench, args.outputs, skip_baseline=args.skip_baseline)
+        result = score_bench(args.bench, args.outputs, skip_baseline=args.skip_baseline, rule=args.scoring)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(result.to_json(), indent=1, ensure_ascii=False))
+        print(json.dumps({"scoring": args.scoring, **result.to_json()}, indent=1, ensure_ascii=False))
     else:
-        _print_report(result, args.show_failures)
+        _print_report(result, args.show_failures, args.scoring)
     return 0
 
 

@@ -52,7 +52,8 @@ class Reward:
         return f"reward_{self.key}"
 
 
-#: Every reward, in olmOCR's order (docs/design.md, "Compatibility with olmOCR's trainer"): TRL gets them so.
+#: Every reward, olmOCR's in olmOCR's order (docs/design.md, "Compatibility with olmOCR's trainer"), then this
+#: project's: TRL gets them so.
 REWARDS: tuple[Reward, ...] = (
     Reward("bench", "olmocr_bench_reward",
            "share of the page's olmOCR-bench unit tests the completion passes (micro average); "
@@ -78,6 +79,14 @@ REWARDS: tuple[Reward, ...] = (
            function="olmocr_rl.rewards.structure:reward_rect_tables"),
     Reward("eos", "reward_eos", "1.0 when the completion ends with the EOS token (was not truncated)",
            factory="olmocr_rl.rewards.registry:eos_reward"),
+    # This project's additions, after olmOCR's eight.
+    Reward("bench_continuous", "olmocr_bench_continuous_reward",
+           "mean partial credit of the page's olmOCR-bench tests: 1 per passed test, up to 0.5 per failed test "
+           "by how close it came (docs/rewards.md); also accepts a JSONL path",
+           factory="olmocr_rl.rewards.registry:bench_continuous_reward", per_file=True),
+    Reward("bench_continuous_macroavg", "olmocr_bench_continuous_reward_macroavg",
+           "mean over test types of the per-type mean partial credit (macro average); also accepts a JSONL path",
+           factory="olmocr_rl.rewards.registry:bench_continuous_macroavg_reward", per_file=True),
 )
 
 

@@ -1,6 +1,8 @@
 """Reward functions for GRPO on olmOCR-bench pages, with TRL's signature and olmOCR's names.
 
 * ``olmocr_bench_reward`` / ``olmocr_bench_reward_macroavg`` — unit-test pass rate (bench_reward.py)
+* ``olmocr_bench_continuous_reward[_macroavg]`` — mean partial credit per test (``bench_reward_function(...,
+  continuous=True)``; the credit is ``olmocr_rl.bench.partial``'s), built by the registry only
 * ``reward_front_matter`` — YAML front matter validity and agreement (front_matter_reward.py)
 * ``make_reward_eos`` — builds ``reward_eos`` for a tokenizer's EOS id (eos.py)
 * ``medoid_reward``, ``bench_edit_distance_reward`` — text similarity (similarity.py)

@@ -1,8 +1,10 @@
 """The unit-test reward: the share of a page's olmOCR-bench tests that a completion passes.
 
 ``olmocr_bench_reward`` (micro: tests passed / tests run) and ``olmocr_bench_reward_macroavg`` (the mean of
-the per-test-type pass rates) have TRL's reward signature; TRL logs them as ``rewards/<__name__>/mean``.
-:func:`bench_reward_function` builds both, for the registry (a scorer per run, with telemetry) and for the
+the per-test-type pass rates) have TRL's reward signature; TRL logs them as ``rewards/<__name__>/mean``. Their
+continuous variants ``olmocr_bench_continuous_reward`` and ``olmocr_bench_continuous_reward_macroavg`` average
+each test's partial credit (:mod:`olmocr_rl.bench.partial`: 1 for a pass, at most 0.5 for a failure) instead.
+:func:`bench_reward_function` builds all four, for the registry (a scorer per run, with telemetry) and for the
 module-level functions of olmOCR's names (a process-wide default scorer). docs/rewards.md describes olmOCR's
 version and what differs: tests see the completion without its front matter unless ``raw_completion=True``,
 tests are looked up in every JSONL file of the page (``jsonl_files``), and scoring runs in worker processes.
@@ -21,7 +23,14 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from olmocr_rl.rewards.completions import column_item as _item, completion_text
 from olmocr_rl.rewards.evaluator import BenchEvaluator
-from olmocr_rl.rewards.page_score import Counts, PageScore, macro_pass_rate, micro_pass_rate
+from olmocr_rl.rewards.page_score import (
+    Counts,
+    PageScore,
+    continuous_macro,
+    continuous_micro,
+    macro_pass_rate,
+    micro_pass_rate,
+)
 from olmocr_rl.rewards.page_tests import PageKey, page_key_for
 
 logger = logging.getLogger(__name__)
@@ -53,14 +62,19 @@ class BenchRewardScorer:
     ``stats_sink``, when given, receives one list per call of :class:`CompletionStats` (None where the reward is
     None) for calls made with ``record_stats=True``. When the micro and the macro reward share a scorer, the
     second call on the same batch reuses the first call's test results instead of running the tests again.
+    ``with_credit`` scores every batch with partial credit too (set when a continuous reward shares the scorer,
+    so a binary and a continuous reward on the same batch also run the tests once).
     """
 
-    def __init__(self, workers: int | None = None, stats_sink: StatsSink | None = None, start_method: str | None = None):
+    def __init__(self, workers: int | None = None, stats_sink: StatsSink | None = None, start_method: str | None = None,
+                 with_credit: bool = False):
         self.evaluator = BenchEvaluator(workers=workers, start_method=start_method)
         self.stats_sink = stats_sink
+        self.with_credit = with_credit
         self._reported: set[str] = set()
         self._last_batch: tuple | None = None
         self._last_scores: list[PageScore | None] = []
+        self._last_with_credit = False
 
     def rewards(
         self,
@@ -75,8 +89,10 @@ class BenchRewardScorer:
         type_filter: Iterable[str] | None = None,
         restrict_to_jsonl: str | None = None,
         record_stats: bool = True,
+        continuous: bool = False,
     ) -> list[float | None]:
-        """One reward per completion (None for unreadable completions and pages without usable tests)."""
+        """One reward per completion (None for unreadable completions and pages without usable tests);
+        ``continuous``: the mean partial credit instead of the pass rate."""
         type_filter = None if type_filter is None else tuple(type_filter)
         n = len(completions)
         texts = [completion_text(c) for c in completions]
@@ -87,12 +103,14 @@ class BenchRewardScorer:
                 files = _only_file(files if files else [_item(jsonl_file, i)], restrict_to_jsonl)
             keys.append(page_key_for(files, _item(jsonl_file, i), _item(test_ids, i), type_filter))
 
-        scores = self._scores(texts, keys, raw_completion)
+        scores = self._scores(texts, keys, raw_completion, continuous)
         rewards: list[float | None] = []
         stats: list[CompletionStats | None] = []
         for i, score in enumerate(scores):
             reward = None
-            if score is not None:
+            if score is not None and continuous:
+                reward = continuous_macro(score) if macro_average else continuous_micro(score)
+            elif score is not None:
                 reward = macro_pass_rate(score.by_type) if macro_average else micro_pass_rate(score.by_type)
             rewards.append(reward)
             if reward is None or score is None:
@@ -108,24 +126,26 @@ class BenchRewardScorer:
         scored = [r for r in rewards if r is not None]
         logger.debug(
             "%s: %d completions, %d scored, mean %.4f",
-            "olmocr_bench_reward_macroavg" if macro_average else "olmocr_bench_reward",
+            reward_name(macro_average, continuous),
             n,
             len(scored),
             sum(scored) / len(scored) if scored else float("nan"),
         )
         return rewards
 
-    def _scores(self, texts: list[str | None], keys: list[PageKey | None], raw_completion: bool) -> list[PageScore | None]:
+    def _scores(self, texts: list[str | None], keys: list[PageKey | None], raw_completion: bool,
+                continuous: bool = False) -> list[PageScore | None]:
+        with_credit = continuous or self.with_credit
         batch = (raw_completion, tuple(texts), tuple(keys))
-        if batch == self._last_batch:
+        if batch == self._last_batch and (self._last_with_credit or not with_credit):
             return self._last_scores
         todo = [i for i, (text, key) in enumerate(zip(texts, keys)) if text is not None and key is not None]
-        results = self.evaluator.evaluate([(keys[i], texts[i]) for i in todo], raw_completion)
+        results = self.evaluator.evaluate([(keys[i], texts[i]) for i in todo], raw_completion, with_credit)
         scores: list[PageScore | None] = [None] * len(texts)
         for i, score in zip(todo, results):
             scores[i] = score
             self._report(score, keys[i])
-        self._last_batch, self._last_scores = batch, scores
+        self._last_batch, self._last_scores, self._last_with_credit = batch, scores, with_credit
         return scores
 
     def _report(self, score: PageScore, key: PageKey) -> None:
@@ -158,6 +178,11 @@ def _only_file(files: Sequence[str | None], wanted: str) -> list[str]:
     return [f for f in files if f and os.path.realpath(f) == target]
 
 
+def reward_name(macro_average: bool = False, continuous: bool = False) -> str:
+    """The ``__name__`` (TRL's log name) of a bench reward."""
+    return "olmocr_bench_" + ("continuous_" if continuous else "") + "reward" + ("_macroavg" if macro_average else "")
+
+
 def bench_reward_function(
     scorer: BenchRewardScorer,
     *,
@@ -166,13 +191,15 @@ def bench_reward_function(
     type_filter: Iterable[str] | None = None,
     restrict_to_jsonl: str | None = None,
     record_stats: bool = True,
+    continuous: bool = False,
 ) -> Callable[..., list[float | None]]:
     """The bench reward as TRL calls it, bound to ``scorer`` and these settings: the one way in to the bench reward
     (the registry's rewards and the module-level functions below are both built here).
 
     The function takes TRL's columns (``pdf_path``, ``jsonl_file``, ``jsonl_files``, ``test_ids``, aligned with
     ``completions``) and is named ``olmocr_bench_reward`` or ``olmocr_bench_reward_macroavg`` (TRL logs it so).
-    ``restrict_to_jsonl`` keeps only that file's tests; ``record_stats`` sends the statistics to the scorer's sink.
+    ``restrict_to_jsonl`` keeps only that file's tests; ``record_stats`` sends the statistics to the scorer's sink;
+    ``continuous`` gives the mean partial credit (named ``olmocr_bench_continuous_reward[_macroavg]``).
     """
     type_filter = None if type_filter is None else tuple(type_filter)
 
@@ -189,9 +216,10 @@ def bench_reward_function(
     ) -> list[float | None]:
         return scorer.rewards(completions, pdf_path=pdf_path, jsonl_file=jsonl_file, jsonl_files=jsonl_files,
                               test_ids=test_ids, macro_average=macro_average, raw_completion=raw_completion,
-                              type_filter=type_filter, restrict_to_jsonl=restrict_to_jsonl, record_stats=record_stats)
+                              type_filter=type_filter, restrict_to_jsonl=restrict_to_jsonl, record_stats=record_stats,
+                              continuous=continuous)
 
-    name = "olmocr_bench_reward_macroavg" if macro_average else "olmocr_bench_reward"
+    name = reward_name(macro_average, continuous)
     bench_reward.__name__ = bench_reward.__qualname__ = name
     bench_reward.scorer = scorer  # type: ignore[attr-defined]  # lets the caller close the worker pool
     return bench_reward

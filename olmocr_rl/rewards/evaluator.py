@@ -93,8 +93,11 @@ def _fork_unsafe() -> bool:
         return False
 
 
-def score_texts(cache: PageTestCache, key: PageKey, texts: Sequence[str], raw_completion: bool) -> list[PageScore]:
-    """Score each text on the page ``key``; a page without usable tests gives empty counts (reward None)."""
+def score_texts(
+    cache: PageTestCache, key: PageKey, texts: Sequence[str], raw_completion: bool, with_credit: bool = False
+) -> list[PageScore]:
+    """Score each text on the page ``key``; a page without usable tests gives empty counts (reward None).
+    ``with_credit`` also sums the tests' partial credit (the continuous reward)."""
     try:
         page = cache.get(key)
     except Exception as error:  # noqa: BLE001 - the loader reports problems itself; this is a last resort
@@ -107,7 +110,7 @@ def score_texts(cache: PageTestCache, key: PageKey, texts: Sequence[str], raw_co
                 body = page_body(text, raw_completion)
             except Exception:  # noqa: BLE001 - the splitter promises not to raise; fall back to the raw text
                 body = text
-            score = score_page(page.tests, body)
+            score = score_page(page.tests, body, with_credit)
         else:
             score = PageScore(by_type={}, by_jsonl={})
         scores.append(
@@ -117,6 +120,7 @@ def score_texts(cache: PageTestCache, key: PageKey, texts: Sequence[str], raw_co
                 errors=score.errors,
                 missing_ids=page.missing_ids,
                 load_errors=page.load_errors,
+                credit_by_type=score.credit_by_type,
             )
         )
     return scores
@@ -151,11 +155,11 @@ def _worker_start(parent: int | None, ready=None) -> None:
         ready.wait(timeout=WORKER_START_TIMEOUT_S)
 
 
-def _score_in_worker(key: PageKey, texts: list[str], raw_completion: bool) -> list[PageScore]:
+def _score_in_worker(key: PageKey, texts: list[str], raw_completion: bool, with_credit: bool = False) -> list[PageScore]:
     global _worker_cache
     if _worker_cache is None:
         _worker_cache = PageTestCache()
-    return score_texts(_worker_cache, key, texts, raw_completion)
+    return score_texts(_worker_cache, key, texts, raw_completion, with_credit)
 
 
 class BenchEvaluator:
@@ -176,25 +180,29 @@ class BenchEvaluator:
         self._failures = 0
         self.pool_disabled = False
 
-    def evaluate(self, tasks: Sequence[tuple[PageKey, str]], raw_completion: bool) -> list[PageScore]:
-        """One :class:`PageScore` per task, in task order. Never raises for a worker failure."""
+    def evaluate(
+        self, tasks: Sequence[tuple[PageKey, str]], raw_completion: bool, with_credit: bool = False
+    ) -> list[PageScore]:
+        """One :class:`PageScore` per task, in task order (with partial credit when ``with_credit``). Never
+        raises for a worker failure."""
         chunks = _chunks(tasks, self.workers)
         if self.workers > 1 and len(tasks) > 1 and not self.pool_disabled:
             try:
-                results = self._run_in_pool(chunks, raw_completion)
+                results = self._run_in_pool(chunks, raw_completion, with_credit)
                 self._failures = 0
                 return _unchunk(len(tasks), chunks, results)
             except Exception as error:  # noqa: BLE001 - BrokenProcessPool (a worker died) or anything else
                 self._pool_failed(error)
-        results = [score_texts(self.cache, key, texts, raw_completion) for key, _indices, texts in chunks]
+        results = [score_texts(self.cache, key, texts, raw_completion, with_credit) for key, _indices, texts in chunks]
         return _unchunk(len(tasks), chunks, results)
 
-    def _run_in_pool(self, chunks, raw_completion: bool) -> list[list[PageScore]]:
+    def _run_in_pool(self, chunks, raw_completion: bool, with_credit: bool = False) -> list[list[PageScore]]:
         if self._pool is None:
             self._pool_method = self.start_method or default_start_method()
             logger.info("reward worker pool: %d processes, start method %s", self.workers, self._pool_method)
             self._pool = self._start_pool()
-        futures = [self._pool.submit(_score_in_worker, key, texts, raw_completion) for key, _indices, texts in chunks]
+        futures = [self._pool.submit(_score_in_worker, key, texts, raw_completion, with_credit)
+                   for key, _indices, texts in chunks]
         return [future.result() for future in futures]
 
     def _start_pool(self) -> ProcessPoolExecutor:

@@ -41,6 +41,7 @@ class RewardContext:
     bench_type_filter: Sequence[str] | None = None
     reward_logger: Any = None
     workers: int | None = None
+    with_credit: bool = False  # a continuous bench reward is enabled: score batches with partial credit once
     _scorer: BenchRewardScorer | None = field(default=None, init=False, repr=False)
 
     def bench_scorer(self) -> tuple[BenchRewardScorer, bool]:
@@ -49,7 +50,7 @@ class RewardContext:
         if self._scorer is not None:
             return self._scorer, False
         sink = self.reward_logger.add_batch_stats if self.reward_logger is not None else None
-        self._scorer = BenchRewardScorer(workers=self.workers, stats_sink=sink)
+        self._scorer = BenchRewardScorer(workers=self.workers, stats_sink=sink, with_credit=self.with_credit)
         return self._scorer, True
 
 
@@ -84,7 +85,8 @@ def build_reward_functions(
     if not enabled:
         raise ValueError(no_reward_message())
     context = RewardContext(eos_token_id=eos_token_id, raw_completion=raw_completion,
-                            bench_type_filter=bench_type_filter, reward_logger=reward_logger, workers=workers)
+                            bench_type_filter=bench_type_filter, reward_logger=reward_logger, workers=workers,
+                            with_credit=any(entry.key in CONTINUOUS_KEYS for entry in enabled))
     funcs = [_build(entry, values[entry.key], context) for entry in enabled]
     return funcs, [values[entry.key].weight for entry in enabled], [entry.name for entry in enabled]
 
@@ -107,11 +109,15 @@ def _build(entry: Reward, value: RewardValue, context: RewardContext) -> RewardF
 # ---- factories of the built-in rewards (the table's factory= entries) ------------------------------------
 
 
-def _bench(value: RewardValue, context: RewardContext, *, macro_average: bool) -> RewardFunction:
+#: The continuous bench rewards (their scorer computes partial credit).
+CONTINUOUS_KEYS = ("bench_continuous", "bench_continuous_macroavg")
+
+
+def _bench(value: RewardValue, context: RewardContext, *, macro_average: bool, continuous: bool = False) -> RewardFunction:
     scorer, first = context.bench_scorer()
     return bench_reward_function(scorer, macro_average=macro_average, raw_completion=context.raw_completion,
                                  type_filter=context.bench_type_filter, restrict_to_jsonl=value.jsonl,
-                                 record_stats=first)
+                                 record_stats=first, continuous=continuous)
 
 
 def bench_reward(value: RewardValue, context: RewardContext) -> RewardFunction:
@@ -122,6 +128,16 @@ def bench_reward(value: RewardValue, context: RewardContext) -> RewardFunction:
 def bench_macroavg_reward(value: RewardValue, context: RewardContext) -> RewardFunction:
     """``olmocr_bench_reward_macroavg`` on the shared scorer (``value.jsonl``: only that file's tests)."""
     return _bench(value, context, macro_average=True)
+
+
+def bench_continuous_reward(value: RewardValue, context: RewardContext) -> RewardFunction:
+    """``olmocr_bench_continuous_reward``: the mean partial credit of the page's tests (docs/rewards.md)."""
+    return _bench(value, context, macro_average=False, continuous=True)
+
+
+def bench_continuous_macroavg_reward(value: RewardValue, context: RewardContext) -> RewardFunction:
+    """``olmocr_bench_continuous_reward_macroavg``: the mean over test types of each type's mean partial credit."""
+    return _bench(value, context, macro_average=True, continuous=True)
 
 
 def eos_reward(value: RewardValue, context: RewardContext) -> RewardFunction:

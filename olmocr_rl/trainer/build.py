@@ -120,7 +120,8 @@ def add_callbacks(trainer, cfg, reward_names: list[str], reward_logger) -> None:
         from olmocr_rl.telemetry.profile import attach_step_profiler
 
         trainer.add_callback(attach_step_profiler(trainer, cfg.profile_step, cfg.output_dir))
-    if {"olmocr_bench_reward", "olmocr_bench_reward_macroavg"} & set(reward_names):
+    if {"olmocr_bench_reward", "olmocr_bench_reward_macroavg", "olmocr_bench_continuous_reward",
+            "olmocr_bench_continuous_reward_macroavg"} & set(reward_names):
         DetailedRewardLoggingCallback.attach(trainer, reward_logger,  # bench_reward/* keys; goes first
                                              detail_steps=console_detail_steps(cfg))
     trainer.add_callback(MetricsFileCallback(Path(cfg.output_dir) / "metrics.jsonl"))

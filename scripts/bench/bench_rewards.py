@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench/bench_rewards.py                       # ../shared/olmocr-bench-sample
     .venv/bin/python scripts/bench/bench_rewards.py --workers 1 2 4 --threads
+    .venv/bin/python scripts/bench/bench_rewards.py --workers 1 --reward binary continuous --rounds 3
 
 The completions of a page are its real olmOCR pipeline output (``olmocr_pipeline/<stem>_pg<page>_repeat1.md``)
 with front matter on top, plus seeded perturbations of it (lines dropped, paragraphs shuffled, typos,
@@ -11,7 +12,10 @@ they would during training. Pages without a pipeline output get perturbations of
 Reported per worker count: the first ("cold") call of a new scorer, which starts the pool and builds every
 page's tests (in one GRPO epoch each page is new, so this is the per-step cost of test construction),
 then the median of warm calls (pool up, tests cached). ``--threads`` adds the in-process thread-pool
-measurement that motivates the process pool. Importable: :func:`make_batch`, :func:`time_scoring`.
+measurement that motivates the process pool. ``--reward binary continuous`` (the default) times the binary bench
+reward and the continuous one (``--reward_bench_continuous``, partial credit per test) on the same batch in the
+same run, alternating ``--rounds`` times so that load on a shared machine hits both alike. Importable:
+:func:`make_batch`, :func:`time_scoring`.
 """
 
 from __future__ import annotations
@@ -122,20 +126,21 @@ def _cpu_seconds(scorer) -> tuple[float, list[float]]:
     return time.process_time(), workers
 
 
-def time_scoring(completions: list, columns: dict, workers: int, warm_repeats: int = 7) -> dict:
+def time_scoring(completions: list, columns: dict, workers: int, warm_repeats: int = 7, continuous: bool = False) -> dict:
     """Timings of a fresh scorer with ``workers`` workers: the cold first call, then the fastest / median warm
     call (the fastest is the least disturbed by other load on a shared machine).
 
     CPU accounting of the fastest warm call makes the result readable on a loaded machine: ``warm_cpu_s``
     (trainer process + workers), ``warm_cpu_per_wall`` (above 1 = several cores at once), and
     ``idle_machine_s`` = the trainer process's CPU + the busiest worker's CPU, the wall time the call would take
-    with a free core per worker (the work is split by page chunks; this shows how evenly)."""
+    with a free core per worker (the work is split by page chunks; this shows how evenly). ``continuous`` times
+    the continuous bench reward (partial credit) instead of the binary one."""
     from olmocr_rl.rewards import BenchRewardScorer
 
-    scorer = BenchRewardScorer(workers=workers)
+    scorer = BenchRewardScorer(workers=workers, with_credit=continuous)
     try:
         start = time.perf_counter()
-        rewards = scorer.rewards(completions, **columns)
+        rewards = scorer.rewards(completions, continuous=continuous, **columns)
         cold = time.perf_counter() - start
         warm = []
         for repeat in range(warm_repeats):
@@ -144,7 +149,7 @@ def time_scoring(completions: list, columns: dict, workers: int, warm_repeats: i
             batch[0] = [{"role": "assistant", "content": batch[0][0]["content"] + " " * (repeat + 1)}]
             parent_before, workers_before = _cpu_seconds(scorer)
             start = time.perf_counter()
-            scorer.rewards(batch, **columns)
+            scorer.rewards(batch, continuous=continuous, **columns)
             wall = time.perf_counter() - start
             parent_after, workers_after = _cpu_seconds(scorer)
             per_worker = [a - b for a, b in zip(workers_after, workers_before)]
@@ -197,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--generations", type=int, default=28)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--threads", action="store_true", help="also time 1 and 2 threads in-process")
+    parser.add_argument("--reward", nargs="+", choices=("binary", "continuous"), default=["binary", "continuous"],
+                        help="which bench reward(s) to time (default both, alternating)")
+    parser.add_argument("--rounds", type=int, default=1, help="alternate the rewards this many times (default 1)")
     args = parser.parse_args(argv)
     if not args.bench_folder.is_dir():
         print(f"bench folder not found: {args.bench_folder}", file=sys.stderr)
@@ -205,15 +213,16 @@ def main(argv: list[str] | None = None) -> int:
     pages = len(completions) // args.generations
     print(f"{len(completions)} completions = {pages} pages x {args.generations}, "
           f"{sum(len(ids) for ids in columns['test_ids'])} test runs")
-    for workers in args.workers:
-        r = time_scoring(completions, columns, workers)
+    for workers, _round, reward in [(w, k, r) for w in args.workers for k in range(args.rounds) for r in args.reward]:
+        r = time_scoring(completions, columns, workers, continuous=reward == "continuous")
         split = ", ".join(f"{c:.2f}" for c in r["worker_cpu_s"]) or "-"
-        print(f"workers={workers}: cold {r['cold_s']:.2f}s ({r['cold_completions_per_s']:.0f} completions/s), "
+        print(f"{reward:>10} workers={workers}: cold {r['cold_s']:.2f}s ({r['cold_completions_per_s']:.0f} completions/s), "
               f"warm best {r['warm_s']:.2f}s ({r['warm_completions_per_s']:.0f} completions/s, "
               f"median {r['warm_median_s']:.2f}s), mean reward {r['mean_reward']:.3f}")
         print(f"  cpu {r['warm_cpu_s']:.2f}s (cpu/wall {r['warm_cpu_per_wall']:.2f}; workers {split}); "
               f"with a free core per worker: {r['idle_machine_s']:.2f}s "
-              f"({len(completions) / r['idle_machine_s']:.0f} completions/s)")
+              f"({len(completions) / r['idle_machine_s']:.0f} completions/s); "
+              f"{1000 * r['warm_cpu_s'] / len(completions):.2f} ms CPU per completion")
     if args.threads:
         for threads in (1, 2):
             wall, cpu = time_threads(completions, columns, threads)

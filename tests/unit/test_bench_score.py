@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from olmocr_rl.bench.score import main, score_bench
 
 VERDICT_DUMP = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "verdict_dump.py"
@@ -101,3 +103,38 @@ def test_json_output(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["overall_pass_rate"] == 1.0
     assert report["tests"]["a1"] == {"group": "a.jsonl", "type": "present", "passed": True, "repeats": 1, "repeat_passes": 1, "explanation": ""}
+
+
+SENTENCE = "The quick brown fox jumps over the lazy dog"  # 43 characters
+
+
+def test_near_empty_page_under_both_scoring_rules(tmp_path, capsys):
+    """olmocr's scorer (no guard) lets a one-character page pass a present test of a 43-char sentence and fail
+    the absent one; this project's rule (the default) does the opposite."""
+    assert len(SENTENCE) == 43
+    absent = {"pdf": "doc.pdf", "page": 1, "id": "gone", "type": "absent", "text": SENTENCE}
+    bench, outputs = make_bench(tmp_path, {"a.jsonl": [present("there", "doc.pdf", SENTENCE), absent]})
+    (outputs / "doc_pg1_repeat1.md").write_text("a")
+    verdicts = {}
+    for rule in ("olmocr-rl", "olmocr-bench"):
+        result = score_bench(bench, outputs, skip_baseline=True, rule=rule)
+        verdicts[rule] = {score.test.id: score.passed for score in result.tests}
+    assert verdicts["olmocr-rl"] == {"there": False, "gone": True}
+    assert verdicts["olmocr-bench"] == {"there": True, "gone": False}
+    assert score_bench(bench, outputs, skip_baseline=True).groups() == {"a.jsonl": (1, 2)}  # default: olmocr-rl
+
+    assert main(["--bench", str(bench), "--outputs", str(outputs), "--skip-baseline", "--scoring", "olmocr-bench",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["scoring"] == "olmocr-bench" and report["tests"]["there"]["passed"] is True
+    assert main(["--bench", str(bench), "--outputs", str(outputs), "--skip-baseline"]) == 0
+    assert "scoring rule: olmocr-rl" in capsys.readouterr().out
+
+
+@pytest.mark.shared
+def test_rules_agree_on_real_outputs_long_enough_for_every_test(shared_sample):
+    """The rules differ only on windows shorter than a test's text: on the real sample's outputs every verdict
+    (and explanation) is the same under both."""
+    result = {rule: score_bench(shared_sample, shared_sample / "olmocr_pipeline", rule=rule).to_json()["tests"]
+              for rule in ("olmocr-rl", "olmocr-bench")}
+    assert result["olmocr-rl"] == result["olmocr-bench"]

@@ -65,6 +65,16 @@ def test_reward_flags_bare_weight_and_path(bench):
     assert list(resolved.rewards) == ["bench", "bench_macroavg", "eos"]  # olmOCR's order, whatever the flags' order
 
 
+def test_continuous_bench_reward_flags(bench):
+    args = parse_args(["--train_bench_data_folder", str(bench), "--reward_bench_continuous",
+                       "--reward_bench_continuous_macroavg", str(bench / "test1.jsonl"), "--num_generations", "2",
+                       "--gradient_accumulation_steps", "2"])
+    resolved = validate(args)
+    assert resolved.rewards == {"bench_continuous": RewardValue(1.0), "bench_continuous_macroavg":
+                                RewardValue(1.0, str((bench / "test1.jsonl").resolve()))}
+    assert "JSONL file not found" in _error(bench, "--reward_bench_continuous", "nope.jsonl")
+
+
 def test_the_resolved_config_declares_one_field_per_flag():
     """Flags are added in parallel: a flag without its typed field (or a field without its flag) fails here,
     saying exactly what to write."""

@@ -72,6 +72,37 @@ def test_strip_front_matter():
     assert strip_front_matter("---\n: [\n---\nText") == "---\n: [\n---\nText"
 
 
+def test_scoring_rule_is_named_and_olmocr_bench_drops_the_near_empty_guard(tmp_path, capsys):
+    """The near-empty example under both rules, through evaluate's scorer: one character vs a present test of the
+    43-char sentence "The quick brown fox jumps over the lazy dog" (counting.pdf has no such text: a new page)."""
+    import json as json_module
+
+    from olmocr_rl.evaluate import format_result, main, score_outputs
+
+    bench, outputs = tmp_path / "bench", tmp_path / "out"
+    bench.mkdir()
+    outputs.mkdir()
+    sentence = "The quick brown fox jumps over the lazy dog"
+    tests = [{"pdf": "doc.pdf", "page": 1, "id": "there", "type": "present", "text": sentence},
+             {"pdf": "doc.pdf", "page": 1, "id": "gone", "type": "absent", "text": sentence}]
+    (bench / "t.jsonl").write_text("\n".join(json_module.dumps(t) for t in tests) + "\n")
+    (outputs / "doc_pg1_repeat1.md").write_text("a")
+    ours = score_outputs(bench, outputs)  # the default
+    theirs = score_outputs(bench, outputs, scoring="olmocr-bench")
+    assert ours["scoring"] == "olmocr-rl" and theirs["scoring"] == "olmocr-bench"
+    assert {k: v["passed"] for k, v in ours["tests"].items()} == {"there": False, "gone": True, "doc.pdf_baseline": True}
+    assert {k: v["passed"] for k, v in theirs["tests"].items()} == {"there": True, "gone": False, "doc.pdf_baseline": True}
+    report = format_result({**ours, "model": "m", "bench": str(bench), "outputs": str(outputs), "pages": ["doc.pdf:1"],
+                            "sampling": {"num_samples": 1, "do_sample": False, "temperature": 0.0, "max_new_tokens": 8},
+                            "capped_samples": 0})
+    assert "scoring olmocr-rl (this project's" in report
+    with pytest.raises(EvaluateError, match="--scoring 'olmocr' is not a scoring rule; choose one of olmocr-rl"):
+        score_outputs(bench, outputs, scoring="olmocr")
+    # The CLI refuses an unknown rule with one error line, before any model is loaded.
+    assert main(["--model", str(tmp_path / "no-model"), "--bench", str(bench), "--scoring", "olmocr"]) == 2
+    assert capsys.readouterr().err.strip().startswith("python -m olmocr_rl.evaluate: error: --scoring 'olmocr'")
+
+
 # ------------------------------------------------------------------------------- generation
 
 

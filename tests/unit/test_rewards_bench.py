@@ -205,7 +205,8 @@ def test_macro_call_after_micro_reuses_results_and_records_nothing(p1_file, monk
 
     runs = []
     real_score_page = evaluator.score_page
-    monkeypatch.setattr(evaluator, "score_page", lambda tests, text: runs.append(text) or real_score_page(tests, text))
+    monkeypatch.setattr(evaluator, "score_page",
+                        lambda tests, text, *credit: runs.append(text) or real_score_page(tests, text, *credit))
     stats = []
     scorer = BenchRewardScorer(workers=1, stats_sink=stats.append)
     cols = columns(2, [p1_file], P1_IDS)
@@ -241,6 +242,8 @@ def test_worker_pool_gives_the_serial_results(p1_file, tmp_path, start_method):
         assert pooled.rewards(list(reversed(completions)), **{k: list(reversed(v)) for k, v in cols.items()}) == list(
             reversed(expected)
         )
+        # The continuous reward crosses the pool too ("nothing" vs "Quokka": graded, not pooled away).
+        assert pooled.rewards(completions, continuous=True, **cols) == serial.rewards(completions, continuous=True, **cols)
     finally:
         pooled.close()
         serial.close()
@@ -333,3 +336,43 @@ def test_worker_count_resolution(monkeypatch):
         resolve_workers()
     with pytest.raises(ValueError, match=">= 1"):
         resolve_workers(0)
+
+
+def test_continuous_reward_hand_worked(p1_file):
+    from olmocr_rl.rewards import build_reward_functions
+
+    funcs, _weights, names = build_reward_functions(
+        {"bench": 1.0, "bench_continuous": 1.0, "bench_continuous_macroavg": 1.0}, workers=1)
+    assert names == ["olmocr_bench_reward", "olmocr_bench_continuous_reward", "olmocr_bench_continuous_reward_macroavg"]
+    # "Hello wurld. Beta before Alpha.": present "Hello world" one substitution (ratio 20/22, credit 20/22 - 1/2
+    # = 9/22); absent "Page 7" passes (1); order Alpha->Beta reversed, L = 31, Alpha first at 25, Beta last at 13:
+    # progress 1 - 12/31 = 19/31, credit 19/62; baseline passes (1). Binary: 2/4.
+    near = "Hello wurld. Beta before Alpha."
+    cols = columns(3, [p1_file], P1_IDS)
+    completions = [PERFECT, near, ""]
+    binary, continuous, macro = (f([None] * 3, completions, **cols) for f in funcs)
+    expected = (9 / 22 + 1 + 19 / 62 + 1) / 4
+    assert binary == [1.0, 0.5, 0.25]
+    assert continuous == pytest.approx([1.0, expected, 0.25])  # empty: only the absent test, as binary
+    assert macro == pytest.approx([1.0, expected, 0.25])  # one test per type: macro = micro
+    funcs[0].scorer.close()
+
+
+def test_continuous_after_binary_on_one_batch_runs_the_tests_once(p1_file, monkeypatch):
+    from olmocr_rl.rewards import evaluator
+
+    runs = []
+    real_score_page = evaluator.score_page
+    monkeypatch.setattr(evaluator, "score_page",
+                        lambda tests, text, *credit: runs.append(credit) or real_score_page(tests, text, *credit))
+    scorer = BenchRewardScorer(workers=1, with_credit=True)
+    cols = columns(2, [p1_file], P1_IDS)
+    assert scorer.rewards([PERFECT, PARTIAL], **cols) == [1.0, 0.25]
+    continuous = scorer.rewards([PERFECT, PARTIAL], continuous=True, record_stats=False, **cols)
+    assert continuous[0] == 1.0 and 0.25 < continuous[1] < 0.5
+    assert runs == [(True,), (True,)]  # one run per completion, with credit, shared by both rewards
+    # A scorer without with_credit that is asked for the continuous reward scores again, with credit.
+    plain = BenchRewardScorer(workers=1)
+    plain.rewards([PERFECT], **columns(1, [p1_file], P1_IDS))
+    assert plain.rewards([PERFECT], continuous=True, **columns(1, [p1_file], P1_IDS)) == [1.0]
+    assert runs[2:] == [(False,), (True,)]

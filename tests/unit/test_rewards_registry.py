@@ -14,9 +14,12 @@ KEYS = [entry.key for entry in REWARDS]
 
 
 def test_flags_are_olmocr_order():
+    # olmOCR's eight in olmOCR's order, then this project's continuous bench rewards.
     assert KEYS == ["bench", "bench_macroavg", "medoid", "bench_edit_distance",
-                    "front_matter", "element_count", "rect_tables", "eos"]
-    assert [entry.key for entry in REWARDS if entry.per_file] == ["bench", "bench_macroavg"]
+                    "front_matter", "element_count", "rect_tables", "eos",
+                    "bench_continuous", "bench_continuous_macroavg"]
+    assert [entry.key for entry in REWARDS if entry.per_file] == [
+        "bench", "bench_macroavg", "bench_continuous", "bench_continuous_macroavg"]
 
 
 def test_all_rewards_built_in_order_with_olmocr_names():
@@ -27,8 +30,10 @@ def test_all_rewards_built_in_order_with_olmocr_names():
     assert names == [
         "olmocr_bench_reward", "olmocr_bench_reward_macroavg", "medoid_reward", "bench_edit_distance_reward",
         "reward_front_matter", "reward_element_count", "reward_rect_tables", "reward_eos",
+        "olmocr_bench_continuous_reward", "olmocr_bench_continuous_reward_macroavg",
     ]
-    assert weights == [1.0] * 8
+    assert weights == [1.0] * 10
+    assert funcs[-1].scorer is funcs[0].scorer and funcs[0].scorer.with_credit  # one scorer, tests run once
     funcs[0].scorer.close()
 
 

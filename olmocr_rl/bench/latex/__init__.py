@@ -50,7 +50,7 @@ parse; neighbour search is O(n log n) in glyphs; the assignment search stops aft
 
 from .equation import Layout, layout
 from .errors import MAX_DEPTH, MAX_EQUATION_CHARS, LatexError
-from .matching import MAX_MATCH_STEPS, equation_contains
+from .matching import MAX_MATCH_STEPS, equation_contains, glyph_match_fraction
 from .neighbours import TOLERANCE_EM
 from .nodes import Glyph
 from .parser import syntax_problem, tokenize
@@ -62,6 +62,7 @@ __all__ = [
     "layout",
     "syntax_problem",
     "equation_contains",
+    "glyph_match_fraction",
     "tokenize",
     "TOLERANCE_EM",
     "MAX_DEPTH",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .equation import Layout
 from .neighbours import Neighbours
 
-__all__ = ["MAX_MATCH_STEPS", "equation_contains"]
+__all__ = ["MAX_MATCH_STEPS", "equation_contains", "glyph_match_fraction"]
 
 MAX_MATCH_STEPS = 20_000
 
@@ -34,6 +34,26 @@ def equation_contains(candidate: Layout, reference: Layout) -> bool:
     if options is None:
         return False
     return _assign(options, reference.neighbours(), candidate.neighbours())
+
+
+def glyph_match_fraction(candidate: Layout, reference: Layout) -> float:
+    """The share of reference glyphs that have at least one candidate glyph with the same character and, in
+    every direction where the reference glyph has a neighbour, a neighbour with the same character (the
+    per-glyph condition of :func:`equation_contains`, without the distinct, consistent assignment). 0.0 when
+    either layout did not parse or the reference has no glyph. The continuous bench reward's math credit."""
+    if reference.error is not None or candidate.error is not None or not reference.glyphs:
+        return 0.0
+    ref_glyphs, ref_nb = reference.glyphs, reference.neighbours()
+    cand_glyphs, cand_nb = candidate.glyphs, candidate.neighbours()
+    by_char = candidate.by_char()
+    matched = 0
+    for i, (char, _, _) in enumerate(ref_glyphs):
+        wanted = [(d, ref_glyphs[nb][0]) for d, nb in enumerate(ref_nb[i]) if nb is not None]
+        for j in by_char.get(char, ()):
+            if all(cand_nb[j][d] is not None and cand_glyphs[cand_nb[j][d]][0] == nb_char for d, nb_char in wanted):
+                matched += 1
+                break
+    return matched / len(ref_glyphs)
 
 
 def _options(candidate: Layout, reference: Layout) -> list[list[int]] | None:

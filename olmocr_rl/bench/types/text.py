@@ -3,9 +3,16 @@
 present/absent: the completion is normalised (and lower-cased with ``case_sensitive: false``),
 optionally cut to its first ``first_n`` and/or last ``last_n`` characters (both: the two pieces
 joined), and scored with ``partial_ratio(text, window)``; present passes iff the score reaches
-``1 - max_diffs/len(text)``, absent iff it does not. A window shorter than ``len(text) - max_diffs``
-cannot contain the text: present fails and absent passes without scoring (olmOCR-bench's guard
-against ``partial_ratio`` aligning a near-empty completion inside the reference).
+``1 - max_diffs/len(text)``, absent iff it does not.
+
+The near-empty guard is this project's rule, not olmOCR-bench's: a window shorter than
+``len(text) - max_diffs`` cannot contain the text, so present fails and absent passes without scoring.
+olmocr's scorer at its pinned commit has no such guard (olmocr PR #462, open, proposes one):
+``partial_ratio`` then aligns the *shorter* string inside the longer, so a one-character completion
+``"a"`` scores 1.0 against any text containing an "a" and passes a ``present`` test (and fails the
+``absent`` one). Under the ``olmocr-bench`` scoring rule (``PreparedText.rule``, ``--scoring
+olmocr-bench``) such a window is scored with ``partial_ratio`` as olmocr does; otherwise the two rules
+are the same code.
 
 order: ``before`` and ``after`` are searched in the normalised completion with at most ``max_diffs``
 edits (always case-sensitive); the test passes iff some match of ``before`` starts before some match
@@ -23,7 +30,7 @@ from ..base import BenchTest, check_max_diffs_fits, threshold_for
 from ..errors import FieldError
 from ..fuzzy import first_match_start, last_match_start, partial_ratio_score
 from ..normalize import normalize_text
-from ..prepared import PreparedText
+from ..prepared import OLMOCR_BENCH_RULE, PreparedText
 
 __all__ = ["PresenceTest", "OrderTest"]
 
@@ -111,8 +118,26 @@ class PresenceTest(BenchTest):
             return content[-self.last_n :]
         return content
 
+    def _run_short(self, window: str) -> tuple[bool, str]:
+        """The olmocr-bench rule on a window shorter than the text: ``partial_ratio`` aligns the window inside
+        the text (what the project's guard refuses to do)."""
+        score = partial_ratio_score(self.reference, window, self.threshold)
+        found = score >= self.threshold
+        if self.type == "present":
+            if found:
+                return True, ""
+            return False, f"expected '{_short(self.reference)}', best match ratio below the threshold {self.threshold:.3f}"
+        if not found:
+            return True, ""
+        return False, (f"expected '{_short(self.reference)}' to be absent, but the {len(window)}-char text matches "
+                       f"inside it (ratio {score:.3f}; olmocr-bench rule, no near-empty guard)")
+
     def run_prepared(self, prepared: PreparedText) -> tuple[bool, str]:
         present = self.type == "present"
+        if prepared.rule == OLMOCR_BENCH_RULE:
+            window = self._window(prepared)
+            if len(window) < len(self.reference) - self.max_diffs:
+                return self._run_short(window)
         if prepared.cannot_contain(self.probe) or (
             self.raw_pattern is not None and prepared.normalizes_by_spacing and self.raw_pattern.search(prepared.text) is None
         ):
