@@ -1,0 +1,111 @@
+"""FSDP2 over two CPU processes (gloo), launched as a user launches it (``accelerate launch --config_file
+configs/accelerate/fsdp.yaml``), against the same run on one process.
+
+Two test-only shims (tests/sharded_cpu/sitecustomize.py, on the subprocesses' PYTHONPATH only): accelerate's
+FSDP2 path allowed on a CPU process group, and completions sampled per global row, so that both layouts sample
+the same completions and score the same rewards. Each arm is a pair of 2-step runs on a tiny model:
+
+- the rewards are equal, step for step (same pages, same completions);
+- losses and grad norms agree within fp32 reduction-order noise (:data:`GRAD_NORM_RTOL`, :data:`LOSS_ATOL`);
+- each process holds about half of every sharded tensor (``rank_memory.json``): the two local shards add up to
+  one full copy of the trainable parameters, their gradients and Adam's two moments.
+
+Tolerance: the 2-process run computes each rank's gradient from its own row and averages the two in a
+reduce-scatter; the 1-process run sums both rows in one backward. The same fp32 numbers are added in another
+order, so they differ by a few ulps per reduction (fp32 eps = 1.2e-7), compounded over the ~10 reductions of a
+backward pass and one Adam step: measured 1e-6 relative at most; 1e-5 (about 80 eps) leaves room for other BLAS
+builds and still fails for any real difference (a missing or doubled shard, a rank's gradient dropped, an
+unaveraged reduce change the grad norm by 10% or more). GRPO's loss on-policy is ~0 (its advantages sum to zero
+per group), so it is compared absolutely.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_cli_e2e import BENCH, REPO, cli_env, failure
+
+SHIMS = Path(__file__).resolve().parents[1] / "sharded_cpu"
+GRAD_NORM_RTOL = 1e-5
+LOSS_ATOL = 1e-6
+COMMON = ["--train_bench_data_folder", str(BENCH), "--pages", "simple_lines", "--max_steps", "2",
+          "--num_generations", "2", "--gradient_accumulation_steps", "1", "--max_completion_length", "8",
+          "--target_longest_image_dim", "256", "--logging_steps", "1", "--save_steps", "100",
+          "--no-log_completions", "--report_to", "none", "--vllm_mode", "none", "--temperature", "1.0",
+          "--seed", "0", "--warmup_steps", "0", "--reward_bench_edit_distance", "1.0", "--learning_rate", "1e-3"]
+
+
+def sharded_env(tmp_path: Path) -> dict[str, str]:
+    env = cli_env(tmp_path)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SHIMS), str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.update(OLMOCR_RL_TEST_FSDP_ON_CPU="1", OLMOCR_RL_TEST_ROW_KEYED_SAMPLING="1")
+    return env
+
+
+def fsdp_command(port: int, flags: list[str]) -> list[str]:
+    """The user's command: accelerate launch with fsdp.yaml, 2 processes, fp32 (bf16 autocast is a GPU setting)."""
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+            str(REPO / "configs" / "accelerate" / "fsdp.yaml"), "--num_processes", "2", "--mixed_precision", "no",
+            "--main_process_port", str(port), "-m", "olmocr_rl.grpo_train", *flags]
+
+
+def run_pair(model_dir: Path, tmp_path: Path, extra: list[str]) -> tuple[Path, Path]:
+    """The same 2-step run on one process (2 rows per batch) and under FSDP2 on two (1 row each)."""
+    from test_lora_training import _free_port
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    flags = [*COMMON, "--model_name", str(model_dir), *extra]
+    env = sharded_env(tmp_path)
+    single = [sys.executable, "-m", "olmocr_rl.grpo_train", *flags, "--per_device_train_batch_size", "2",
+              "--output_dir", str(one)]
+    for command in (single, fsdp_command(_free_port(), [*flags, "--per_device_train_batch_size", "1",
+                                                        "--output_dir", str(two)])):
+        result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, failure(result)
+    assert "Saving model to" in result.stderr + result.stdout and "fsdp" in result.stderr + result.stdout
+    return one, two
+
+
+def _steps(out: Path) -> list[dict]:
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if "reward" in r]
+
+
+def assert_same_steps(one: Path, two: Path) -> None:
+    a, b = _steps(one), _steps(two)
+    assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 2]
+    for x, y in zip(a, b):
+        assert x["reward"] == y["reward"] and x["reward_std"] == y["reward_std"]  # the same completions
+        assert abs(x["loss"] - y["loss"]) <= LOSS_ATOL
+        assert x["grad_norm"] > 0 and abs(x["grad_norm"] - y["grad_norm"]) <= GRAD_NORM_RTOL * x["grad_norm"]
+
+
+def assert_half_each(one: Path, two: Path) -> dict:
+    single, = json.loads((one / "rank_memory.json").read_text())["ranks"]
+    report = json.loads((two / "rank_memory.json").read_text())
+    ranks = report["ranks"]
+    assert report["processes"] == 2
+    for kind in ("trainable_parameters", "frozen_parameters", "gradients", "optimizer_state"):
+        assert sum(r[kind] for r in ranks) == single[kind]  # the two shards are one full copy
+        assert all(r[kind] <= 0.6 * single[kind] for r in ranks), (kind, ranks)  # about half each
+    for r in ranks:
+        assert r["trainable_parameters_full"] == single["trainable_parameters"]
+        assert r["gradients"] == r["trainable_parameters"] and r["optimizer_state"] == 2 * r["trainable_parameters"]
+    return report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arm", ["full", "lora_olmorl", "moe_frozen_tower"])
+def test_fsdp2_on_two_processes_matches_one_process(arm, tiny_model_dir, tiny_family_dir, tmp_path):
+    model, extra = {"full": (tiny_model_dir, []),
+                    "lora_olmorl": (tiny_model_dir, ["--use_peft", "--olmorl"]),
+                    "moe_frozen_tower": (tiny_family_dir("qwen3_vl_moe"), ["--freeze_vision_tower"])}[arm]
+    one, two = run_pair(model, tmp_path, extra)
+    assert_same_steps(one, two)
+    report = assert_half_each(one, two)
+    print(arm, json.dumps(report))
