@@ -33,13 +33,16 @@ def _nbytes(tensor) -> int:
 
 def held_bytes(model, optimizer=None) -> dict[str, int]:
     """Bytes this process holds: trainable and frozen parameters, gradients, optimizer state (each local), and the
-    full sizes of the parameters (what one unsharded copy takes)."""
+    full sizes of the parameters (what one unsharded copy takes). Under ZeRO-3 a parameter's own partition
+    (``ds_tensor``) counts; its gradients live in DeepSpeed's flat partition buffers, not in ``.grad``, and count 0
+    here."""
     counts = dict.fromkeys(("trainable_parameters", "frozen_parameters", "gradients", "optimizer_state",
                             "trainable_parameters_full", "frozen_parameters_full"), 0)
     for param in model.parameters():
         kind = "trainable_parameters" if param.requires_grad else "frozen_parameters"
-        counts[kind] += _nbytes(_local(param))
-        counts[kind + "_full"] += param.numel() * param.element_size()
+        shard = getattr(param, "ds_tensor", None)  # DeepSpeed ZeRO-3: the partition this process owns
+        counts[kind] += _nbytes(_local(param) if shard is None else shard)
+        counts[kind + "_full"] += getattr(param, "ds_numel", param.numel()) * param.element_size()
         if param.grad is not None:
             counts["gradients"] += _nbytes(_local(param.grad))
     if optimizer is not None:

@@ -13,6 +13,17 @@
     branch ends), nothing more. Everything after that -- ``fully_shard`` of each block, the sharded
     optimizer, gradient clipping, state-dict gathering at save -- is accelerate's and torch's unchanged code.
 
+``OLMOCR_RL_TEST_DEEPSPEED_ON_CPU=1`` -- the same for accelerate's DeepSpeed path (ZeRO-3 under
+    ``configs/accelerate/zero3.yaml``). accelerate takes DeepSpeed only for a process that is not on CPU
+    (``AcceleratorState.__init__``: ``ACCELERATE_USE_DEEPSPEED and not cpu``); the shim takes that branch on a
+    MULTI_CPU group (type DEEPSPEED, the plugin given its precision and selected, kept as the state's
+    plugins). DeepSpeed 0.19.8 then picks its CPU accelerator, joins the gloo group torch already formed, and
+    runs ZeRO-3 (partitioned parameters, gradients and optimizer state) unchanged.
+
+    With either variable, the project's own prediction of the engine (``olmocr_rl.storage.checkpoints.
+    sharded_engines_run_here``, which labels checkpoints and refuses a resume under another engine before the
+    model loads) is told the same thing: it answers True, as on a GPU.
+
 ``OLMOCR_RL_TEST_ROW_KEYED_SAMPLING=1`` -- sample the same completions whatever the process layout.
     TRL seeds every process differently and transformers samples a batch's rows from one random stream,
     so the completions of a 1-process run and a 2-process run differ, and so would their rewards. This
@@ -37,17 +48,31 @@ def _patch_accelerate_state(module) -> None:
     if getattr(original, "_fsdp_on_cpu_shim", False):
         return
 
-    def __init__(self, *args, fsdp_plugin=None, **kwargs):
-        original(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
-        if fsdp_plugin is not None and self.distributed_type == DistributedType.MULTI_CPU:
+    def __init__(self, *args, fsdp_plugin=None, deepspeed_plugin=None, **kwargs):
+        original(self, *args, fsdp_plugin=fsdp_plugin, deepspeed_plugin=deepspeed_plugin, **kwargs)
+        if self.distributed_type != DistributedType.MULTI_CPU:
+            return
+        if fsdp_plugin is not None and os.environ.get("OLMOCR_RL_TEST_FSDP_ON_CPU") == "1":
             self.distributed_type = DistributedType.FSDP
             if self._mixed_precision != "no":
                 fsdp_plugin.set_mixed_precision(self._mixed_precision)
             self.fsdp_plugin = fsdp_plugin
-            module.PartialState._shared_state["distributed_type"] = self.distributed_type  # as accelerate does
+        elif deepspeed_plugin is not None and os.environ.get("OLMOCR_RL_TEST_DEEPSPEED_ON_CPU") == "1":
+            self.distributed_type = DistributedType.DEEPSPEED
+            self._mixed_precision = "no"  # DeepSpeed's own config carries the precision
+            deepspeed_plugin.set_mixed_precision(self._mixed_precision)
+            deepspeed_plugin.select(_from_accelerator_state=True)
+            self.deepspeed_plugins = deepspeed_plugin
+        else:
+            return
+        module.PartialState._shared_state["distributed_type"] = self.distributed_type  # as accelerate does
 
     __init__._fsdp_on_cpu_shim = True
     module.AcceleratorState.__init__ = __init__
+
+
+def _patch_engine_prediction(module) -> None:
+    module.sharded_engines_run_here = lambda: True
 
 
 class _Sampling:
@@ -81,8 +106,9 @@ def _patch_generation(module) -> None:
 
 
 _PATCHES = {}
-if os.environ.get("OLMOCR_RL_TEST_FSDP_ON_CPU") == "1":
+if "1" in (os.environ.get("OLMOCR_RL_TEST_FSDP_ON_CPU"), os.environ.get("OLMOCR_RL_TEST_DEEPSPEED_ON_CPU")):
     _PATCHES["accelerate.state"] = _patch_accelerate_state
+    _PATCHES["olmocr_rl.storage.checkpoints"] = _patch_engine_prediction
 if os.environ.get("OLMOCR_RL_TEST_ROW_KEYED_SAMPLING") == "1":
     _PATCHES["transformers.generation.utils"] = _patch_generation
 
