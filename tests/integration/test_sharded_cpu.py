@@ -8,7 +8,10 @@ the same completions and score the same rewards. Each arm is a pair of 2-step ru
 - the rewards are equal, step for step (same pages, same completions);
 - losses and grad norms agree within fp32 reduction-order noise (:data:`GRAD_NORM_RTOL`, :data:`LOSS_ATOL`);
 - each process holds about half of every sharded tensor (``rank_memory.json``): the two local shards add up to
-  one full copy of the trainable parameters, their gradients and Adam's two moments.
+  one full copy of the trainable parameters, their gradients and Adam's two moments, and to the preflight's
+  FSDP2 arithmetic (model.colocate_memory.sharded_trainer_bytes);
+- the checkpoint is manifested (engine, world size, every rank's files) and verifies; resumed by another number
+  of processes or under another engine it is refused in one ``error:`` line before the model loads.
 
 Tolerance: the 2-process run computes each rank's gradient from its own row and averages the two in a
 reduce-scatter; the 1-process run sums both rows in one backward. The same fp32 numbers are added in another
@@ -115,6 +118,7 @@ def test_fsdp2_on_two_processes_matches_one_process(arm, tiny_model_dir, tiny_fa
     assert_same_steps(one, two)
     report = assert_half_each(one, two)
     print(arm, json.dumps(report))
+    assert_preflight_arithmetic(model, extra, report["ranks"])
     assert_manifested(two / "checkpoint-2", "fsdp2-full_state_dict", "pytorch_model_fsdp.bin")
     if arm == "full":  # resumed by one process: refused in one line, before the model loads
         single = [sys.executable, "-m", "olmocr_rl.grpo_train", *COMMON, "--model_name", str(model),
@@ -123,6 +127,19 @@ def test_fsdp2_on_two_processes_matches_one_process(arm, tiny_model_dir, tiny_fa
         assert_refused(subprocess.run(single, cwd=REPO, env=sharded_env(tmp_path), capture_output=True, text=True,
                                       timeout=300), "2 processes on 1 machine (fsdp2-full_state_dict)",
                        "1 process on 1 machine (single)")
+
+
+def assert_preflight_arithmetic(model_dir: Path, extra: list[str], ranks: list[dict]) -> None:
+    """The preflight's FSDP2 arithmetic (model.colocate_memory, fp32 here) is what each process holds."""
+    from transformers import AutoConfig
+
+    from olmocr_rl.model.colocate_memory import Training, model_facts, sharded_trainer_bytes
+
+    training = Training(use_peft="--use_peft" in extra, freeze_vision_tower="--freeze_vision_tower" in extra)
+    expected = sharded_trainer_bytes(model_facts(AutoConfig.from_pretrained(model_dir)), training, engine="fsdp2",
+                                     processes=2, mixed_precision=False)
+    held = [r["trainable_parameters"] + r["frozen_parameters"] + r["gradients"] + r["optimizer_state"] for r in ranks]
+    assert abs(sum(held) - 2 * expected) <= 2 and max(held) - min(held) <= 0.01 * expected, (held, expected)
 
 
 def assert_manifested(checkpoint: Path, engine: str, weights: str) -> None:
