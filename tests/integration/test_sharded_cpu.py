@@ -1,5 +1,6 @@
-"""FSDP2 over two CPU processes (gloo), launched as a user launches it (``accelerate launch --config_file
-configs/accelerate/fsdp.yaml``), against the same run on one process.
+"""FSDP2 and ZeRO-3 over two CPU processes (gloo), launched with the command the Slurm launcher's dry run prints for
+``--accelerate-config fsdp|zero3`` (``accelerate launch --config_file configs/accelerate/fsdp.yaml ...``), against
+the same run on one process.
 
 Two test-only shims (tests/sharded_cpu/sitecustomize.py, on the subprocesses' PYTHONPATH only): accelerate's
 FSDP2 path allowed on a CPU process group, and completions sampled per global row, so that both layouts sample
@@ -53,11 +54,27 @@ def sharded_env(tmp_path: Path) -> dict[str, str]:
 
 
 def sharded_command(engine: str, port: int, flags: list[str]) -> list[str]:
-    """The user's command: accelerate launch with fsdp.yaml or zero3.yaml, 2 processes, fp32 (bf16 is a GPU
-    setting here)."""
-    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-            str(REPO / "configs" / "accelerate" / f"{engine}.yaml"), "--num_processes", "2", "--mixed_precision", "no",
-            "--main_process_port", str(port), "-m", "olmocr_rl.grpo_train", *flags]
+    """The command the Slurm launcher's dry run prints for one node of 2 GPUs, no vLLM GPU, ``--accelerate-config
+    fsdp|zero3`` (``accelerate launch --config_file configs/accelerate/ENGINE.yaml --num_processes 2 ...``), run
+    with this interpreter's accelerate and one flag added: ``--mixed_precision no`` (bf16 autocast is a GPU
+    setting; the 1-process comparison runs fp32)."""
+    import contextlib
+    import io
+    from unittest import mock
+
+    from launcher_helpers import commands, only, slurm_env
+
+    from olmocr_rl.launch import slurm
+
+    printed = io.StringIO()
+    with mock.patch.dict(os.environ, slurm_env("cpu01", 1), clear=True), contextlib.redirect_stdout(printed):
+        assert slurm.main(["job", "--dry-run", "--gpus-per-node", "2", "--vllm-gpus", "0", "--accelerate-config",
+                           engine, "--main-process-port", str(port), "--", *flags]) == 0
+    (node,) = only(commands(printed.getvalue()), "train node")
+    argv = node[node.index("accelerate"):]
+    assert argv[:6] == ["accelerate", "launch", "--config_file", f"configs/accelerate/{engine}.yaml",
+                        "--num_processes", "2"]
+    return [sys.executable, "-m", "accelerate.commands.launch", *argv[2:4], "--mixed_precision", "no", *argv[4:]]
 
 
 def run_pair(model_dir: Path, tmp_path: Path, extra: list[str], engine: str = "fsdp") -> tuple[Path, Path]:
