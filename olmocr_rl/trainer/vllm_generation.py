@@ -27,9 +27,9 @@ ids, so the expanded form is right there. More that the pinned TRL does not do f
   ``torch.nn.functional.linear``).
 * With LoRA (``--use_peft``) TRL sends vLLM the merged weights by merging the adapters into the base weights
   in place and unmerging them after the copy, which in bf16 moves the frozen base by rounding at every sync
-  (TRL #6688). Where the weights are not sharded (one process, DDP, ZeRO-2), the merged weights are computed
-  out of place instead (``olmocr_rl.model.adapters.merged_named_parameters``: same values, same names, the
-  base untouched); under ZeRO-3 / FSDP TRL's own gathered merge runs.
+  (TRL #6688). The merged weights are computed out of place instead
+  (``olmocr_rl.model.adapters.merged_named_parameters``: same values, same names, the base untouched); with
+  sharded weights (ZeRO-3, FSDP2) from the gathered shards (:func:`_gathered_merged_parameters`).
 
 All of it is one small subclass of TRL's ``VLLMGeneration``, swapped in only while the trainer is
 built (:func:`page_vllm_generation`); a TRL release that fixes the prompt form makes
@@ -85,6 +85,23 @@ def _sharded_parameters(accelerator) -> bool:
     state = accelerator.state
     zero3 = state.deepspeed_plugin is not None and state.deepspeed_plugin.zero_stage == 3
     return zero3 or getattr(state, "fsdp_plugin", None) is not None
+
+
+def _gathered_merged_parameters(model, accelerator):
+    """LoRA with sharded weights: the merged weights, out of place, whole. ZeRO-3 gathers every partition for the
+    walk (``deepspeed.zero.GatheredParameters``); FSDP2's parameters are DTensors, so each merged value (base +
+    B @ A on the shards) is gathered with ``full_tensor``. Every process walks the same names (collectives)."""
+    from olmocr_rl.model.adapters import merged_named_parameters
+
+    gather = contextlib.nullcontext()
+    if accelerator.state.deepspeed_plugin is not None:
+        import deepspeed
+
+        gather = deepspeed.zero.GatheredParameters(list(model.parameters()))
+    with gather:
+        for name, value in merged_named_parameters(model):
+            full_tensor = getattr(value, "full_tensor", None)
+            yield name, full_tensor() if callable(full_tensor) else value
 
 
 def _reprepack_cpu_moe_weights(llm) -> int:
@@ -150,7 +167,9 @@ def _generation_class():
         def _iter_named_params(self):
             from olmocr_rl.model.adapters import is_peft_model, merged_named_parameters
 
-            if is_peft_model(self.model) and not _sharded_parameters(self.accelerator):
+            if is_peft_model(self.model) and _sharded_parameters(self.accelerator):
+                named = _gathered_merged_parameters(self.model, self.accelerator)  # never TRL's in-place merge
+            elif is_peft_model(self.model):
                 named = merged_named_parameters(self.model)
             else:
                 named = super()._iter_named_params()
