@@ -2,7 +2,7 @@
 launched with ``accelerate launch --config_file configs/accelerate/fsdp.yaml``; accelerate's FSDP2 path is let
 run on CPU by the test-only shim of tests/sharded_cpu/sitecustomize.py (its docstring says what it changes).
 
-At every step the mean |vLLM - trainer| log-prob stays within the lane's 1e-3: each sync hands the engines the
+Arms: full, LoRA and a Qwen3-VL-MoE release folder. At every step the mean |vLLM - trainer| log-prob stays within the lane's 1e-3: each sync hands the engines the
 gathered weights (FSDP2 shards), and with LoRA the adapters merged out of place from the gathered shards
 (trainer.vllm_generation._gathered_merged_parameters), never TRL's in-place merge of the sharded base.
 """
@@ -62,3 +62,15 @@ def test_fsdp2_colocated_vllm_logprobs_equal_the_trainers_at_every_step(sft_mode
     before, after = load_file(sft_model_dir / "model.safetensors"), load_file(out / "model.safetensors")
     assert max((after[k] - before[k]).abs().max().item() for k in before) > 1e-3  # the syncs carried new weights
     print(f"fsdp2 {arm}: mean |vLLM - trainer| log-prob per step {gaps}")
+
+
+def test_fsdp2_colocated_vllm_moe_logprobs_equal_the_trainers_at_every_step(warm_qwen3_vl_moe_release_dir, tmp_path):
+    """Qwen3-VL-MoE: the stacked experts gathered from their shards, sent transposed, re-packed for vLLM's CPU kernel."""
+    out = tmp_path / "out"
+    result = run_fsdp2_colocate(warm_qwen3_vl_moe_release_dir, out, tmp_path, [])
+    assert result.returncode == 0, failure(result)
+    metrics = read_metrics(out)
+    gaps = [m["sampling/sampling_logp_difference/mean"] for m in metrics]
+    assert len(gaps) == 3 and max(gaps) <= MAX_LOGP_GAP, gaps
+    assert all(m["grad_norm"] > 0 for m in metrics)  # the policy moved: steps 2-3 sample from synced weights
+    print(f"fsdp2 moe: mean |vLLM - trainer| log-prob per step {gaps}")
