@@ -11,8 +11,9 @@ the same completions and score the same rewards. Each arm is a pair of 2-step ru
 - each process holds about half of every sharded tensor (``rank_memory.json``): the two local shards add up to
   one full copy of the trainable parameters, their gradients and Adam's two moments, and to the preflight's
   FSDP2 arithmetic (model.colocate_memory.sharded_trainer_bytes);
-- the checkpoint is manifested (engine, world size, every rank's files) and verifies; resumed by another number
-  of processes or under another engine it is refused in one ``error:`` line before the model loads.
+- the checkpoint is manifested (engine, world size, every rank's files) and verifies; resumed by the same two
+  processes its next step equals the uninterrupted run's bit for bit; resumed by another number of processes or
+  under another engine it is refused in one ``error:`` line before the model loads.
 
 Tolerance: the 2-process run computes each rank's gradient from its own row and averages the two in a
 reduce-scatter; the 1-process run sums both rows in one backward. The same fp32 numbers are added in another
@@ -101,9 +102,9 @@ def _steps(out: Path) -> list[dict]:
     return [r for r in map(json.loads, lines) if "reward" in r]
 
 
-def assert_same_steps(one: Path, two: Path) -> None:
+def assert_same_steps(one: Path, two: Path, steps: int = 2) -> None:
     a, b = _steps(one), _steps(two)
-    assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 2]
+    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, steps + 1))
     for x, y in zip(a, b):
         assert x["reward"] == y["reward"] and x["reward_std"] == y["reward_std"]  # the same completions
         assert abs(x["loss"] - y["loss"]) <= LOSS_ATOL
@@ -128,16 +129,18 @@ def assert_half_each(one: Path, two: Path, gradients: bool = True) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("arm", ["full", "lora_olmorl", "moe_frozen_tower"])
 def test_fsdp2_on_two_processes_matches_one_process(arm, tiny_model_dir, tiny_family_dir, tmp_path):
-    model, extra = {"full": (tiny_model_dir, []),
+    model, extra = {"full": (tiny_model_dir, ["--max_steps", "3", "--save_steps", "2"]),
                     "lora_olmorl": (tiny_model_dir, ["--use_peft", "--olmorl"]),
                     "moe_frozen_tower": (tiny_family_dir("qwen3_vl_moe"), ["--freeze_vision_tower"])}[arm]
     one, two = run_pair(model, tmp_path, extra)
-    assert_same_steps(one, two)
+    assert_same_steps(one, two, steps=3 if arm == "full" else 2)
     report = assert_half_each(one, two)
     print(arm, json.dumps(report))
     assert_preflight_arithmetic(model, extra, report["ranks"])
     assert_manifested(two / "checkpoint-2", "fsdp2-full_state_dict", "pytorch_model_fsdp.bin")
-    if arm == "full":  # resumed by one process: refused in one line, before the model loads
+    if arm == "full":
+        assert_resumed_step_is_bit_exact(model, two, tmp_path)
+        # resumed by one process: refused in one line, before the model loads
         single = [sys.executable, "-m", "olmocr_rl.grpo_train", *COMMON, "--model_name", str(model),
                   "--per_device_train_batch_size", "2", "--max_steps", "3", "--output_dir", str(two),
                   "--resume_from_checkpoint", str(two / "checkpoint-2")]
@@ -157,6 +160,26 @@ def assert_preflight_arithmetic(model_dir: Path, extra: list[str], ranks: list[d
                                      processes=2, mixed_precision=False)
     held = [r["trainable_parameters"] + r["frozen_parameters"] + r["gradients"] + r["optimizer_state"] for r in ranks]
     assert abs(sum(held) - 2 * expected) <= 2 and max(held) - min(held) <= 0.01 * expected, (held, expected)
+
+
+def assert_resumed_step_is_bit_exact(model: Path, two: Path, tmp_path: Path) -> None:
+    """The 2-process run's checkpoint-2, resumed by 2 processes in a fresh folder: step 3 equals the
+    uninterrupted run's step 3 bit for bit (weights, Adam's moments, the schedule and the RNG restored)."""
+    import shutil
+
+    from test_lora_training import _free_port
+
+    resumed = tmp_path / "resumed"
+    shutil.copytree(two / "checkpoint-2", resumed / "checkpoint-2")
+    command = sharded_command("fsdp", _free_port(), [*COMMON, "--model_name", str(model), "--max_steps", "3",
+                                                     "--save_steps", "2", "--per_device_train_batch_size", "1",
+                                                     "--output_dir", str(resumed), "--resume_from_checkpoint",
+                                                     str(resumed / "checkpoint-2")])
+    result = subprocess.run(command, cwd=REPO, env=sharded_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, failure(result)
+    (after,), uninterrupted = _steps(resumed), _steps(two)[2]
+    for key in ("step", "reward", "reward_std", "loss", "grad_norm", "entropy", "learning_rate"):
+        assert after[key] == uninterrupted[key], key
 
 
 def assert_manifested(checkpoint: Path, engine: str, weights: str) -> None:

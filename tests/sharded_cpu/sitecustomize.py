@@ -28,9 +28,11 @@
     TRL seeds every process differently and transformers samples a batch's rows from one random stream,
     so the completions of a 1-process run and a 2-process run differ, and so would their rewards. This
     shim draws each row's next token (``torch.multinomial`` on a 2-D probability matrix, inside
-    ``generate``) from a generator seeded by (generate call, token position, global row), the global row
-    being ``RANK * rows + i``: row i of the 1-process batch and rank i's only row draw the same number.
-    The probabilities are the model's; only where the random number comes from changes.
+    ``generate``) from a generator seeded by (the trainer's global step when the step began, the generate
+    call within the step, token position, global row), the global row being ``RANK * rows + i``: row i of the 1-process batch and rank i's only row draw the same number.
+    The probabilities are the model's; only where the random number comes from changes. Keyed by the step
+    (``CallbackHandler.on_step_begin`` records it), a run resumed from a checkpoint samples what the
+    uninterrupted run sampled at the same step.
 """
 
 from __future__ import annotations
@@ -76,8 +78,20 @@ def _patch_engine_prediction(module) -> None:
 
 
 class _Sampling:
+    step = 0  # the trainer's global step when the step began (so a resumed run keys its steps alike)
+    nth = 0  # generate calls so far in this step
     call = -1
     position = 0
+
+
+def _patch_step_begin(module) -> None:
+    on_step_begin = module.CallbackHandler.on_step_begin
+
+    def keyed_step_begin(self, args, state, control):
+        _Sampling.step, _Sampling.nth = state.global_step, 0
+        return on_step_begin(self, args, state, control)
+
+    module.CallbackHandler.on_step_begin = keyed_step_begin
 
 
 def _patch_generation(module) -> None:
@@ -86,7 +100,8 @@ def _patch_generation(module) -> None:
     generate, multinomial = module.GenerationMixin.generate, torch.multinomial
 
     def keyed_generate(self, *args, **kwargs):
-        _Sampling.call, _Sampling.position = _Sampling.call + 1, 0
+        _Sampling.call, _Sampling.position = _Sampling.step * 64 + _Sampling.nth, 0
+        _Sampling.nth += 1
         return generate(self, *args, **kwargs)
 
     def keyed_multinomial(probs, num_samples, *args, **kwargs):
@@ -111,6 +126,7 @@ if "1" in (os.environ.get("OLMOCR_RL_TEST_FSDP_ON_CPU"), os.environ.get("OLMOCR_
     _PATCHES["olmocr_rl.storage.checkpoints"] = _patch_engine_prediction
 if os.environ.get("OLMOCR_RL_TEST_ROW_KEYED_SAMPLING") == "1":
     _PATCHES["transformers.generation.utils"] = _patch_generation
+    _PATCHES["transformers.trainer_callback"] = _patch_step_begin
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
