@@ -19,6 +19,7 @@ SIGTERM, SIGUSR1 or SIGINT saved the step it arrived in; trainer.preemption).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -410,8 +411,29 @@ def _save_adapter_run(cfg: ResolvedConfig, trainer, processor) -> None:
     processor.save_pretrained(adapter_dir)
     set_adapter_base_name(adapter_dir, portable_model_name(cfg.model_name))  # where soup and evaluate find it
     if cfg.save_merged:
-        write_merged(adapter_dir, cfg.output_dir, cache_dir=cfg.cache_dir)
+        with _outside_zero3_init(trainer):  # the main process alone loads the base: no collective may run
+            write_merged(adapter_dir, cfg.output_dir, cache_dir=cfg.cache_dir)
         logger.info("LoRA: adapter in %s, merged model in %s", adapter_dir, cfg.output_dir)
+
+
+@contextlib.contextmanager
+def _outside_zero3_init(trainer):
+    """Under ZeRO-3, transformers builds every ``from_pretrained`` model inside ``deepspeed.zero.Init``, which
+    partitions it over all processes with a broadcast; a load on the main process alone would wait for the others
+    forever (or fail once they exit). Here the run's DeepSpeed config is set aside for the block, then restored."""
+    from transformers.integrations import deepspeed as hf_deepspeed
+
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    # the config object transformers consults: accelerate's (launched with a DeepSpeed config) or the Trainer's
+    config = getattr(plugin, "dschf", None) or getattr(trainer.args, "hf_deepspeed_config", None)
+    if config is None or not hf_deepspeed.is_deepspeed_zero3_enabled():
+        yield
+        return
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        hf_deepspeed.set_hf_deepspeed_config(config)
 
 
 def _resume_checkpoint(cfg: ResolvedConfig) -> str | None:

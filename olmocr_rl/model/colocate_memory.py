@@ -18,7 +18,15 @@ The trainer estimate is a floor for one process without sharding (:func:`trainer
   (``--lora_modules_to_save``), 8 bytes each beside their frozen original; no reference model (TRL turns
   the adapters off for it).
 
-Under DeepSpeed/FSDP (several processes) that part is not checked. When the trainer does not fit, the
+Several processes (:func:`sharded_trainer_bytes`, per GPU): DDP keeps the one-process floor on every GPU.
+DeepSpeed and accelerate's FSDP2 keep fp32 master state under bf16 mixed precision: 16 bytes a trained
+parameter (bf16 weight 2 + bf16 gradient 2 + fp32 master and two moments 12 under ZeRO; fp32 weight 4 +
+fp32 gradient 4 + two fp32 moments 8 under FSDP2, which upcasts what trains), frozen weights and the reference
+model in bf16. ZeRO-2 shards the gradients and the fp32 state over N GPUs and keeps every bf16 weight (and a
+full reference model) on each; ZeRO-3 and FSDP2 shard all of it, so a GPU holds 1/N. In fp32 (no mixed
+precision, the CPU runs) FSDP2's frozen weights take 4 bytes. The FSDP2 figure is the bytes each CPU process
+holds in the suite's two-process run (telemetry.rank_memory), to the byte.
+When the trainer does not fit, the
 refusal names what would make it fit, with these numbers: ``--use_peft``, ``--freeze_vision_tower``, ...
 """
 
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
@@ -82,6 +91,42 @@ def trainer_bytes(facts: ModelFacts, training: Training) -> int:
     return 8 * (facts.parameters - frozen) + 2 * frozen + reference
 
 
+#: The engines :func:`sharded_trainer_bytes` knows (``ddp``: every GPU holds the one-process floor).
+SHARDING_ENGINES = ("ddp", "zero2", "zero3", "fsdp2")
+
+
+def sharded_trainer_bytes(facts: ModelFacts, training: Training, *, engine: str, processes: int,
+                          mixed_precision: bool = True) -> int:
+    """The trainer's memory floor on each of ``processes`` GPUs under ``engine`` (module docstring)."""
+    if engine not in SHARDING_ENGINES:
+        raise ValueError(f"engine {engine!r}: one of {', '.join(SHARDING_ENGINES)}")
+    if engine == "ddp" or processes == 1:
+        return trainer_bytes(facts, training)
+    if training.use_peft:
+        if facts.lora_parameters is None:
+            raise ValueError("the --lora_* flags place no adapters on this model; the LoRA plan reports why")
+        trained = facts.lora_parameters + facts.lora_saved_parameters
+        frozen, reference = facts.parameters, 0
+    else:
+        frozen = (facts.vision_tower_parameters if training.freeze_vision_tower else 0) + (
+            facts.vision_merger_parameters if training.freeze_vision_merger else 0)
+        trained, reference = facts.parameters - frozen, facts.parameters if training.reference_model else 0
+    frozen_bytes = 2 if mixed_precision else 4
+    if engine == "zero2":  # bf16 weights and reference whole on each GPU; gradients and fp32 state sharded
+        return 2 * (trained + frozen + reference) + math.ceil(14 * trained / processes)
+    return math.ceil((16 * trained + frozen_bytes * frozen + 2 * reference) / processes)
+
+
+def engine_from_environment(env) -> str:
+    """The sharding engine ``accelerate launch`` set up for this process (its ACCELERATE_* variables)."""
+    if env.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        stage = env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
+        return "zero3" if stage == "3" else "zero2"
+    if env.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        return "fsdp2"
+    return "ddp"
+
+
 def model_facts(config, lora: dict | None = None) -> ModelFacts:
     """Parameter counts (the model built on the meta device: no memory, no weights) and KV-cache size per token.
 
@@ -133,6 +178,7 @@ def check_fit(
     single_process: bool = True,
     tensor_parallel: int = 1,
     training: Training | None = None,
+    trainer_need_bytes: int | None = None,
 ) -> str | None:
     """None when engine and trainer fit on the GPU; otherwise one line with the numbers and what to change.
 
@@ -144,7 +190,10 @@ def check_fit(
     weights = facts.parameters * dtype_bytes // tensor_parallel
     kv = facts.kv_bytes_per_token(dtype_bytes) * max_model_length // tensor_parallel
     engine_need = weights + kv + ENGINE_RUNTIME_BYTES
-    trainer_need = trainer_bytes(facts, training) if single_process else 0
+    if trainer_need_bytes is not None:  # several processes: the sharded per-GPU floor (sharded_trainer_bytes)
+        trainer_need, single_process = trainer_need_bytes, True
+    else:
+        trainer_need = trainer_bytes(facts, training) if single_process else 0
     engine_share = utilization * gpu_bytes
 
     def gib(n: float) -> str:
@@ -201,10 +250,16 @@ def colocate_memory_problem(cfg) -> str | None:
     lora = {"r": cfg.lora_r, "target_modules": cfg.lora_target_modules, "modules_to_save": cfg.lora_modules_to_save}
     training = Training(use_peft=cfg.use_peft, freeze_vision_tower=cfg.freeze_vision_tower,
                         freeze_vision_merger=cfg.freeze_vision_merger, reference_model=cfg.beta > 0 and not cfg.use_peft)
+    facts = model_facts(config, lora)
+    engine = engine_from_environment(os.environ)
+    per_gpu = None
+    if cfg.num_processes > 1 and engine != "ddp" and not (training.use_peft and facts.lora_parameters is None):
+        per_gpu = sharded_trainer_bytes(facts, training, engine=engine, processes=cfg.num_processes)
     problem = check_fit(
-        model_facts(config, lora), gpu_bytes=gpu_bytes, utilization=cfg.vllm_gpu_memory_utilization,
+        facts, gpu_bytes=gpu_bytes, utilization=cfg.vllm_gpu_memory_utilization,
         max_model_length=cfg.vllm_max_model_length, engine_dtype=cfg.vllm_engine_dtype,
         single_process=cfg.num_processes == 1, tensor_parallel=cfg.vllm_tensor_parallel_size, training=training,
+        trainer_need_bytes=per_gpu,
     )
     if problem is None:
         logger.info("colocate memory check: vLLM engine and trainer fit on the %.0f GiB GPU", gpu_bytes / 2**30)

@@ -188,26 +188,36 @@ class Topology:
         return (self.world_size, self.num_machines, self.engine) == (other.world_size, other.num_machines, other.engine)
 
 
-def current_engine() -> str:
-    """The engine accelerate runs this process with, from the variables ``accelerate launch`` sets.
-
-    FSDP and DeepSpeed run only on accelerators: on CPU accelerate trains plain data parallel even under
-    an FSDP or DeepSpeed config, and the label says so.
-    """
-    env = os.environ
-    world = int(env.get("WORLD_SIZE", "1") or 1)
+def _on_accelerator() -> bool:
     try:
         import torch
 
-        on_gpu = torch.cuda.is_available() and env.get("ACCELERATE_USE_CPU", "false").lower() != "true"
+        return torch.cuda.is_available() and os.environ.get("ACCELERATE_USE_CPU", "false").lower() != "true"
     except ImportError:
-        on_gpu = False
-    if on_gpu and env.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        return False
+
+
+def sharded_engines_run_here() -> bool:
+    """Whether accelerate runs an FSDP or DeepSpeed config as such in this process: on an accelerator only (on
+    CPU it trains plain data parallel even under those configs)."""
+    return _on_accelerator()
+
+
+def current_engine() -> str:
+    """The engine accelerate runs this process with, from the variables ``accelerate launch`` sets.
+
+    FSDP and DeepSpeed run only where :func:`sharded_engines_run_here`; elsewhere accelerate trains plain data
+    parallel even under an FSDP or DeepSpeed config, and the label says so.
+    """
+    env = os.environ
+    world = int(env.get("WORLD_SIZE", "1") or 1)
+    sharded = sharded_engines_run_here()
+    if sharded and env.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
         return f"deepspeed-zero{env.get('ACCELERATE_DEEPSPEED_ZERO_STAGE', '?')}"
-    if on_gpu and env.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+    if sharded and env.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
         return f"fsdp{env.get('FSDP_VERSION', '1')}-{env.get('FSDP_STATE_DICT_TYPE', 'FULL_STATE_DICT').lower()}"
     if world > 1:
-        return "ddp" if on_gpu else "ddp-cpu"
+        return "ddp" if _on_accelerator() else "ddp-cpu"
     return "single"
 
 

@@ -9,7 +9,7 @@ The callback order is written out in :func:`add_callbacks`, one slot per job:
 1. ``StepTimingCallback`` (``timing/*`` keys) and, with the bench reward, ``DetailedRewardLoggingCallback``
    (``bench_reward/*`` keys) go *first*, before the Trainer's own reporting callbacks (W&B, TensorBoard),
    because they add keys to the ``logs`` those send;
-2. the metrics file and the console table, after the Trainer's callbacks (they read the finished logs); the
+2. the metrics file, each process's held bytes (``rank_memory.json``, once), and the console table, after the Trainer's callbacks (they read the finished logs); the
    Trainer's progress bar stays where it is, without its raw metrics dict unless ``--console_raw_metrics``;
 3. with W&B, transformers' ``WandbCallback`` is replaced in place by olmOCR's naming of it, and the run-id
    writer is added before the S3 mirror, so the id reaches S3 with the checkpoint;
@@ -125,6 +125,9 @@ def add_callbacks(trainer, cfg, reward_names: list[str], reward_logger) -> None:
         DetailedRewardLoggingCallback.attach(trainer, reward_logger,  # bench_reward/* keys; goes first
                                              detail_steps=console_detail_steps(cfg))
     trainer.add_callback(MetricsFileCallback(Path(cfg.output_dir) / "metrics.jsonl"))
+    from olmocr_rl.telemetry.rank_memory import RankMemoryCallback
+
+    trainer.add_callback(RankMemoryCallback(cfg.output_dir))  # each process's held bytes, after the first step
     trainer.add_callback(ProgressTableCallback())
     use_console_progress(trainer, raw_metrics=cfg.console_raw_metrics)  # the bar, without the raw dict
     if "wandb" in cfg.report_to:

@@ -57,8 +57,9 @@ _PACKABLE_INPUTS = {"input_ids", "attention_mask", "labels", "fused_lm_head", "p
 
 
 def _unwrapped(model):
-    """The transformers model under DDP/FSDP/DeepSpeed and PEFT wrappers."""
-    while hasattr(model, "module") and not hasattr(model, "get_output_embeddings"):
+    """The transformers model under DDP/FSDP/DeepSpeed and PEFT wrappers. The class is asked, not the object:
+    DeepSpeed's engine forwards unknown attributes to its module, so it "has" get_output_embeddings too."""
+    while hasattr(model, "module") and not hasattr(type(model), "get_output_embeddings"):
         model = model.module
     if hasattr(model, "get_base_model"):
         model = model.get_base_model()

@@ -15,9 +15,9 @@ built (:func:`page_vllm_generation`), guarantees what the pinned TRL does not:
   repacking that drops TRL's ``weight_loader`` is switched off;
 * without CUDA, server mode pushes weights over gloo (TRL's push needs NCCL) to a server started with
   :func:`olmocr_rl.trainer.gloo_push.server_flags`;
-* with LoRA (``--use_peft``) and unsharded weights, the merged weights are computed out of place
-  (``olmocr_rl.model.adapters.merged_named_parameters``), so the frozen base never moves; under ZeRO-3 / FSDP
-  TRL's own gathered merge runs.
+* with LoRA (``--use_peft``), the merged weights are computed out of place
+  (``olmocr_rl.model.adapters.merged_named_parameters``), so the frozen base never moves; with sharded weights
+  (ZeRO-3, FSDP2) from the gathered shards (:func:`_gathered_merged_parameters`), never TRL's in-place merge.
 
 docs/vllm.md ("What was wrong, and the fix") has each problem, how it showed and what was measured.
 """
@@ -72,6 +72,23 @@ def _sharded_parameters(accelerator) -> bool:
     state = accelerator.state
     zero3 = state.deepspeed_plugin is not None and state.deepspeed_plugin.zero_stage == 3
     return zero3 or getattr(state, "fsdp_plugin", None) is not None
+
+
+def _gathered_merged_parameters(model, accelerator):
+    """LoRA with sharded weights: the merged weights, out of place, whole. ZeRO-3 gathers every partition for the
+    walk (``deepspeed.zero.GatheredParameters``); FSDP2's parameters are DTensors, so each merged value (base +
+    B @ A on the shards) is gathered with ``full_tensor``. Every process walks the same names (collectives)."""
+    from olmocr_rl.model.adapters import merged_named_parameters
+
+    gather = contextlib.nullcontext()
+    if accelerator.state.deepspeed_plugin is not None:
+        import deepspeed
+
+        gather = deepspeed.zero.GatheredParameters(list(model.parameters()))
+    with gather:
+        for name, value in merged_named_parameters(model):
+            full_tensor = getattr(value, "full_tensor", None)
+            yield name, full_tensor() if callable(full_tensor) else value
 
 
 def reprepack_cpu_moe_weights(model) -> int:
@@ -142,7 +159,9 @@ def _generation_class():
         def _iter_named_params(self):
             from olmocr_rl.model.adapters import is_peft_model, merged_named_parameters
 
-            if is_peft_model(self.model) and not _sharded_parameters(self.accelerator):
+            if is_peft_model(self.model) and _sharded_parameters(self.accelerator):
+                named = _gathered_merged_parameters(self.model, self.accelerator)  # never TRL's in-place merge
+            elif is_peft_model(self.model):
                 named = merged_named_parameters(self.model)
             else:
                 named = super()._iter_named_params()

@@ -2,6 +2,7 @@
 
     python scripts/bench/fit_table.py            # the markdown table
     python scripts/bench/fit_table.py --json     # the numbers
+    python scripts/bench/fit_table.py --sharded  # docs/scaling.md's multi-GPU rows (ZeRO-2, ZeRO-3, FSDP2)
 
 For the released Qwen2.5-VL-3B and -7B, Qwen3-VL-8B and Qwen3-VL-30B-A3B architectures (the presets of
 olmocr_rl.model.families; configs only: parameters counted on the meta device, every expert of the MoE)
@@ -33,10 +34,11 @@ def released_config(name: str):
     return preset_config(*RELEASED[name])
 
 
-def _cell(facts, training, gpu_bytes: int, need_gib: float) -> str:
+def _cell(facts, training, gpu_bytes: int, need_gib: float, trainer_need: int | None = None) -> str:
     from olmocr_rl.model.colocate_memory import check_fit
 
-    common = dict(gpu_bytes=gpu_bytes, max_model_length=MAX_MODEL_LENGTH, engine_dtype="bfloat16", training=training)
+    common = dict(gpu_bytes=gpu_bytes, max_model_length=MAX_MODEL_LENGTH, engine_dtype="bfloat16", training=training,
+                  trainer_need_bytes=trainer_need)
     if check_fit(facts, utilization=DEFAULT_UTILIZATION, **common) is None:
         return f"fits at the default {DEFAULT_UTILIZATION}"
     for share in range(1, 100):
@@ -77,11 +79,56 @@ def markdown(table: list[dict]) -> str:
     return "\n".join(lines)
 
 
+#: The multi-GPU rows: (model, what trains, number of 80 GiB GPUs).
+SHARDED = [("Qwen3-VL-8B", "full fine-tune (`--beta 0.01`)", 8),
+           ("Qwen3-VL-30B-A3B", "full fine-tune (`--beta 0.01`)", 8),
+           ("Qwen3-VL-30B-A3B", "full fine-tune (`--beta 0.01`)", 16),
+           ("Qwen3-VL-30B-A3B", "`--freeze_vision_tower` (`--beta 0.01`)", 16)]
+ENGINES = {"zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp2": "FSDP2"}
+
+
+def sharded_rows(gpu_bytes: int = 80 * 2**30) -> list[dict]:
+    """Per-GPU trainer floor on N GPUs under each engine; colocated vLLM (one bf16 engine per GPU, TP 1) or server
+    mode (one GPU runs `trl vllm-serve`, N-1 train)."""
+    from olmocr_rl.model.colocate_memory import (
+        DTYPE_BYTES, ENGINE_RUNTIME_BYTES, GIB, Training, model_facts, sharded_trainer_bytes)
+
+    trainings = {"full fine-tune (`--beta 0.01`)": Training(reference_model=True),
+                 "`--freeze_vision_tower` (`--beta 0.01`)": Training(freeze_vision_tower=True, reference_model=True)}
+    out = []
+    for name, mode, gpus in SHARDED:
+        facts = model_facts(released_config(name))
+        engine_bytes = (facts.parameters * DTYPE_BYTES["bfloat16"] + ENGINE_RUNTIME_BYTES
+                        + facts.kv_bytes_per_token(DTYPE_BYTES["bfloat16"]) * MAX_MODEL_LENGTH)
+        for engine, label in ENGINES.items():
+            colocated = sharded_trainer_bytes(facts, trainings[mode], engine=engine, processes=gpus)
+            server = sharded_trainer_bytes(facts, trainings[mode], engine=engine, processes=gpus - 1)
+            out.append({"model": f"{name} ({facts.parameters / 1e9:.2f}B)", "mode": mode, "gpus": gpus,
+                        "engine": label, "trainer_gib": round(colocated / GIB, 1),
+                        "colocated": _cell(facts, trainings[mode], gpu_bytes, (engine_bytes + colocated) / GIB, colocated),
+                        "server_trainer_gib": round(server / GIB, 1),
+                        "server": "fits" if server <= gpu_bytes else "does not fit"})
+    return out
+
+
+def sharded_markdown(table: list[dict]) -> str:
+    header = ["model", "what trains", "80 GiB GPUs", "engine", "trainer per GPU (colocated)", "colocated vLLM",
+              "trainer per GPU (server: N-1 train)", "server"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in table:
+        cells = [r["model"], r["mode"], str(r["gpus"]), r["engine"], f"{r['trainer_gib']} GiB", r["colocated"],
+                 f"{r['server_trainer_gib']} GiB", r["server"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
-    table = rows()
-    print(json.dumps(table, indent=2) if parser.parse_args().json else markdown(table))
+    parser.add_argument("--sharded", action="store_true", help="the multi-GPU rows (docs/scaling.md)")
+    args = parser.parse_args()
+    table = sharded_rows() if args.sharded else rows()
+    print(json.dumps(table, indent=2) if args.json else (sharded_markdown if args.sharded else markdown)(table))
 
 
 if __name__ == "__main__":

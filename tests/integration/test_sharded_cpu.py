@@ -1,0 +1,220 @@
+"""FSDP2 and ZeRO-3 over two CPU processes (gloo), launched with the command the Slurm launcher's dry run prints for
+``--accelerate-config fsdp|zero3`` (``accelerate launch --config_file configs/accelerate/fsdp.yaml ...``), against
+the same run on one process.
+
+Two test-only shims (tests/sharded_cpu/sitecustomize.py, on the subprocesses' PYTHONPATH only): accelerate's
+FSDP2 path allowed on a CPU process group, and completions sampled per global row, so that both layouts sample
+the same completions and score the same rewards. Each arm is a pair of 2-step runs on a tiny model:
+
+- the rewards are equal, step for step (same pages, same completions);
+- losses and grad norms agree within fp32 reduction-order noise (:data:`GRAD_NORM_RTOL`, :data:`LOSS_ATOL`);
+- each process holds about half of every sharded tensor (``rank_memory.json``): the two local shards add up to
+  one full copy of the trainable parameters, their gradients and Adam's two moments, and to the preflight's
+  FSDP2 arithmetic (model.colocate_memory.sharded_trainer_bytes);
+- the checkpoint is manifested (engine, world size, every rank's files) and verifies; resumed by the same two
+  processes its next step equals the uninterrupted run's bit for bit; resumed by another number of processes or
+  under another engine it is refused in one ``error:`` line before the model loads.
+
+Tolerance: the 2-process run computes each rank's gradient from its own row and averages the two in a
+reduce-scatter; the 1-process run sums both rows in one backward. The same fp32 numbers are added in another
+order, so they differ by a few ulps per reduction (fp32 eps = 1.2e-7), compounded over the reductions of a
+backward pass; after one Adam step (which divides by sqrt of a tiny second moment, amplifying relative noise)
+step 2 differs more. Measured (grad norm, relative): FSDP2 at most 3.2e-6, ZeRO-3 at most 5.4e-6 (step 2;
+DeepSpeed reduces in its own flat buffers and sums the norm in fp64). 2e-5 (about 170 eps) leaves 4x room for
+other BLAS builds and still fails for any real fault (a shard missing or doubled, a rank's gradient dropped, a
+sum not averaged: 10% or more). GRPO's loss on-policy is ~0 (advantages sum to zero per group), so it is
+compared absolutely (measured at most 1.1e-7).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_cli_e2e import BENCH, REPO, cli_env, failure
+
+SHIMS = Path(__file__).resolve().parents[1] / "sharded_cpu"
+GRAD_NORM_RTOL = 2e-5
+LOSS_ATOL = 1e-6
+COMMON = ["--train_bench_data_folder", str(BENCH), "--pages", "simple_lines", "--max_steps", "2",
+          "--num_generations", "2", "--gradient_accumulation_steps", "1", "--max_completion_length", "8",
+          "--target_longest_image_dim", "256", "--logging_steps", "1", "--save_steps", "100",
+          "--no-log_completions", "--report_to", "none", "--vllm_mode", "none", "--temperature", "1.0",
+          "--seed", "0", "--warmup_steps", "0", "--reward_bench_edit_distance", "1.0", "--learning_rate", "1e-3"]
+
+
+def sharded_env(tmp_path: Path) -> dict[str, str]:
+    env = cli_env(tmp_path)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SHIMS), str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.update(OLMOCR_RL_TEST_FSDP_ON_CPU="1", OLMOCR_RL_TEST_DEEPSPEED_ON_CPU="1", OLMOCR_RL_TEST_ROW_KEYED_SAMPLING="1")
+    return env
+
+
+def sharded_command(engine: str, port: int, flags: list[str]) -> list[str]:
+    """The command the Slurm launcher's dry run prints for one node of 2 GPUs, no vLLM GPU, ``--accelerate-config
+    fsdp|zero3`` (``accelerate launch --config_file configs/accelerate/ENGINE.yaml --num_processes 2 ...``), run
+    with this interpreter's accelerate and one flag added: ``--mixed_precision no`` (bf16 autocast is a GPU
+    setting; the 1-process comparison runs fp32)."""
+    import contextlib
+    import io
+    from unittest import mock
+
+    from launcher_helpers import commands, only, slurm_env
+
+    from olmocr_rl.launch import slurm
+
+    printed = io.StringIO()
+    with mock.patch.dict(os.environ, slurm_env("cpu01", 1), clear=True), contextlib.redirect_stdout(printed):
+        assert slurm.main(["job", "--dry-run", "--gpus-per-node", "2", "--vllm-gpus", "0", "--accelerate-config",
+                           engine, "--main-process-port", str(port), "--", *flags]) == 0
+    (node,) = only(commands(printed.getvalue()), "train node")
+    argv = node[node.index("accelerate"):]
+    assert argv[:6] == ["accelerate", "launch", "--config_file", f"configs/accelerate/{engine}.yaml",
+                        "--num_processes", "2"]
+    return [sys.executable, "-m", "accelerate.commands.launch", *argv[2:4], "--mixed_precision", "no", *argv[4:]]
+
+
+def run_pair(model_dir: Path, tmp_path: Path, extra: list[str], engine: str = "fsdp") -> tuple[Path, Path]:
+    """The same 2-step run on one process (2 rows per batch) and under FSDP2 / ZeRO-3 on two (1 row each)."""
+    from test_lora_training import _free_port
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    flags = [*COMMON, "--model_name", str(model_dir), *extra]
+    env = sharded_env(tmp_path)
+    single = [sys.executable, "-m", "olmocr_rl.grpo_train", *flags, "--per_device_train_batch_size", "2",
+              "--output_dir", str(one)]
+    sharded = sharded_command(engine, _free_port(), [*flags, "--per_device_train_batch_size", "1",
+                                                     "--output_dir", str(two)])
+    for command in (single, sharded):
+        result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, failure(result)
+    engine_file = "pytorch_model_fsdp.bin" if engine == "fsdp" else "zero_pp_rank_1_mp_rank_00_model_states.pt"
+    assert list(two.glob(f"checkpoint-2/**/{engine_file}"))  # the engine's own checkpoint layout
+    return one, two
+
+
+def _steps(out: Path) -> list[dict]:
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if "reward" in r]
+
+
+def assert_same_steps(one: Path, two: Path, steps: int = 2) -> None:
+    a, b = _steps(one), _steps(two)
+    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, steps + 1))
+    for x, y in zip(a, b):
+        assert x["reward"] == y["reward"] and x["reward_std"] == y["reward_std"]  # the same completions
+        assert abs(x["loss"] - y["loss"]) <= LOSS_ATOL
+        assert x["grad_norm"] > 0 and abs(x["grad_norm"] - y["grad_norm"]) <= GRAD_NORM_RTOL * x["grad_norm"]
+
+
+def assert_half_each(one: Path, two: Path, gradients: bool = True) -> dict:
+    single, = json.loads((one / "rank_memory.json").read_text())["ranks"]
+    report = json.loads((two / "rank_memory.json").read_text())
+    ranks = report["ranks"]
+    assert report["processes"] == 2
+    for kind in ("trainable_parameters", "frozen_parameters", "optimizer_state") + ("gradients",) * gradients:
+        assert sum(r[kind] for r in ranks) == single[kind]  # the two shards are one full copy
+        assert all(r[kind] <= 0.6 * single[kind] for r in ranks), (kind, ranks)  # about half each
+    for r in ranks:
+        assert r["trainable_parameters_full"] == single["trainable_parameters"]
+        assert r["optimizer_state"] == 2 * r["trainable_parameters"]  # Adam's two moments, sharded alike
+        assert r["gradients"] == (r["trainable_parameters"] if gradients else 0)
+    return report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arm", ["full", "lora_olmorl", "moe_frozen_tower"])
+def test_fsdp2_on_two_processes_matches_one_process(arm, tiny_model_dir, tiny_family_dir, tmp_path):
+    model, extra = {"full": (tiny_model_dir, ["--max_steps", "3", "--save_steps", "2"]),
+                    "lora_olmorl": (tiny_model_dir, ["--use_peft", "--olmorl"]),
+                    "moe_frozen_tower": (tiny_family_dir("qwen3_vl_moe"), ["--freeze_vision_tower"])}[arm]
+    one, two = run_pair(model, tmp_path, extra)
+    assert_same_steps(one, two, steps=3 if arm == "full" else 2)
+    report = assert_half_each(one, two)
+    print(arm, json.dumps(report))
+    assert_preflight_arithmetic(model, extra, report["ranks"])
+    assert_manifested(two / "checkpoint-2", "fsdp2-full_state_dict", "pytorch_model_fsdp.bin")
+    if arm == "full":
+        assert_resumed_step_is_bit_exact(model, two, tmp_path)
+        # resumed by one process: refused in one line, before the model loads
+        single = [sys.executable, "-m", "olmocr_rl.grpo_train", *COMMON, "--model_name", str(model),
+                  "--per_device_train_batch_size", "2", "--max_steps", "3", "--output_dir", str(two),
+                  "--resume_from_checkpoint", str(two / "checkpoint-2")]
+        assert_refused(subprocess.run(single, cwd=REPO, env=sharded_env(tmp_path), capture_output=True, text=True,
+                                      timeout=300), "2 processes on 1 machine (fsdp2-full_state_dict)",
+                       "1 process on 1 machine (single)")
+
+
+def assert_preflight_arithmetic(model_dir: Path, extra: list[str], ranks: list[dict]) -> None:
+    """The preflight's FSDP2 arithmetic (model.colocate_memory, fp32 here) is what each process holds."""
+    from transformers import AutoConfig
+
+    from olmocr_rl.model.colocate_memory import Training, model_facts, sharded_trainer_bytes
+
+    training = Training(use_peft="--use_peft" in extra, freeze_vision_tower="--freeze_vision_tower" in extra)
+    expected = sharded_trainer_bytes(model_facts(AutoConfig.from_pretrained(model_dir)), training, engine="fsdp2",
+                                     processes=2, mixed_precision=False)
+    held = [r["trainable_parameters"] + r["frozen_parameters"] + r["gradients"] + r["optimizer_state"] for r in ranks]
+    assert abs(sum(held) - 2 * expected) <= 2 and max(held) - min(held) <= 0.01 * expected, (held, expected)
+
+
+def assert_resumed_step_is_bit_exact(model: Path, two: Path, tmp_path: Path) -> None:
+    """The 2-process run's checkpoint-2, resumed by 2 processes in a fresh folder: step 3 equals the
+    uninterrupted run's step 3 bit for bit (weights, Adam's moments, the schedule and the RNG restored)."""
+    import shutil
+
+    from test_lora_training import _free_port
+
+    resumed = tmp_path / "resumed"
+    shutil.copytree(two / "checkpoint-2", resumed / "checkpoint-2")
+    command = sharded_command("fsdp", _free_port(), [*COMMON, "--model_name", str(model), "--max_steps", "3",
+                                                     "--save_steps", "2", "--per_device_train_batch_size", "1",
+                                                     "--output_dir", str(resumed), "--resume_from_checkpoint",
+                                                     str(resumed / "checkpoint-2")])
+    result = subprocess.run(command, cwd=REPO, env=sharded_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, failure(result)
+    (after,), uninterrupted = _steps(resumed), _steps(two)[2]
+    for key in ("step", "reward", "reward_std", "loss", "grad_norm", "entropy", "learning_rate"):
+        assert after[key] == uninterrupted[key], key
+
+
+def assert_manifested(checkpoint: Path, engine: str, weights: str) -> None:
+    """The node manifest names the engine and the world size, lists every rank's files, and the folder verifies."""
+    from olmocr_rl.storage.verify import verify_folder
+
+    manifest = json.loads((checkpoint / "olmocr_rl_manifest" / "node-0.json").read_text())
+    assert manifest["engine"] == engine and manifest["world_size"] == 2
+    assert {"rng_state_0.pth", "rng_state_1.pth"} <= set(manifest["files"])
+    assert any(rel.endswith(weights) for rel in manifest["files"])
+    assert verify_folder(checkpoint) is None
+
+
+def assert_refused(result, saved: str, current: str) -> None:
+    errors = sorted({line for line in result.stderr.splitlines() if line.startswith("error:")})  # one per process
+    assert result.returncode != 0 and len(errors) == 1, failure(result)
+    assert saved in errors[0] and current in errors[0] and "--resume_from_checkpoint" in errors[0]
+    assert "Loading weights" not in result.stderr + result.stdout  # refused before the model loads
+
+
+@pytest.mark.slow
+def test_zero3_on_two_processes_matches_one_process(tiny_model_dir, tmp_path):
+    """DeepSpeed 0.19.8 on CPU: its CPU accelerator talks gloo (oneCCL is not needed) and ZeRO-3 partitions the
+    weights and Adam's moments; its gradients sit in DeepSpeed's own flat buffers (not counted)."""
+    pytest.importorskip("deepspeed")
+    one, two = run_pair(tiny_model_dir, tmp_path, [], engine="zero3")
+    assert_same_steps(one, two)
+    print("zero3", json.dumps(assert_half_each(one, two, gradients=False)))
+    assert_manifested(two / "checkpoint-2", "deepspeed-zero3", "zero_pp_rank_1_mp_rank_00_optim_states.pt")
+    # the same two processes under another engine (FSDP2): refused in one line, before the model loads
+    from test_lora_training import _free_port
+
+    fsdp = sharded_command("fsdp", _free_port(), [*COMMON, "--model_name", str(tiny_model_dir),
+                                                  "--per_device_train_batch_size", "1", "--max_steps", "3",
+                                                  "--output_dir", str(two),
+                                                  "--resume_from_checkpoint", str(two / "checkpoint-2")])
+    assert_refused(subprocess.run(fsdp, cwd=REPO, env=sharded_env(tmp_path), capture_output=True, text=True,
+                                  timeout=300), "(deepspeed-zero3)", "2 processes on 1 machine (fsdp2-")
