@@ -167,19 +167,39 @@ def test_sync_sends_trls_merged_weights_and_leaves_the_base_alone(tiny, dtype):
     print(f"{dtype}: TRL's in-place merge/unmerge changed {len(moved)} base tensors; ours none")
 
 
-def test_the_vllm_backend_uses_the_out_of_place_merge_unless_the_weights_are_sharded(tiny, monkeypatch):
+def test_the_vllm_backend_always_uses_the_out_of_place_merge_gathering_sharded_weights(tiny, monkeypatch):
+    import contextlib
+    import sys
+
     from trl.generation.vllm_generation import VLLMGeneration
 
     from olmocr_rl.trainer.vllm_generation import _generation_class
 
     generation = object.__new__(_generation_class())  # no engine: only the weight iteration is exercised
     generation.model = _peft(tiny[0], torch.float32)
+    names = [n for n, _ in tiny[0].named_parameters()]
     generation.accelerator = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=None))
-    assert [name for name, _ in generation._iter_named_params()] == [n for n, _ in tiny[0].named_parameters()]
+    assert [name for name, _ in generation._iter_named_params()] == names
     monkeypatch.setattr(VLLMGeneration, "_iter_named_params", lambda self: iter([("trl", None)]))
-    assert list(generation._iter_named_params())[0][0] != "trl"
+    unsharded = list(generation._iter_named_params())
+    assert unsharded[0][0] != "trl"
+    # FSDP2: the merged values of the shards, gathered whole (full_tensor where a value is a DTensor)
+    generation.accelerator = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=None, fsdp_plugin=object()))
+    fsdp = list(generation._iter_named_params())
+    assert [n for n, _ in fsdp] == names and all(torch.equal(a, b) for (_, a), (_, b) in zip(fsdp, unsharded))
+    # ZeRO-3: every partition gathered for the walk (deepspeed.zero.GatheredParameters), never TRL's merge
+    gathered = []
+
+    @contextlib.contextmanager
+    def gathered_parameters(params):
+        gathered.append(len(params))
+        yield
+
+    fake = SimpleNamespace(zero=SimpleNamespace(GatheredParameters=gathered_parameters))
+    monkeypatch.setitem(sys.modules, "deepspeed", fake)
     generation.accelerator = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=SimpleNamespace(zero_stage=3)))
-    assert list(generation._iter_named_params()) == [("trl", None)]  # ZeRO-3: TRL's gathered merge
+    zero3 = list(generation._iter_named_params())
+    assert [n for n, _ in zero3] == names and gathered == [len(list(generation.model.parameters()))]
 
 
 # --- adapter folders as models -------------------------------------------------------------------------------
