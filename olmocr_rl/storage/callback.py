@@ -92,7 +92,7 @@ class S3SyncCallback(TrainerCallback):
         if folder.is_dir():
             if self.topology.node_rank > 0:
                 self._prune(args, folder)
-            if not (folder / manifest_name(self.topology.node_rank)).is_file():  # a trainer without the save mixin
+            if not (folder / manifest_name(self.topology.node_rank)).is_file():  # a trainer without our checkpoint save
                 write_manifest(folder, self.topology)
         self.sync(wait=not self.background)
 

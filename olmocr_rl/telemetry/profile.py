@@ -1,7 +1,8 @@
 """One optimizer step under ``torch.profiler``, split by phase (``--profile_step N``).
 
-:func:`attach_step_profiler` labels TRL 1.16's ``_generate`` (sampling) and ``_calculate_rewards`` (reward
-functions) with ``record_function`` ranges and adds :class:`StepProfiler`, which profiles optimizer step N
+The trainer, built with ``label_phases=True``, labels TRL 1.16's ``_generate`` (sampling) and
+``_calculate_rewards`` (reward functions) with ``record_function`` ranges; :func:`attach_step_profiler` gives
+:class:`StepProfiler`, which profiles optimizer step N
 (CPU, and CUDA when present) and writes ``OUTPUT_DIR/profile_step_N.json``: for each phase (``generate``,
 ``reward`` and ``train``, the rest of the step: log-probs, forward/backward, optimizer) its wall time, the
 time its operators kept the CPU and the GPU busy, how many GPU kernels it launched and how long they ran on
@@ -15,7 +16,6 @@ average, the top operators by GPU time (CPU time on a CPU-only machine), and a v
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import time
@@ -34,21 +34,9 @@ COMPUTE_BOUND_BUSY = 0.5
 TOP_OPERATORS = 10
 
 
-def _labelled(method, phase: str):
-    @functools.wraps(method)
-    def wrapper(*args, **kwargs):
-        import torch
-
-        with torch.profiler.record_function(PHASE_PREFIX + phase):
-            return method(*args, **kwargs)
-
-    return wrapper
-
-
 def attach_step_profiler(trainer, step: int, output_dir: str | Path) -> "StepProfiler":
-    """Label the trainer's phases and return the callback that profiles optimizer step ``step`` (1-based)."""
-    trainer._generate = _labelled(trainer._generate, "generate")
-    trainer._calculate_rewards = _labelled(trainer._calculate_rewards, "reward")
+    """The callback that profiles optimizer step ``step`` (1-based); the trainer labels its phases when built with
+    ``label_phases=True`` (olmocr_rl.telemetry.timing.StepClock)."""
     return StepProfiler(step, Path(output_dir))
 
 

@@ -1,10 +1,10 @@
 """Where a GRPO step's time goes: generation, rewards, and the rest (log-probs, forward/backward, optimizer).
 
-:func:`instrument_trainer` wraps three of TRL 1.16's ``GRPOTrainer`` methods on the instance (no
-subclass, so it composes with the OlmoRL trainer): ``_generate`` (sampling, HF or vLLM),
-``_calculate_rewards`` (all reward functions) and ``_get_per_token_logps_and_entropies`` (every training
-forward, to count its padding). :class:`StepTimingCallback` measures each optimizer
-step's wall time and, at every log, adds per-step means to the logs (this process's view):
+:class:`StepClock` is owned by the trainer (``trainer/plain.py``), whose overrides of TRL 1.16's ``GRPOTrainer``
+methods it times: ``_generate`` (sampling, HF or vLLM), ``_calculate_rewards`` (all reward functions) and
+``_get_per_token_logps_and_entropies`` (every training forward, to count its padding).
+:class:`StepTimingCallback` measures each optimizer step's wall time and, at every log, adds per-step means to
+the logs (this process's view):
 
     timing/step_s  timing/generate_s  timing/reward_s  timing/train_s  timing/reward_share
     timing/generated_tokens          (completion tokens sampled for training per step on this process)
@@ -23,7 +23,7 @@ optimizer step.
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import time
 
 from transformers import TrainerCallback
@@ -43,50 +43,72 @@ class _Totals:
         self.__init__()
 
 
-def instrument_trainer(trainer) -> "StepTimingCallback":
-    """Wrap the trainer's generation and reward calls with timers; returns the callback to add."""
-    totals = _Totals()
+class StepClock:
+    """The trainer's step timers (``trainer/plain.py`` owns one and times its overrides with it).
 
-    generate = trainer._generate
-    count_flops = _flops_counter(trainer, add=lambda flops: setattr(totals, "model_flops", totals.model_flops + flops))
+    ``generation()``, ``rewards()`` and ``refill()`` time a phase; ``generated(out)`` (inside ``generation()``)
+    counts what TRL's ``_generate`` returned; ``forward(attention_mask)`` counts a training forward's padding.
+    ``label_phases`` also marks generation and rewards as ``torch.profiler`` ranges (``--profile_step``:
+    olmocr_rl.telemetry.profile). :attr:`callback` is the :class:`StepTimingCallback` to put first.
+    """
 
-    @functools.wraps(generate)
-    def timed_generate(*args, **kwargs):
+    def __init__(self, trainer, label_phases: bool = False, log_refill: bool = False):
+        self.trainer = trainer
+        self.totals = _Totals()
+        self.label_phases = label_phases
+        self.count_flops = _flops_counter(trainer, add=self._add_flops)
+        self.callback = StepTimingCallback(self.totals, log_refill=log_refill)
+
+    def _add_flops(self, flops: float) -> None:
+        self.totals.model_flops += flops
+
+    def _label(self, phase: str):
+        if not self.label_phases:
+            return contextlib.nullcontext()
+        import torch
+
+        from olmocr_rl.telemetry.profile import PHASE_PREFIX
+
+        return torch.profiler.record_function(PHASE_PREFIX + phase)
+
+    @contextlib.contextmanager
+    def _timed(self, field: str, phase: str | None = None):
         start = time.perf_counter()
-        out = generate(*args, **kwargs)
-        totals.generate_s += time.perf_counter() - start
-        if getattr(trainer.model, "training", True):  # evaluation's generations are not trained on
-            prompt_ids, completion_ids = out[0], out[1]
-            totals.generated_tokens += sum(len(ids) for ids in completion_ids)
-            totals.model_flops += count_flops(prompt_ids, completion_ids)
-        return out
+        try:
+            with self._label(phase) if phase else contextlib.nullcontext():
+                yield
+        finally:
+            setattr(self.totals, field, getattr(self.totals, field) + time.perf_counter() - start)
 
-    def timed(method, field: str):
-        @functools.wraps(method)
-        def wrapper(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return method(*args, **kwargs)
-            finally:
-                setattr(totals, field, getattr(totals, field) + time.perf_counter() - start)
+    @contextlib.contextmanager
+    def generation(self):
+        batch = _Generated()
+        with self._timed("generate_s", "generate"):
+            yield batch
+        if batch.out is not None and getattr(self.trainer.model, "training", True):  # eval's are not trained on
+            prompt_ids, completion_ids = batch.out[0], batch.out[1]
+            self.totals.generated_tokens += sum(len(ids) for ids in completion_ids)
+            self.totals.model_flops += self.count_flops(prompt_ids, completion_ids)
 
-        return wrapper
+    def rewards(self):
+        return self._timed("reward_s", "reward")
 
-    logps = trainer._get_per_token_logps_and_entropies
+    def refill(self):
+        return self._timed("refill_s")
 
-    @functools.wraps(logps)
-    def counted_logps(model, input_ids, attention_mask, *args, **kwargs):
-        if getattr(trainer.model, "training", True):  # training forwards (old log-probs and the loss)
-            totals.forward_positions += attention_mask.numel()
-            totals.padded_positions += attention_mask.numel() - int(attention_mask.sum())
-        return logps(model, input_ids, attention_mask, *args, **kwargs)
+    def forward(self, attention_mask) -> None:
+        if getattr(self.trainer.model, "training", True):  # training forwards (old log-probs and the loss)
+            self.totals.forward_positions += attention_mask.numel()
+            self.totals.padded_positions += attention_mask.numel() - int(attention_mask.sum())
 
-    trainer._generate = timed_generate
-    trainer._get_per_token_logps_and_entropies = counted_logps
-    trainer._calculate_rewards = timed(trainer._calculate_rewards, "reward_s")
-    if hasattr(trainer, "_active_sampling_refill"):  # OlmoRL --active_sampling's extra rounds
-        trainer._active_sampling_refill = timed(trainer._active_sampling_refill, "refill_s")
-    return StepTimingCallback(totals, log_refill=bool(getattr(trainer, "active_sampling", False)))
+
+class _Generated:
+    """What ``_generate`` returned, handed to :meth:`StepClock.generation` to count after its timer stops."""
+
+    out = None
+
+    def generated(self, out) -> None:
+        self.out = out
 
 
 def _flops_counter(trainer, add=None):

@@ -1,8 +1,8 @@
 """OlmoRL active sampling: keep every optimizer step's batch full of groups that carry a learning signal.
 
-With ``--olmorl --active_sampling``, :class:`ActiveSamplingMixin` (in the bases of
-:class:`olmocr_rl.trainer.olmorl.OlmoRLGRPOTrainer`) generates and scores
-further generation batches (the next pages of the epoch) until each process holds its share of groups with
+With ``--olmorl --active_sampling``, :class:`ActiveSampler` (owned by the trainer, ``trainer/plain.py``;
+the keep mask is :class:`olmocr_rl.trainer.olmorl.OlmoRLGRPOTrainer`'s) generates and scores further
+generation batches (the next pages of the epoch) until each process holds its share of groups with
 signal (``per_device_train_batch_size x gradient_accumulation_steps / num_generations``), or until
 ``--active_sampling_max_rounds`` extra rounds were generated, or the epoch has no pages left. The pieces
 that do not need the trainer:
@@ -23,7 +23,6 @@ least one page chunk of its own, and the run's last epoch lends nothing.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import logging
 from collections import deque
@@ -167,69 +166,60 @@ def merge_rows(outputs: list[dict[str, Any]], picks: list[tuple[int, int]], pad_
     return unsplit_pixel_values_by_grid(merged)
 
 
-class ActiveSamplingMixin:
-    """Put before ``trl.GRPOTrainer`` in the bases; takes ``active_sampling`` and ``active_sampling_max_rounds``.
+class ActiveSampler:
+    """Active sampling's state and steps, owned by the trainer (``active_sampling=True``, ``trainer/plain.py``).
 
-    The host class provides ``_score_generation_batch(inputs) -> (scored batch, kept rows)`` (TRL's
-    ``_generate_and_score_completions`` with its own advantages and keep mask) and calls
-    :meth:`_active_sampling_fill` on the first round's result. Relies on these TRL 1.16 / transformers 5
-    internals, wrapped and not copied (listed in ``trainer/compat.py``):
-    ``GRPOTrainer._generate_and_score_completions`` (one call per round, collectives inside: every process
-    runs the same number of rounds), ``GRPOTrainer._get_train_sampler`` (RepeatSampler, epoch-seeded by
-    ``EpochSeededOrderMixin``: each page chunk is one generation batch, repeated num_iterations x
-    steps_per_generation times), ``Trainer.get_batch_samples`` (receives the epoch iterator),
-    ``Trainer._run_epoch`` (epoch index and dataloader: refills past the epoch's end iterate the next epoch's
-    order from the dataloader's ``base_dataloader`` (accelerate), so the shard's end-of-epoch bookkeeping is
-    left to the Trainer's own pass), ``Trainer.set_initial_training_values``,
-    ``Trainer._init_training_state`` (resume position), ``Trainer._save_checkpoint`` (the position rides in
-    trainer_state.json as ``TrainerState.stateful_callbacks["ActiveSamplingPosition"]``).
+    The trainer's ``_score_generation_batch(inputs) -> (scored batch, kept rows)`` (OlmoRL's: TRL's
+    ``_generate_and_score_completions`` with its advantages and keep mask) scores each round, and the trainer
+    calls :meth:`fill` on the first round's result. The trainer's overrides of these TRL 1.16 / transformers 5
+    internals call in here (each listed in ``trainer/compat.py``): ``Trainer._run_epoch`` (:meth:`begin_epoch`:
+    epoch index and dataloader; refills past the epoch's end iterate the next epoch's order from the dataloader's
+    ``base_dataloader`` (accelerate), so the shard's end-of-epoch bookkeeping is left to the Trainer's own pass),
+    ``Trainer.get_batch_samples`` (:meth:`epoch_iterator`), ``Trainer.set_initial_training_values``
+    (:meth:`training_values`), ``Trainer._init_training_state`` (:meth:`resume_position`),
+    ``Trainer._save_checkpoint`` (:meth:`record_position`: the position rides in trainer_state.json as
+    ``TrainerState.stateful_callbacks["ActiveSamplingPosition"]``). Each page chunk is one generation batch,
+    repeated num_iterations x steps_per_generation times by TRL's (epoch-seeded) ``RepeatSampler``.
     """
 
-    def __init__(self, *args: Any, active_sampling: bool = False, active_sampling_max_rounds: int | None = None,
-                 **kwargs: Any) -> None:
-        from trl import GRPOTrainer
+    def __init__(self, trainer, config, max_rounds: int | None = None) -> None:
+        max_rounds = ACTIVE_SAMPLING_MAX_ROUNDS if max_rounds is None else int(max_rounds)
+        check_active_sampling_geometry(config.per_device_train_batch_size, config.steps_per_generation,
+                                       config.gradient_accumulation_steps, config.num_generations, max_rounds)
+        self.trainer = trainer
+        self.max_rounds = max_rounds
+        self.iterator: PushbackIterator | None = None  # over the Trainer's current epoch iterator
+        self.epoch = 0
+        self.resume_skip: tuple[int, int] | None = None  # (epoch, batches) read from the checkpoint
+        self.resume_borrowed: tuple[int, int] | None = None  # (epoch + 1, its batches taken), from it too
+        self.dataloader = None  # the Trainer's train dataloader, for the next epoch's order
+        self.num_epochs: int | None = None  # epochs the Trainer will run
+        self.lookahead: PushbackIterator | None = None  # over the next epoch's order, while refills borrow
+        self.borrowed = 0  # batches of epoch self.epoch + 1 that refills of this epoch consumed
+        self.carried = 0  # batches of this epoch that the last epoch's refills consumed (skipped at its start)
 
-        max_rounds = ACTIVE_SAMPLING_MAX_ROUNDS if active_sampling_max_rounds is None else int(active_sampling_max_rounds)
-        if active_sampling:
-            config = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments.get("args")
-            check_active_sampling_geometry(config.per_device_train_batch_size, config.steps_per_generation,
-                                           config.gradient_accumulation_steps, config.num_generations, max_rounds)
-        self.active_sampling = bool(active_sampling)
-        self.active_sampling_max_rounds = max_rounds
-        self._as_iterator: PushbackIterator | None = None  # over the Trainer's current epoch iterator
-        self._as_epoch = 0
-        self._as_resume_skip: tuple[int, int] | None = None  # (epoch, batches) read from the checkpoint
-        self._as_resume_borrowed: tuple[int, int] | None = None  # (epoch + 1, its batches taken), from it too
-        self._as_dataloader = None  # the Trainer's train dataloader, for the next epoch's order
-        self._as_num_epochs: int | None = None  # epochs the Trainer will run
-        self._as_lookahead: PushbackIterator | None = None  # over the next epoch's order, while refills borrow
-        self._as_borrowed = 0  # batches of epoch _as_epoch + 1 that refills of this epoch consumed
-        self._as_carried = 0  # batches of this epoch that the last epoch's refills consumed (skipped at its start)
-        super().__init__(*args, **kwargs)
-        if self.active_sampling:
-            self.add_callback(ActiveSamplingPosition())
+    def start(self) -> None:
+        """Once the trainer is built: the position's stateful callback."""
+        self.trainer.add_callback(ActiveSamplingPosition())
 
-    def set_initial_training_values(self, args, dataloader):
-        values = list(super().set_initial_training_values(args, dataloader))
+    def training_values(self, values, args):
+        values = list(values)
         if len(values) != 7:  # (num_train_epochs, ..., max_steps): values[0] is the epoch count
             raise broken(_TRAINING_VALUES_POINT, f"returned {len(values)} values, not the 7 whose first is num_train_epochs")
-        if self.active_sampling and args.max_steps > 0:
+        if args.max_steps > 0:
             # Refills consume pages, so an epoch gives fewer steps than the Trainer counts: allow enough
             # epochs to reach max_steps (training stops there).
             values[0] = max(values[0], args.max_steps)
-        self._as_num_epochs = int(values[0])
+        self.num_epochs = int(values[0])
         return tuple(values)
 
-    def _init_training_state(self, max_steps, num_update_steps_per_epoch, num_train_epochs,
-                             resume_from_checkpoint, trial):
-        epochs, steps = super()._init_training_state(max_steps, num_update_steps_per_epoch, num_train_epochs,
-                                                     resume_from_checkpoint, trial)
-        if not self.active_sampling:
-            return epochs, steps
+    def resume_position(self, epochs, steps, resume_from_checkpoint):
+        """The Trainer's (epochs, steps) to skip at a resume, corrected for the pages refills consumed."""
+        trainer = self.trainer
         name = ActiveSamplingPosition.__name__
-        position = ActiveSamplingPosition.read(self.state.stateful_callbacks)
+        position = ActiveSamplingPosition.read(trainer.state.stateful_callbacks)
         # A state loaded from a checkpoint saved without active sampling has no entry; the save needs one.
-        self.state.stateful_callbacks.setdefault(name, ActiveSamplingPosition().state())
+        trainer.state.stateful_callbacks.setdefault(name, ActiveSamplingPosition().state())
         if resume_from_checkpoint is None:
             return epochs, steps
         if position is None:
@@ -239,57 +229,56 @@ class ActiveSamplingMixin:
             return epochs, steps
         # The Trainer's position assumes one page chunk per step; refills took more.
         epochs, steps, borrowed = position
-        if self.args.ignore_data_skip:
+        if trainer.args.ignore_data_skip:
             steps = borrowed = 0
-        self._as_resume_skip = (epochs, steps)
-        self._as_resume_borrowed = (epochs + 1, borrowed)
+        self.resume_skip = (epochs, steps)
+        self.resume_borrowed = (epochs + 1, borrowed)
         return epochs, steps
 
-    def _run_epoch(self, model, epoch, train_dataloader, *args, **kwargs):
-        self._as_carried = self._as_borrowed if epoch == self._as_epoch + 1 else 0
-        self._as_epoch = epoch
-        self._as_iterator = None
-        self._as_dataloader = train_dataloader
-        self._as_lookahead, self._as_borrowed = None, 0
-        if self._as_resume_borrowed is not None:  # resumed in this epoch after its refills had borrowed
-            if self._as_resume_borrowed[0] == epoch + 1:
-                self._as_borrowed = self._as_resume_borrowed[1]
-            self._as_resume_borrowed = None
-        return super()._run_epoch(model, epoch, train_dataloader, *args, **kwargs)
+    def begin_epoch(self, epoch, train_dataloader) -> None:
+        self.carried = self.borrowed if epoch == self.epoch + 1 else 0
+        self.epoch = epoch
+        self.iterator = None
+        self.dataloader = train_dataloader
+        self.lookahead, self.borrowed = None, 0
+        if self.resume_borrowed is not None:  # resumed in this epoch after its refills had borrowed
+            if self.resume_borrowed[0] == epoch + 1:
+                self.borrowed = self.resume_borrowed[1]
+            self.resume_borrowed = None
 
-    def get_batch_samples(self, epoch_iterator, num_batches, device):
-        if not self.active_sampling:
-            return super().get_batch_samples(epoch_iterator, num_batches, device)
-        if self._as_iterator is None or self._as_iterator.inner is not epoch_iterator:
+    def epoch_iterator(self, epoch_iterator):
+        """The iterator the Trainer's ``get_batch_samples`` should read: its epoch iterator behind a front queue."""
+        if self.iterator is None or self.iterator.inner is not epoch_iterator:
             # A new epoch; in the resumed one the Trainer already skipped the batches consumed before.
             skipped = 0
-            if self._as_resume_skip is not None and self._as_resume_skip[0] == self._as_epoch:
-                skipped = self._as_resume_skip[1]
-            self._as_resume_skip = None
-            self._as_iterator = PushbackIterator(epoch_iterator, pulled=skipped)
-            if self._as_carried and not skipped:  # the last epoch's refills already trained on these
-                self._as_iterator.take_from_inner(self._as_carried)
-            self._as_carried = 0
-        return super().get_batch_samples(self._as_iterator, num_batches, device)
+            if self.resume_skip is not None and self.resume_skip[0] == self.epoch:
+                skipped = self.resume_skip[1]
+            self.resume_skip = None
+            self.iterator = PushbackIterator(epoch_iterator, pulled=skipped)
+            if self.carried and not skipped:  # the last epoch's refills already trained on these
+                self.iterator.take_from_inner(self.carried)
+            self.carried = 0
+        return self.iterator
 
-    def _save_checkpoint(self, model, trial):
-        if self.active_sampling:
-            # Stored by the Trainer inside trainer_state.json, written last (the checkpoint's completeness mark).
-            # A restored callback replaces the one added in __init__, so look it up each time.
-            for callback in self.callback_handler.callbacks:
-                if isinstance(callback, ActiveSamplingPosition):
-                    callback.epoch = self._as_epoch
-                    callback.batches_consumed = None if self._as_iterator is None else self._as_iterator.pulled
-                    callback.next_epoch_batches_consumed = self._as_borrowed
-        super()._save_checkpoint(model, trial)
+    def record_position(self) -> None:
+        """Before a checkpoint is saved: the position into its ``ActiveSamplingPosition`` callback.
 
-    def _active_sampling_next_chunk(self):
+        Stored by the Trainer inside trainer_state.json, written last (the checkpoint's completeness mark).
+        A restored callback replaces the one added at construction, so it is looked up each time."""
+        for callback in self.trainer.callback_handler.callbacks:
+            if isinstance(callback, ActiveSamplingPosition):
+                callback.epoch = self.epoch
+                callback.batches_consumed = None if self.iterator is None else self.iterator.pulled
+                callback.next_epoch_batches_consumed = self.borrowed
+
+    def next_chunk(self):
         """The next page chunk (the local generation batch), consumed: from this epoch, then from the next
         epoch's order; None when neither has one to give."""
-        it = self._as_iterator
+        it = self.iterator
         if it is None:
             return None
-        repeat = self.num_iterations * self.args.steps_per_generation
+        trainer = self.trainer
+        repeat = trainer.num_iterations * trainer.args.steps_per_generation
         # Repeats of the current chunk that later micro-steps still pull stay in front of the refills.
         remaining = (repeat - (it.pulled % repeat)) % repeat
         held = it.take_from_inner(remaining)
@@ -298,36 +287,36 @@ class ActiveSamplingMixin:
         it.front.extend(held)
         batches = it.take_from_inner(repeat)
         if batches is None:
-            batches = self._active_sampling_borrow(repeat)
+            batches = self.borrow(repeat)
         return None if batches is None else batches[0]
 
-    def _active_sampling_borrow(self, repeat: int) -> list | None:
+    def borrow(self, repeat: int) -> list | None:
         """``repeat`` batches (one page chunk and its repeats) from the next epoch's order, or None: no next epoch
         in this run, no epoch-seeded sampler, or the next epoch would be left without a chunk of its own."""
-        sampler = getattr(self, "_page_sampler", None)
-        if self._as_dataloader is None or sampler is None or self._as_num_epochs is None:
+        sampler = self.trainer._page_sampler
+        if self.dataloader is None or sampler is None or self.num_epochs is None:
             return None
-        if self._as_epoch + 1 >= self._as_num_epochs:
+        if self.epoch + 1 >= self.num_epochs:
             return None
-        if self._as_borrowed + 2 * repeat > len(self._as_dataloader):
+        if self.borrowed + 2 * repeat > len(self.dataloader):
             return None
-        if self._as_lookahead is None:
-            self._as_lookahead = PushbackIterator(self._epoch_batches(self._as_epoch + 1, sampler))
-            if self._as_borrowed and self._as_lookahead.take_from_inner(self._as_borrowed) is None:
+        if self.lookahead is None:
+            self.lookahead = PushbackIterator(self.epoch_batches(self.epoch + 1, sampler))
+            if self.borrowed and self.lookahead.take_from_inner(self.borrowed) is None:
                 return None  # resumed: the batches borrowed before the checkpoint
-        batches = self._as_lookahead.take_from_inner(repeat)
+        batches = self.lookahead.take_from_inner(repeat)
         if batches is not None:
-            self._as_borrowed += repeat
+            self.borrowed += repeat
         return batches
 
-    def _epoch_batches(self, epoch: int, sampler) -> Iterator:
+    def epoch_batches(self, epoch: int, sampler) -> Iterator:
         """This process's dataloader batches of ``epoch``, in the order the Trainer will see them.
 
         The epoch-seeded sampler draws its order when the first batch is taken, so the sampler's epoch is set for
         that first batch only. accelerate's ``base_dataloader`` (the shard's own loader: same batches, this
         process's share) is read so the Trainer's pass keeps the shard's state to itself.
         """
-        loader = getattr(self._as_dataloader, "base_dataloader", self._as_dataloader)
+        loader = getattr(self.dataloader, "base_dataloader", self.dataloader)
         current = sampler.epoch
         sampler.set_epoch(epoch)
         try:
@@ -337,12 +326,18 @@ class ActiveSamplingMixin:
             sampler.set_epoch(current)
         return iter(()) if first is None else itertools.chain([first], iterator)
 
-    def _active_sampling_refill(self, batch):
-        """One extra generation round (timed as such by olmocr_rl.telemetry.timing): (scored batch, kept rows)."""
-        return self._score_generation_batch(batch)
+    def refill(self, batch):
+        """One extra generation round, timed as such (``timing/active_sampling_s``): (scored batch, kept rows)."""
+        with self.trainer.step_clock.refill():
+            return self.trainer._score_generation_batch(batch)
 
-    def _active_sampling_fill(self, first, first_keep):
-        G = self.num_generations
+    def fill(self, first, first_keep):
+        """The step's batch: the first round's groups with signal, topped up by refills (see the module)."""
+        if first_keep is None:
+            raise ValueError("active sampling needs a trainer whose _score_generation_batch returns kept rows "
+                             "(OlmoRL: --olmorl)")
+        trainer = self.trainer
+        G = trainer.num_generations
         device = first["advantages"].device
         outputs, keeps = [first], [first_keep]
         n_local = keeps[0].shape[0]
@@ -354,18 +349,18 @@ class ActiveSamplingMixin:
         rounds, why = 0, ""
         while True:
             short = torch.tensor([float(max(target - len(kept_groups()), 0))], device=device)
-            if float(self.accelerator.gather(short).sum()) == 0:
+            if float(trainer.accelerator.gather(short).sum()) == 0:
                 break
-            if rounds >= self.active_sampling_max_rounds:
-                why = f"--active_sampling_max_rounds {self.active_sampling_max_rounds} reached"
+            if rounds >= self.max_rounds:
+                why = f"--active_sampling_max_rounds {self.max_rounds} reached"
                 break
-            batch = self._active_sampling_next_chunk()
+            batch = self.next_chunk()
             got = torch.tensor([0.0 if batch is None else 1.0], device=device)
-            if float(self.accelerator.gather(got).min()) == 0:  # every process stops together
+            if float(trainer.accelerator.gather(got).min()) == 0:  # every process stops together
                 why = "no pages left in this epoch or the next"
                 break
             rounds += 1
-            output, keep = self._active_sampling_refill(batch)
+            output, keep = self.refill(batch)
             outputs.append(output)
             keeps.append(keep)
 
@@ -374,19 +369,19 @@ class ActiveSamplingMixin:
                    if not bool(keep[g * G])][: target - len(kept)]  # zero-signal groups, masked out of the loss
         groups = kept + fillers
         picks = [(o, g * G + i) for o, g in groups for i in range(G)]
-        merged = merge_rows(outputs, picks, self._tokenizer.pad_token_id)
+        merged = merge_rows(outputs, picks, trainer._tokenizer.pad_token_id)
         keep_rows = torch.tensor([bool(keeps[o][r]) for o, r in picks], device=device)
         loss_mask = merged["completion_mask"] * merged.get("tool_mask", torch.ones_like(merged["completion_mask"]))
-        merged["num_items_in_batch"] = self.accelerator.gather((loss_mask * keep_rows.unsqueeze(1)).sum()).sum()
+        merged["num_items_in_batch"] = trainer.accelerator.gather((loss_mask * keep_rows.unsqueeze(1)).sum()).sum()
 
-        kept_all = int(self.accelerator.gather(torch.tensor([float(len(kept))], device=device)).sum())
-        n_proc = self.accelerator.num_processes
+        kept_all = int(trainer.accelerator.gather(torch.tensor([float(len(kept))], device=device)).sum())
+        n_proc = trainer.accelerator.num_processes
         sampled_all = (rounds + 1) * target * n_proc
-        metrics = self._metrics["train"]
+        metrics = trainer._metrics["train"]
         metrics["active_sampling/groups_sampled"].append(float(sampled_all))
         metrics["active_sampling/groups_kept"].append(float(kept_all))
         metrics["active_sampling/rounds"].append(float(rounds))
-        if kept_all < target * n_proc and self.accelerator.is_main_process:
+        if kept_all < target * n_proc and trainer.accelerator.is_main_process:
             logger.warning("active sampling: step %d trains on %d of %d groups with signal (%d extra rounds, %s)",
-                           self.state.global_step + 1, kept_all, target * n_proc, rounds, why)
+                           trainer.state.global_step + 1, kept_all, target * n_proc, rounds, why)
         return merged

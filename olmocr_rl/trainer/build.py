@@ -1,12 +1,13 @@
 """The trainer of a run, built from its resolved config: plain TRL GRPO or OlmoRL, the rollout backend, and
 the callbacks in the order their jobs need.
 
-:func:`build_trainer` is what ``grpo_train`` calls once the model, processor, rewards and datasets exist; it also
-switches on the exact speed-ups that live in the trainer (:func:`configure_speedups`: the padding-free forward,
-compiled HF generation).
+:func:`build_trainer` is what ``grpo_train`` calls once the model, processor, rewards and datasets exist; the
+trainer's own switches (speed-ups, vLLM backend, saved flags, ...) are constructor arguments
+(:func:`trainer_switches`).
 The callback order is written out in :func:`add_callbacks`, one slot per job:
 
-1. ``StepTimingCallback`` (``timing/*`` keys) and, with the bench reward, ``DetailedRewardLoggingCallback``
+1. ``StepTimingCallback`` (``timing/*`` keys; the trainer inserts it when built) and, with the bench reward,
+   ``DetailedRewardLoggingCallback``
    (``bench_reward/*`` keys) go *first*, before the Trainer's own reporting callbacks (W&B, TensorBoard),
    because they add keys to the ``logs`` those send;
 2. the metrics file, each process's held bytes (``rank_memory.json``, once), and the console table, after the Trainer's callbacks (they read the finished logs); the
@@ -20,16 +21,13 @@ The callback order is written out in :func:`add_callbacks`, one slot per job:
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import logging
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["add_callbacks", "build_trainer", "configure_speedups", "console_detail_steps", "preemption_of",
-           "rollout_backend",
-           "trainer_class"]
+__all__ = ["add_callbacks", "build_trainer", "console_detail_steps", "preemption_of", "trainer_class",
+           "trainer_switches"]
 
 
 def trainer_class(cfg):
@@ -44,14 +42,19 @@ def trainer_class(cfg):
     return PlainGRPOTrainer, {}
 
 
-def rollout_backend(cfg):
-    """vLLM backends get our prompt/dtype fixes (trainer.vllm_generation) while the trainer is built; HF
-    generation needs nothing."""
-    if cfg.vllm_mode == "none":
-        return contextlib.nullcontext()
-    from olmocr_rl.trainer.vllm_generation import page_vllm_generation
+def trainer_switches(cfg, padding_free: bool) -> dict:
+    """The trainer's own constructor switches (``trainer/plain.py``) from the resolved config."""
+    from olmocr_rl.config.resume_flags import saved_flags
 
-    return page_vllm_generation({"dtype": cfg.vllm_engine_dtype})
+    return {
+        "padding_free": padding_free, "compiled_generation": cfg.compiled_generation,
+        "cache_vision_features": cfg.cache_vision_features,
+        "saved_flags": saved_flags(cfg.flags),  # kept in each checkpoint (trainer.checkpoint_save)
+        "apply_learning_rate_on_resume": cfg.apply_learning_rate_on_resume,  # trainer.checkpoint_load
+        # vLLM backends get our prompt/dtype fixes (trainer.vllm_generation); HF generation needs nothing.
+        "vllm_engine_kwargs": None if cfg.vllm_mode == "none" else {"dtype": cfg.vllm_engine_dtype},
+        "label_phases": cfg.profile_step is not None,
+    }
 
 
 def console_detail_steps(cfg) -> int:
@@ -64,48 +67,24 @@ def build_trainer(cfg, grpo_config, model, processor, reward_funcs, reward_names
     """The run's trainer with its callbacks in place (W&B, when asked for, is started by the caller first).
 
     ``peft_config`` (``--use_peft``) goes to TRL, which wraps the model with the LoRA adapters; then, with the
-    vision tower frozen (by LoRA or --freeze_vision_tower), its per-step feature cache is installed."""
+    vision tower frozen (by LoRA or --freeze_vision_tower), the trainer installs its per-step feature cache."""
     trainer_cls, extra = trainer_class(cfg)
     packing = None
     if cfg.padding_free:
         from olmocr_rl.trainer.padding_free import install_padding_free
 
         packing = install_padding_free(model)  # before the trainer wraps the model
-    with rollout_backend(cfg):
-        trainer = trainer_cls(
-            **extra, model=model, args=grpo_config, processing_class=processor, reward_funcs=reward_funcs,
-            train_dataset=train_dataset.to_trl_dataset(),
-            eval_dataset=eval_dataset.to_trl_dataset() if eval_dataset is not None else None,
-            peft_config=peft_config,
-        )
-    configure_speedups(trainer, padding_free=packing is not None, compiled_generation=cfg.compiled_generation)
+    trainer = trainer_cls(
+        **extra, **trainer_switches(cfg, padding_free=packing is not None),
+        model=model, args=grpo_config, processing_class=processor, reward_funcs=reward_funcs,
+        train_dataset=train_dataset.to_trl_dataset(),
+        eval_dataset=eval_dataset.to_trl_dataset() if eval_dataset is not None else None,
+        peft_config=peft_config,
+    )
     if packing:
         logger.info("training forwards: %s", packing)
-    if cfg.cache_vision_features:
-        from olmocr_rl.trainer.vision_cache import attach_feature_cache
-
-        attach_feature_cache(trainer)
     add_callbacks(trainer, cfg, reward_names, reward_logger)
-    from olmocr_rl.config.resume_flags import saved_flags
-
-    trainer.olmocr_rl_flags = saved_flags(cfg.flags)  # kept in each checkpoint (trainer.checkpoint_save)
-    trainer.apply_learning_rate_on_resume = cfg.apply_learning_rate_on_resume  # trainer.checkpoint_load
     return trainer
-
-
-def configure_speedups(trainer, *, padding_free: bool, compiled_generation: bool) -> None:
-    """Switch on the trainer's exact speed-ups: the padding-free forward (the model's attention must already be
-    pack-aware: ``olmocr_rl.trainer.padding_free.install_padding_free``) and compiled static-cache HF generation."""
-    trainer.padding_free = padding_free
-    if compiled_generation and not trainer.use_vllm:
-        import torch
-
-        from olmocr_rl.trainer.generation import enable_compiled_generation
-
-        trainer.stock_generation_config = copy.deepcopy(trainer.generation_config)  # the check's and the fallback's
-        enable_compiled_generation(trainer.generation_config, compile_on_cpu=not torch.cuda.is_available())
-        trainer.compiled_generation = True
-        logger.info("HF generation: static KV cache, compiled decoding, prompt lengths bucketed")
 
 
 def add_callbacks(trainer, cfg, reward_names: list[str], reward_logger) -> None:
@@ -113,9 +92,7 @@ def add_callbacks(trainer, cfg, reward_names: list[str], reward_logger) -> None:
     from olmocr_rl.telemetry.bench_rewards import DetailedRewardLoggingCallback
     from olmocr_rl.telemetry.console import use_console_progress
     from olmocr_rl.telemetry.history import MetricsFileCallback, ProgressTableCallback
-    from olmocr_rl.telemetry.timing import instrument_trainer
-
-    trainer.callback_handler.callbacks.insert(0, instrument_trainer(trainer))  # timing/* keys
+    # The trainer put its StepTimingCallback (timing/* keys) first when it was built.
     if cfg.profile_step is not None:  # --profile_step: torch.profiler over one step, per phase
         from olmocr_rl.telemetry.profile import attach_step_profiler
 

@@ -1,8 +1,8 @@
 """Checkpoint loading that a resumed run needs beyond TRL's own.
 
-:class:`CheckpointLoadMixin` (in the bases of both trainers, before ``GRPOTrainer``) routes the Trainer's
-``_load_from_checkpoint`` and ``_load_optimizer_and_scheduler`` through the two functions below, so a
-trainer built directly (not through grpo_train) resumes correctly too.
+The trainer (``trainer/plain.py``) routes the Trainer's ``_load_from_checkpoint`` and
+``_load_optimizer_and_scheduler`` through the two functions below, so a trainer built directly (not through
+grpo_train) resumes correctly too.
 
 - :func:`load_checkpoint_weights`: the Trainer's ``_load_from_checkpoint`` reads ``model.safetensors``
   with ``load_state_dict``, but ``save_pretrained`` writes Qwen2.5-VL in its released key layout
@@ -189,14 +189,3 @@ def indexed_cpu_loads():
         yield
     finally:
         _INDEXED_CPU.depth -= 1
-
-
-class CheckpointLoadMixin:
-    """Put before ``GRPOTrainer`` in the bases: ``train(resume_from_checkpoint=...)`` loads the checkpoint's
-    weights (whatever key layout they were saved in) and its optimizer state on any device."""
-
-    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
-        return load_checkpoint_weights(self, resume_from_checkpoint, model, super()._load_from_checkpoint)
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        return load_optimizer_and_scheduler(self, checkpoint, super()._load_optimizer_and_scheduler)

@@ -1,7 +1,6 @@
 """Checkpoint saving that a run needs beyond TRL's own: whole files, a manifest written last, one line for a full disk.
 
-:class:`CheckpointSaveMixin` (in the bases of both trainers, before ``GRPOTrainer``) wraps the Trainer's
-``_save_checkpoint`` (:func:`save_checkpoint`):
+The trainer (``trainer/plain.py``) routes the Trainer's ``_save_checkpoint`` through :func:`save_checkpoint`:
 
 - ``trainer_state.json`` is written whole or not at all (a temporary name, then a rename; transformers writes
   it in place);
@@ -33,7 +32,7 @@ from olmocr_rl.storage.verify import write_manifest
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CheckpointSaveError", "CheckpointSaveMixin", "atomic_state_json", "checkpoint_size_estimate",
+__all__ = ["CheckpointSaveError", "atomic_state_json", "checkpoint_size_estimate",
            "save_checkpoint"]
 
 
@@ -113,10 +112,3 @@ def _write_flags(trainer, folder: Path) -> None:
         from olmocr_rl.storage import write_json_atomic
 
         write_json_atomic(folder / FLAGS_FILE, flags, indent=1)
-
-
-class CheckpointSaveMixin:
-    """Put before ``GRPOTrainer`` in the bases: every checkpoint is written whole, with its manifest last."""
-
-    def _save_checkpoint(self, model, trial):
-        return save_checkpoint(self, model, trial, super()._save_checkpoint)

@@ -2,16 +2,14 @@
 
 TRL 1.16 puts each sampled conversation as it is into the table it logs every logging step; a page prompt
 (a text part and an image part) is a row W&B tables reject (``Data row contained incompatible types``).
-:class:`CompletionsLogMixin` makes the rows loggable without copying TRL's logging code: just before TRL
-builds the table it turns the kept conversations into their text (:func:`conversation_text`; an image part
-becomes ``<image>``), and it adds a ``page`` column (``data.dataset.page_key``: ``<pdf>:<page>``, as the
+:func:`log_page_column` and :func:`table_as_text` (called by ``trainer/plain.py``) make the rows loggable
+without copying TRL's logging code: just before TRL builds the table the trainer turns the kept
+conversations into their text (:func:`conversation_text`; an image part becomes ``<image>``), and it adds a ``page`` column (``data.dataset.page_key``: ``<pdf>:<page>``, as the
 ``--pages`` filters name it) so that a row says which page
 it sampled. The page image is a column only with ``--log_multimodal`` (GRPOConfig's ``log_multimodal``,
 whose TRL default is on): only then does TRL gather the page images across ranks, at every generation,
 and log each row's as a list of one W&B image. W&B stores a table with media as a run artifact, so in
 offline mode the image files wait in W&B's data folder (``WANDB_DATA_DIR``) for ``wandb sync``.
-
-Used by both trainers (``trainer/plain.py``, ``trainer/olmorl.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from typing import Any
 
 from olmocr_rl.data.dataset import page_key
 
-__all__ = ["CompletionsLogMixin", "conversation_text"]
+__all__ = ["conversation_text", "log_page_column", "table_as_text"]
 
 
 def _content_text(content: Any) -> str:
@@ -55,21 +53,20 @@ def conversation_text(entry: Any) -> str:
     return str(entry)
 
 
-class CompletionsLogMixin:
-    """Put before ``trl.GRPOTrainer`` in the bases; see the module docstring. For trl==1.16.0."""
+def log_page_column(trainer, inputs) -> None:
+    """Before TRL's ``_calculate_rewards``: the table's ``page`` column for this generation batch's rows.
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        # TRL gathers the extra columns over processes after the rewards are computed, so the page
-        # names logged here line up with the gathered prompts and completions.
-        if self.log_completions and inputs and "pdf" in inputs[0] and "page" in inputs[0]:
-            self._log_completion_extra("page", [page_key(x["pdf"], x["page"]) for x in inputs])
-        return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+    TRL gathers the extra columns over processes after the rewards are computed, so the page names logged here
+    line up with the gathered prompts and completions."""
+    if trainer.log_completions and inputs and "pdf" in inputs[0] and "page" in inputs[0]:
+        trainer._log_completion_extra("page", [page_key(x["pdf"], x["page"]) for x in inputs])
 
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self.log_completions and self.accelerator.is_main_process:
-            for key in ("prompt", "completion"):
-                kept = self._logs[key]  # a bounded deque TRL keeps extending; converted in place
-                texts = [conversation_text(entry) for entry in kept]
-                kept.clear()
-                kept.extend(texts)
-        super().log(logs, start_time)
+
+def table_as_text(trainer) -> None:
+    """Before TRL's ``log``: the kept conversations of the table turned into their text, in place."""
+    if trainer.log_completions and trainer.accelerator.is_main_process:
+        for key in ("prompt", "completion"):
+            kept = trainer._logs[key]  # a bounded deque TRL keeps extending; converted in place
+            texts = [conversation_text(entry) for entry in kept]
+            kept.clear()
+            kept.extend(texts)

@@ -2,7 +2,8 @@
 
 TRL 1.16 builds its HF ``GenerationConfig`` with ``disable_compile=True`` and a dynamic KV cache, so
 every decoding step of ``model.generate`` is one eager forward of the whole model: at batch G and one
-token per step, kernel launches, not FLOPs, set the pace. :class:`CompiledGenerationMixin` turns on what
+token per step, kernel launches, not FLOPs, set the pace. With ``compiled_generation=True`` the trainer
+(``trainer/plain.py``; :func:`switch_on`, :func:`compiled_single_turn`) turns on what
 transformers 5.17 already offers for this:
 
 * a **static KV cache** (``cache_implementation="static"``), whose tensors keep one shape for the whole
@@ -22,20 +23,21 @@ Default ``auto``: on with a CUDA GPU, off on CPU, where it does not pay; the fig
 (``scripts/bench/bench_generation.py``, the gpu_check rows) are in docs/gpu_check.md.
 
 The compiled path checks itself: its first batch is generated again on the stock path from the same random
-state and compared (:meth:`CompiledGenerationMixin._checked_generation`); a compile error (on any batch) or
+state and compared (:func:`checked_generation`); a compile error (on any batch) or
 a first batch that disagrees turns it off for the run with one warning line (olmocr_rl.model.fallback), and
 that batch is the stock path's.
 """
 
 from __future__ import annotations
 
-import functools
+import copy
 import logging
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CHECK_TOKENS", "CompiledGenerationMixin", "MIN_AGREEMENT", "PROMPT_BUCKET", "bucketed_cache_length",
-           "enable_compiled_generation", "prefix_agreement"]
+__all__ = ["CHECK_TOKENS", "MIN_AGREEMENT", "PROMPT_BUCKET", "bucketed_cache_length", "checked_generation",
+           "compiled_single_turn", "enable_compiled_generation", "prefix_agreement", "stop_compiled_generation",
+           "switch_on"]
 
 #: Prompt lengths are rounded up to a multiple of this many tokens when the static cache is sized.
 PROMPT_BUCKET = 256
@@ -103,68 +105,67 @@ def _set_rng_state(state) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
-class CompiledGenerationMixin:
-    """Sizes the static cache of each HF generation batch by its bucketed prompt length (see the module), and checks
-    the compiled path on its first batch (:meth:`_checked_generation`).
+def switch_on(trainer) -> None:
+    """Switch the trainer's HF generation to the compiled path (``compiled_generation=True`` at construction).
 
-    ``compiled_generation`` and ``stock_generation_config`` (TRL's own config, for the check and the fallback) are
-    set by :func:`olmocr_rl.trainer.build.configure_speedups`, which also switches the trainer's generation config
-    with :func:`enable_compiled_generation`.
-    """
+    TRL's own config is kept as ``stock_generation_config``, for the first batch's check and the fallback."""
+    import torch
 
-    compiled_generation = False
-    compiled_generation_checked = False
-    stock_generation_config = None
+    trainer.stock_generation_config = copy.deepcopy(trainer.generation_config)
+    enable_compiled_generation(trainer.generation_config, compile_on_cpu=not torch.cuda.is_available())
+    trainer.compiled_generation = True
+    logger.info("HF generation: static KV cache, compiled decoding, prompt lengths bucketed")
 
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
-        generate = functools.partial(super()._generate_single_turn, prompt_ids, images, multimodal_fields,
-                                     num_generations, *args, **kwargs)
-        if not self.compiled_generation or self.use_vllm or self.use_transformers_continuous_batching:
-            return generate()
-        self.generation_config.max_cache_len = bucketed_cache_length(
-            [len(ids) for ids in prompt_ids], self.max_completion_length)
-        return self._checked_generation(generate)
 
-    def _checked_generation(self, generate):
-        """``generate()`` on the compiled path; the first batch also on the stock path from the same random state.
+def compiled_single_turn(trainer, prompt_ids, generate):
+    """TRL's ``_generate_single_turn`` (``generate()``) on the compiled path: the static cache sized by the bucketed
+    prompt length, and the first batch checked (:func:`checked_generation`)."""
+    trainer.generation_config.max_cache_len = bucketed_cache_length(
+        [len(ids) for ids in prompt_ids], trainer.max_completion_length)
+    return checked_generation(trainer, generate)
 
-        A compiled batch that raises (then or later: a new prompt bucket compiles again) is generated again on the
-        stock path from the random state it started from; a first batch whose ids agree less than MIN_AGREEMENT
-        with the stock ones is replaced by them. Either way the run goes on with TRL's generation config and one
-        warning line. A first batch that agrees is kept, with the random state the compiled path left."""
-        from olmocr_rl.model.fallback import reason_of
 
-        before = _rng_state()
-        try:
-            compiled = generate()
-        except Exception as exc:  # noqa: BLE001 - a compile error, an unsupported shape: the stock path runs
-            self._stop_compiled_generation(f"compiled generation failed: {reason_of(exc)}")
-            _set_rng_state(before)
-            return generate()
-        if self.compiled_generation_checked:
-            return compiled
-        after = _rng_state()
+def checked_generation(trainer, generate):
+    """``generate()`` on the compiled path; the first batch also on the stock path from the same random state.
+
+    A compiled batch that raises (then or later: a new prompt bucket compiles again) is generated again on the
+    stock path from the random state it started from; a first batch whose ids agree less than MIN_AGREEMENT
+    with the stock ones is replaced by them. Either way the run goes on with TRL's generation config and one
+    warning line. A first batch that agrees is kept, with the random state the compiled path left."""
+    from olmocr_rl.model.fallback import reason_of
+
+    before = _rng_state()
+    try:
+        compiled = generate()
+    except Exception as exc:  # noqa: BLE001 - a compile error, an unsupported shape: the stock path runs
+        stop_compiled_generation(trainer, f"compiled generation failed: {reason_of(exc)}")
         _set_rng_state(before)
-        compiled_config, self.generation_config = self.generation_config, self.stock_generation_config
-        try:
-            stock = generate()
-        finally:
-            self.generation_config = compiled_config
-        agreement = prefix_agreement(compiled[0], stock[0])
-        if agreement < MIN_AGREEMENT:
-            self._stop_compiled_generation(
-                f"on the first batch its completions agree with the stock path's on {agreement:.0%} of their first "
-                f"{CHECK_TOKENS} tokens, less than the {MIN_AGREEMENT:.0%} required")
-            return stock
-        _set_rng_state(after)
-        self.compiled_generation_checked = True
-        logger.info("--compiled_generation: the first batch agrees with the stock path on %.0f%% of the first %d "
-                    "tokens", 100 * agreement, CHECK_TOKENS)
+        return generate()
+    if trainer.compiled_generation_checked:
         return compiled
+    after = _rng_state()
+    _set_rng_state(before)
+    compiled_config, trainer.generation_config = trainer.generation_config, trainer.stock_generation_config
+    try:
+        stock = generate()
+    finally:
+        trainer.generation_config = compiled_config
+    agreement = prefix_agreement(compiled[0], stock[0])
+    if agreement < MIN_AGREEMENT:
+        stop_compiled_generation(
+            trainer, f"on the first batch its completions agree with the stock path's on {agreement:.0%} of their "
+            f"first {CHECK_TOKENS} tokens, less than the {MIN_AGREEMENT:.0%} required")
+        return stock
+    _set_rng_state(after)
+    trainer.compiled_generation_checked = True
+    logger.info("--compiled_generation: the first batch agrees with the stock path on %.0f%% of the first %d "
+                "tokens", 100 * agreement, CHECK_TOKENS)
+    return compiled
 
-    def _stop_compiled_generation(self, reason: str) -> None:
-        from olmocr_rl.model.fallback import fall_back
 
-        self.generation_config = self.stock_generation_config
-        self.compiled_generation = False
-        fall_back("--compiled_generation", reason, "HF generation with TRL's dynamic cache, uncompiled")
+def stop_compiled_generation(trainer, reason: str) -> None:
+    from olmocr_rl.model.fallback import fall_back
+
+    trainer.generation_config = trainer.stock_generation_config
+    trainer.compiled_generation = False
+    fall_back("--compiled_generation", reason, "HF generation with TRL's dynamic cache, uncompiled")

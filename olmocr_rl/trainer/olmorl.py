@@ -1,4 +1,4 @@
-"""OlmoRL inside TRL: a small ``GRPOTrainer`` subclass for trl==1.16.0 (pinned; private methods are wrapped).
+"""OlmoRL inside TRL: :class:`OlmoRLGRPOTrainer`, the run's trainer class plus the OlmoRL objective.
 
 ``--olmorl`` = TRL GRPO with the settings of ``olmorl_config_overrides()`` plus this subclass:
 
@@ -11,30 +11,23 @@
   β 0, no δ, no entropy mask or bonus) is exactly ``-olmorl_objective`` over the kept tokens of the
   generation batch (tests/integration/test_olmorl_trainer.py checks this to 1e-6 on 1 and 2 processes).
 
-It overrides two private methods of ``GRPOTrainer``, both by wrapping the parent, not copying it:
-
-``_calculate_rewards``               keeps the gathered (all-process) per-function rewards for the step.
-``_generate_and_score_completions``  replaces ``advantages``, adds the kept-group mask to ``tool_mask``
-                                     (TRL's per-token loss mask, 1 = trained on) and recounts
-                                     ``num_items_in_batch``; logs ``olmorl/*`` metrics.
-
-Everything else comes from the mixins it shares with the plain trainer (checkpoint loading and saving, the
-epoch-seeded page order, the completions table, the IS telemetry, which sees each generation batch as TRL made
-it, before the keep mask; the padding-free forward; compiled HF generation) and from
-:class:`~olmocr_rl.trainer.active_sampling.
-ActiveSamplingMixin`; ``trainer/compat.py`` lists every private name they rely on.
+It is :class:`~olmocr_rl.trainer.plain.PlainGRPOTrainer` (checkpoints, page order, completions table, IS
+telemetry, speed-ups, timing, active sampling's refill: all of it there) plus the objective, in one override of
+the base class's own hook: :meth:`OlmoRLGRPOTrainer._score_generation_batch` replaces ``advantages``, adds the
+kept-group mask to ``tool_mask`` (TRL's per-token loss mask, 1 = trained on), recounts ``num_items_in_batch``
+and logs ``olmorl/*`` metrics, from the gathered per-function rewards the base class keeps
+(``_calculate_rewards``). The IS telemetry sees each generation batch as TRL made it, before the keep mask.
 
 The forward pass never sees the keep mask (``completion_mask`` is untouched), so log-probs, entropies
 and generation are exactly TRL's. Exact equivalence with ``olmorl_objective`` needs
 ``steps_per_generation == gradient_accumulation_steps`` (TRL's default); otherwise TRL itself
 approximates each window's token count by the generation batch's count scaled by GA/steps_per_generation.
 With vLLM's importance-sampling correction on (GPU runs), each token's term is additionally multiplied
-by TRL's vLLM/trainer ratio, as in plain TRL. The completions table (``--log_completions``) is logged as
-for plain GRPO, through :class:`olmocr_rl.trainer.completions.CompletionsLogMixin`.
+by TRL's vLLM/trainer ratio, as in plain TRL.
 
 ``active_sampling=True`` (``--active_sampling``) adds OLMo 3's active sampling: after a generation batch is
 scored, further page chunks of the epoch are generated and scored through the same
-``_generate_and_score_completions`` until every process holds its share of groups with signal (or
+``_score_generation_batch`` until every process holds its share of groups with signal (or
 ``active_sampling_max_rounds`` extra rounds, or the epoch's end): :mod:`olmocr_rl.trainer.active_sampling`,
 and docs/olmorl.md for what it costs.
 """
@@ -53,15 +46,8 @@ from olmocr_rl.olmorl.settings import (  # noqa: F401  (re-exported: the trainer
     check_olmorl_settings,
     olmorl_config_overrides,
 )
-from olmocr_rl.trainer.active_sampling import ActiveSamplingMixin
-from olmocr_rl.trainer.checkpoint_load import CheckpointLoadMixin
-from olmocr_rl.trainer.checkpoint_save import CheckpointSaveMixin
 from olmocr_rl.trainer.compat import broken, check_trainer_surface
-from olmocr_rl.trainer.completions import CompletionsLogMixin
-from olmocr_rl.trainer.generation import CompiledGenerationMixin
-from olmocr_rl.trainer.is_telemetry import ImportanceSamplingTelemetryMixin
-from olmocr_rl.trainer.padding_free import PaddingFreeMixin
-from olmocr_rl.trainer.page_order import EpochSeededOrderMixin
+from olmocr_rl.trainer.plain import PlainGRPOTrainer
 
 __all__ = [
     "OlmoRLGRPOTrainer",
@@ -99,9 +85,7 @@ def olmorl_group_plan(
     return advantages, keep_rows
 
 
-class OlmoRLGRPOTrainer(CheckpointLoadMixin, CheckpointSaveMixin, EpochSeededOrderMixin, ActiveSamplingMixin,
-                        CompletionsLogMixin, ImportanceSamplingTelemetryMixin, PaddingFreeMixin,
-                        CompiledGenerationMixin, GRPOTrainer):
+class OlmoRLGRPOTrainer(PlainGRPOTrainer):
     """``trl.GRPOTrainer`` with the OlmoRL objective (see the module docstring).
 
     Build its ``args`` with ``GRPOConfig(..., **olmorl_config_overrides())``; any contradicting value
@@ -113,40 +97,24 @@ class OlmoRLGRPOTrainer(CheckpointLoadMixin, CheckpointSaveMixin, EpochSeededOrd
     ``olmorl/frac_tokens_kept`` (tokens_kept / loss tokens before dropping).
     """
 
-    def __init__(self, *args: Any, active_sampling: bool = False, active_sampling_max_rounds: int | None = None,
-                 **kwargs: Any) -> None:
-        check_trainer_surface(args, kwargs)  # CompatError (one line naming the point and the pin) before TRL runs
-        config = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments.get("args")
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        check_trainer_surface(args, _trl_kwargs(kwargs))  # CompatError before TRL runs (and before the checks below)
+        config = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **_trl_kwargs(kwargs)).arguments.get("args")
         if config is None:
             raise ValueError(
                 "OlmoRLGRPOTrainer needs args=GRPOConfig(..., **olmorl_config_overrides()); TRL's default config "
                 "is plain GRPO"
             )
         check_olmorl_settings(config)
-        self._olmorl_rewards_per_func: torch.Tensor | None = None
-        super().__init__(*args, active_sampling=active_sampling, active_sampling_max_rounds=active_sampling_max_rounds,
-                         **kwargs)
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        # The parent returns the rewards gathered over processes but keeps only the advantages; the
-        # zero-signal test needs the rewards themselves, so hold on to them for this generation batch.
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._olmorl_rewards_per_func = rewards_per_func
-        return rewards_per_func
-
-    def _generate_and_score_completions(self, inputs):
-        output, keep_local = self._score_generation_batch(inputs)
-        if self.active_sampling and self.model.training:
-            output = self._active_sampling_fill(output, keep_local)
-        return output
+        super().__init__(*args, **kwargs)
 
     def _score_generation_batch(self, inputs):
         """TRL's generation and scoring of one generation batch, with OlmoRL's advantages and keep mask.
 
         Returns (the scored batch, this process's kept rows as a bool tensor of its row count)."""
-        self._olmorl_rewards_per_func = None
-        output = super()._generate_and_score_completions(inputs)
-        rewards_per_func = self._olmorl_rewards_per_func
+        self._rewards_per_func = None
+        output, _ = super()._score_generation_batch(inputs)
+        rewards_per_func = self._rewards_per_func
         if rewards_per_func is None:  # only if a TRL change stops routing rewards through _calculate_rewards
             raise broken("trl.trainer.grpo_trainer:GRPOTrainer._calculate_rewards",
                          "was not called by _generate_and_score_completions")
@@ -201,3 +169,10 @@ class OlmoRLGRPOTrainer(CheckpointLoadMixin, CheckpointSaveMixin, EpochSeededOrd
             raise broken(SLICE_POINT, f"TRL's advantages of process {rank}'s kept rows differ from rows "
                                       f"[{local.start}, {local.stop}) of the gathered batch (by up to {worst:.3g})")
         return local
+
+
+def _trl_kwargs(kwargs: dict) -> dict:
+    """The keyword arguments TRL's ``GRPOTrainer.__init__`` takes (the base class's own switches left out)."""
+    own = {name for name, p in inspect.signature(PlainGRPOTrainer.__init__).parameters.items()
+           if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    return {k: v for k, v in kwargs.items() if k not in own}

@@ -5,8 +5,8 @@ right-padded to the longest completion of the whole generation batch. OCR comple
 few hundred to thousands of tokens, so most of that block can be padding, and every padded position
 still goes through every layer (``timing/padding_fraction`` logs the share; ``olmocr_rl.telemetry.timing``).
 
-:class:`PaddingFreeMixin` replaces the model TRL calls in ``_get_per_token_logps_and_entropies`` (the
-one place its forwards are made) with :class:`PackedForward`, which
+With ``padding_free=True`` the trainer (``trainer/plain.py``) replaces the model TRL calls in
+``_get_per_token_logps_and_entropies`` (the one place its forwards are made) with :class:`PackedForward`, which
 
 1. computes the model's own position ids for the padded block, exactly as the stock forward would
    (Qwen2.5-VL's M-RoPE ``compute_3d_position_ids``, from the block's attention mask and image grids);
@@ -38,7 +38,6 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "PACKED_SDPA",
     "PackedForward",
-    "PaddingFreeMixin",
     "install_padding_free",
     "packed_sdpa_attention",
     "padding_free_problem",
@@ -202,15 +201,3 @@ def _unpack(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     layout in which value j of a row scores its token j + 1; zeros where the padded layout has no token."""
     shifted = torch.cat([per_token.new_zeros(1), per_token[0]])  # shifted[k] scores packed token k
     return per_token.new_zeros(mask.shape).masked_scatter(mask, shifted)[:, 1:]
-
-
-class PaddingFreeMixin:
-    """Packs every forward of ``_get_per_token_logps_and_entropies`` when ``padding_free`` is set (see the module)."""
-
-    padding_free = False  # set by olmocr_rl.trainer.build from --padding_free
-
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        if self.padding_free:
-            model = PackedForward(model)
-        return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, *args,
-                                                          **kwargs)

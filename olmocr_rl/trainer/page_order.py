@@ -2,8 +2,8 @@
 
 TRL 1.16's ``RepeatSampler`` draws each epoch's shuffle in turn from one generator seeded at construction,
 so a sampler built fresh at a resume in epoch E > 0 would replay epoch 0's order.
-:class:`EpochSeededOrderMixin` gives both trainers an :class:`EpochSeededRepeatSampler` and sets its epoch at
-the start of every epoch, the resumed one included. Epoch 0's order is TRL's exactly. What a resume restores:
+The trainer (``trainer/plain.py``) uses an :class:`EpochSeededRepeatSampler` (:func:`epoch_seeded`) and sets its
+epoch at the start of every epoch, the resumed one included. Epoch 0's order is TRL's exactly. What a resume restores:
 docs/storage.md ("Preemption and resume").
 """
 
@@ -32,30 +32,18 @@ class EpochSeededRepeatSampler(RepeatSampler):
         return super().__iter__()
 
 
-class EpochSeededOrderMixin:
-    """Put before ``GRPOTrainer`` in the bases: its train sampler becomes an :class:`EpochSeededRepeatSampler`.
+def epoch_seeded(sampler) -> EpochSeededRepeatSampler:
+    """TRL's train sampler (``GRPOTrainer._get_train_sampler``) as an :class:`EpochSeededRepeatSampler`.
 
-    Relies on TRL's ``GRPOTrainer._get_train_sampler`` returning a ``RepeatSampler`` (checked: another class
-    raises CompatError) and the Trainer's ``_run_epoch(model, epoch, ...)`` (trainer/compat.py lists both).
+    Relies on it being a ``RepeatSampler`` (checked: another class raises CompatError); the trainer sets the
+    sampler's epoch at the start of every epoch (``Trainer._run_epoch``; trainer/compat.py lists both).
     """
-
-    _page_sampler: EpochSeededRepeatSampler | None = None
-
-    def _get_train_sampler(self, dataset=None):
-        sampler = super()._get_train_sampler(dataset)
-        if type(sampler) is not RepeatSampler:
-            raise broken("trl.trainer.grpo_trainer:RepeatSampler",
-                         f"is not what _get_train_sampler returned ({type(sampler).__module__}."
-                         f"{type(sampler).__qualname__}), so each epoch's page order cannot be seeded from the epoch")
-        self._page_sampler = EpochSeededRepeatSampler(
-            data_source=sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
-            batch_size=sampler.batch_size, repeat_count=sampler.repeat_count, shuffle=sampler.shuffle,
-            seed=sampler.seed,
-        )
-        return self._page_sampler
-
-    def _run_epoch(self, model, epoch, train_dataloader, *args, **kwargs):
-        # Set here, whatever wrappers (accelerate's shards, skip_first_batches) sit around the sampler.
-        if self._page_sampler is not None:
-            self._page_sampler.set_epoch(epoch)
-        return super()._run_epoch(model, epoch, train_dataloader, *args, **kwargs)
+    if type(sampler) is not RepeatSampler:
+        raise broken("trl.trainer.grpo_trainer:RepeatSampler",
+                     f"is not what _get_train_sampler returned ({type(sampler).__module__}."
+                     f"{type(sampler).__qualname__}), so each epoch's page order cannot be seeded from the epoch")
+    return EpochSeededRepeatSampler(
+        data_source=sampler.data_source, mini_repeat_count=sampler.mini_repeat_count,
+        batch_size=sampler.batch_size, repeat_count=sampler.repeat_count, shuffle=sampler.shuffle,
+        seed=sampler.seed,
+    )

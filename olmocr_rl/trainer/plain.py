@@ -1,43 +1,189 @@
-"""Plain GRPO: TRL's ``GRPOTrainer`` with the mixins every olmocr_rl run needs, and nothing else changed.
+"""The one trainer class: TRL's ``GRPOTrainer`` (trl==1.16.0, pinned) with what every olmocr_rl run needs.
 
-- :class:`~olmocr_rl.trainer.checkpoint_load.CheckpointLoadMixin`: a resume loads the checkpoint's weights
-  (whatever key layout they were saved in) and its optimizer state on any device;
-- :class:`~olmocr_rl.trainer.checkpoint_save.CheckpointSaveMixin`: a checkpoint is written whole (trainer_state.json
-  atomically), its node manifest last, and a full disk is one line;
-- :class:`~olmocr_rl.trainer.page_order.EpochSeededOrderMixin`: every epoch's page order comes from
-  (seed, epoch), so a resumed run sees the pages it would have seen;
-- :class:`~olmocr_rl.trainer.completions.CompletionsLogMixin`: the completions table works with page prompts;
-- :class:`~olmocr_rl.trainer.is_telemetry.ImportanceSamplingTelemetryMixin`: how much of each batch vLLM's
-  importance-sampling correction masked (``sampling/is_*``);
-- :class:`~olmocr_rl.trainer.padding_free.PaddingFreeMixin` (``--padding_free``) and
-  :class:`~olmocr_rl.trainer.generation.CompiledGenerationMixin` (``--compiled_generation``): exact speed-ups of the
-  training forwards and of HF generation, switched on by :func:`olmocr_rl.trainer.build.configure_speedups`.
+:class:`PlainGRPOTrainer` is plain GRPO. It overrides each private TRL / transformers method it needs once, and
+each override calls a helper of its own module and then the parent (nothing of TRL's is copied):
 
-Building one first checks TRL's private surface (:func:`olmocr_rl.trainer.compat.check_trainer_surface`).
+==================================== ==================================================================
+``_get_train_sampler``, ``_run_epoch`` every epoch's page order from (seed, epoch) (``page_order``)
+``_generate``                        step timing and FLOPs (``telemetry.timing``), profiler phase labels
+``_generate_single_turn``            compiled static-cache HF generation, ``compiled_generation=`` (``generation``)
+``_calculate_rewards``               timing, the completions table's page column (``completions``), and the
+                                     gathered rewards kept for a subclass's objective
+``_generate_and_score_completions``  IS telemetry (``is_telemetry``), then active sampling's refill
+                                     (``active_sampling``, ``active_sampling=``) on the subclass's keep mask
+``_get_per_token_logps_and_entropies`` padding count (timing) and the packed forward, ``padding_free=``
+``_load_from_checkpoint``, ``_load_optimizer_and_scheduler``   resume (``checkpoint_load``)
+``_save_checkpoint``                 whole checkpoints with flags and manifest (``checkpoint_save``)
+``log``                              the completions table as text
+``set_initial_training_values``, ``_init_training_state``, ``get_batch_samples``   active sampling's position
+==================================== ==================================================================
+
+Every switch is a constructor argument; nothing is set on the trainer after construction and no method is
+replaced on an instance. A subclass adds an objective by overriding :meth:`_score_generation_batch` (our own
+hook; ``trainer/olmorl.py``). Building one first checks TRL's private surface (``compat.check_trainer_surface``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 from typing import Any
 
 from trl import GRPOTrainer
 
-from olmocr_rl.trainer.checkpoint_load import CheckpointLoadMixin
-from olmocr_rl.trainer.checkpoint_save import CheckpointSaveMixin
+from olmocr_rl.telemetry.timing import StepClock
+from olmocr_rl.trainer import checkpoint_load, checkpoint_save, completions, generation
+from olmocr_rl.trainer.active_sampling import ActiveSampler
 from olmocr_rl.trainer.compat import check_trainer_surface
-from olmocr_rl.trainer.completions import CompletionsLogMixin
-from olmocr_rl.trainer.generation import CompiledGenerationMixin
-from olmocr_rl.trainer.is_telemetry import ImportanceSamplingTelemetryMixin
-from olmocr_rl.trainer.padding_free import PaddingFreeMixin
-from olmocr_rl.trainer.page_order import EpochSeededOrderMixin
+from olmocr_rl.trainer.is_telemetry import ImportanceSamplingTelemetry
+from olmocr_rl.trainer.padding_free import PackedForward
+from olmocr_rl.trainer.page_order import epoch_seeded
 
 __all__ = ["PlainGRPOTrainer"]
 
 
-class PlainGRPOTrainer(CheckpointLoadMixin, CheckpointSaveMixin, EpochSeededOrderMixin, CompletionsLogMixin,
-                       ImportanceSamplingTelemetryMixin, PaddingFreeMixin, CompiledGenerationMixin, GRPOTrainer):
-    """``trl.GRPOTrainer`` (plain GRPO) with the mixins of the module docstring."""
+class PlainGRPOTrainer(GRPOTrainer):
+    """``trl.GRPOTrainer`` (plain GRPO) with the behaviour of the module docstring.
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    Keyword arguments beyond ``GRPOTrainer``'s (all default off):
+    ``padding_free`` (the model's attention already pack-aware: ``padding_free.install_padding_free``),
+    ``compiled_generation`` (HF generation only), ``cache_vision_features`` (a frozen vision tower's per-step
+    cache), ``saved_flags`` (kept in each checkpoint), ``apply_learning_rate_on_resume``, ``vllm_engine_kwargs``
+    (vLLM rollouts through ``vllm_generation``'s backend with these engine arguments), ``label_phases``
+    (``torch.profiler`` ranges for ``--profile_step``), ``active_sampling`` / ``active_sampling_max_rounds``
+    (needs a subclass whose ``_score_generation_batch`` returns a keep mask: OlmoRL).
+    """
+
+    def __init__(self, *args: Any, padding_free: bool = False, compiled_generation: bool = False,
+                 cache_vision_features: bool = False, saved_flags: dict | None = None,
+                 apply_learning_rate_on_resume: bool = False, vllm_engine_kwargs: dict | None = None,
+                 label_phases: bool = False, active_sampling: bool = False,
+                 active_sampling_max_rounds: int | None = None, **kwargs: Any) -> None:
         check_trainer_surface(args, kwargs)  # CompatError (one line naming the point and the pin) before TRL runs
-        super().__init__(*args, **kwargs)
+        config = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments.get("args")
+        self.padding_free = padding_free
+        self.olmocr_rl_flags = saved_flags
+        self.apply_learning_rate_on_resume = apply_learning_rate_on_resume
+        self.compiled_generation = self.compiled_generation_checked = False
+        self.stock_generation_config = None
+        self._page_sampler = None
+        self._rewards_per_func = None
+        self._is_telemetry = ImportanceSamplingTelemetry()
+        self._active_sampler = ActiveSampler(self, config, active_sampling_max_rounds) if active_sampling else None
+        with _rollout_backend(vllm_engine_kwargs):
+            super().__init__(*args, **kwargs)
+        self.step_clock = StepClock(self, label_phases=label_phases,
+                                    log_refill=self._active_sampler is not None)
+        self.callback_handler.callbacks.insert(0, self.step_clock.callback)  # timing/* keys, before the reporters
+        if compiled_generation and not self.use_vllm:
+            generation.switch_on(self)
+        if cache_vision_features:
+            from olmocr_rl.trainer.vision_cache import attach_feature_cache
+
+            attach_feature_cache(self)
+        if self._active_sampler is not None:
+            self._active_sampler.start()
+
+    # -- page order -------------------------------------------------------------------------------------------
+    def _get_train_sampler(self, dataset=None):
+        self._page_sampler = epoch_seeded(super()._get_train_sampler(dataset))
+        return self._page_sampler
+
+    def _run_epoch(self, model, epoch, train_dataloader, *args, **kwargs):
+        # Set here, whatever wrappers (accelerate's shards, skip_first_batches) sit around the sampler.
+        if self._page_sampler is not None:
+            self._page_sampler.set_epoch(epoch)
+        if self._active_sampler is not None:
+            self._active_sampler.begin_epoch(epoch, train_dataloader)
+        return super()._run_epoch(model, epoch, train_dataloader, *args, **kwargs)
+
+    # -- generation and rewards -------------------------------------------------------------------------------
+    def _generate(self, *args, **kwargs):
+        with self.step_clock.generation() as clock:
+            out = super()._generate(*args, **kwargs)
+            clock.generated(out)
+        return out
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
+        def generate():
+            return super(PlainGRPOTrainer, self)._generate_single_turn(prompt_ids, images, multimodal_fields,
+                                                                      num_generations, *args, **kwargs)
+
+        if not self.compiled_generation or self.use_vllm or self.use_transformers_continuous_batching:
+            return generate()
+        return generation.compiled_single_turn(self, prompt_ids, generate)
+
+    def _calculate_rewards(self, inputs, prompts, completions_, completion_ids_list):
+        with self.step_clock.rewards():
+            completions.log_page_column(self, inputs)
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions_, completion_ids_list)
+        self._rewards_per_func = rewards_per_func  # gathered over processes: a subclass's objective reads them
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        output, keep_local = self._score_generation_batch(inputs)
+        if self._active_sampler is not None and self.model.training:
+            output = self._active_sampler.fill(output, keep_local)
+        return output
+
+    def _score_generation_batch(self, inputs):
+        """TRL's generation and scoring of one generation batch, with the IS telemetry: ``(batch, None)``.
+
+        The hook a subclass overrides to apply its objective; it returns this process's kept rows (a bool tensor,
+        one per row) in place of None. Active sampling refills through it."""
+        output = super()._generate_and_score_completions(inputs)
+        self._is_telemetry.observe(self, output)
+        return output, None
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        self.step_clock.forward(attention_mask)
+        if self.padding_free:
+            model = PackedForward(model)
+        return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, *args,
+                                                          **kwargs)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        completions.table_as_text(self)
+        super().log(logs, start_time)
+
+    # -- checkpoints ------------------------------------------------------------------------------------------
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        return checkpoint_load.load_checkpoint_weights(self, resume_from_checkpoint, model,
+                                                       super()._load_from_checkpoint)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        return checkpoint_load.load_optimizer_and_scheduler(self, checkpoint, super()._load_optimizer_and_scheduler)
+
+    def _save_checkpoint(self, model, trial):
+        if self._active_sampler is not None:
+            self._active_sampler.record_position()
+        return checkpoint_save.save_checkpoint(self, model, trial, super()._save_checkpoint)
+
+    # -- active sampling's place in the Trainer's loop ---------------------------------------------------------
+    def set_initial_training_values(self, args, dataloader):
+        values = super().set_initial_training_values(args, dataloader)
+        if self._active_sampler is None:
+            return values
+        return self._active_sampler.training_values(values, args)
+
+    def _init_training_state(self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint,
+                             trial):
+        epochs, steps = super()._init_training_state(max_steps, num_update_steps_per_epoch, num_train_epochs,
+                                                     resume_from_checkpoint, trial)
+        if self._active_sampler is None:
+            return epochs, steps
+        return self._active_sampler.resume_position(epochs, steps, resume_from_checkpoint)
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        if self._active_sampler is not None:
+            epoch_iterator = self._active_sampler.epoch_iterator(epoch_iterator)
+        return super().get_batch_samples(epoch_iterator, num_batches, device)
+
+
+def _rollout_backend(engine_kwargs: dict | None):
+    """vLLM rollouts through olmocr_rl's backend (``vllm_generation``) while TRL builds its generator, when asked."""
+    if engine_kwargs is None:
+        return contextlib.nullcontext()
+    from olmocr_rl.trainer.vllm_generation import page_vllm_generation
+
+    return page_vllm_generation(engine_kwargs)

@@ -96,16 +96,16 @@ def record_worker(out_path: str, flags: list[str]) -> int:
     from olmocr_rl.trainer import is_telemetry
 
     records = []
-    base = is_telemetry.ImportanceSamplingTelemetryMixin._log_importance_sampling
+    base = is_telemetry.ImportanceSamplingTelemetry.log
 
-    def log_and_record(self, output):
+    def log_and_record(self, trainer, output):
         mask = output["completion_mask"] * output.get("tool_mask", 1)
         records.append({k: v.detach().cpu() for k, v in (("old", output["old_per_token_logps"]),
                         ("sampling", output["sampling_per_token_logps"]), ("mask", mask))})
         torch.save(records, out_path)
-        return base(self, output)
+        return base(self, trainer, output)
 
-    is_telemetry.ImportanceSamplingTelemetryMixin._log_importance_sampling = log_and_record
+    is_telemetry.ImportanceSamplingTelemetry.log = log_and_record
     return grpo_train.main(flags)
 
 

@@ -47,6 +47,15 @@ STACK = ("trl", "transformers", "vllm")
 COMPAT = "olmocr_rl/trainer/compat.py"
 #: Our own attributes kept on other libraries' objects carry this prefix (e.g. a cache on a vision tower).
 OWN_PREFIX = "_olmocr_rl"
+#: TRL's trainer class, and how many of our classes may stand between a trainer and it (the trainer included):
+#: one class with every override, and a subclass for an objective.
+TRAINER_ROOT = "GRPOTrainer"
+MAX_TRAINER_CLASSES = 2
+#: The trainer's private stack methods an instance wrap would replace (besides our trainer classes' own methods).
+TRAINER_METHOD_NAMES = frozenset({"_generate", "_calculate_rewards", "_get_per_token_logps_and_entropies",
+                                  "_generate_and_score_completions", "_generate_single_turn", "_save_checkpoint",
+                                  "_load_from_checkpoint", "_load_optimizer_and_scheduler", "_run_epoch",
+                                  "_get_train_sampler", "_init_training_state", "_compute_loss"})
 
 
 def module_files(repo: Path = REPO) -> dict[str, Path]:
@@ -257,10 +266,16 @@ def listed_private_names(repo: Path = REPO) -> frozenset[str]:
         del sys.modules[name]
 
 
+def compat_points(repo: Path = REPO) -> int:
+    """The number of ``Point(...)`` entries in COMPAT (counted in its source)."""
+    path = repo / COMPAT
+    return path.read_text().count("    Point(") if path.is_file() else 0
+
+
 def unlisted_private_uses(repo: Path = REPO) -> list[tuple[str, str]]:
     """``("file:line", name)`` for each private name a module of the package reaches that the package does not
-    define itself (``OWN_PREFIX`` names are ours wherever they are stored) and COMPAT does not list. Every module counts, not only those importing TRL: the mixins reach
-    TRL's private names on ``self`` without importing it (another library's names are listed there too)."""
+    define itself (``OWN_PREFIX`` names are ours wherever they are stored) and COMPAT does not list. Every module counts, not only those importing
+    TRL: the trainer's helper modules reach TRL's private names on a trainer without importing it (another library's names are listed there too)."""
     trees = {str(path.relative_to(repo)): ast.parse(path.read_text()) for path in module_files(repo).values()}
     own = own_private_names(trees)
     listed = listed_private_names(repo)
@@ -273,6 +288,72 @@ def unlisted_private_uses(repo: Path = REPO) -> list[tuple[str, str]]:
     return found
 
 
+def _trees(repo: Path) -> dict[str, ast.AST]:
+    return {str(path.relative_to(repo)): ast.parse(path.read_text()) for path in module_files(repo).values()}
+
+
+def _classes(trees: dict[str, ast.AST]) -> dict[str, ast.ClassDef]:
+    return {node.name: node for tree in trees.values() for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+
+
+def _base_names(cls: ast.ClassDef) -> list[str]:
+    return [b.id if isinstance(b, ast.Name) else b.attr for b in cls.bases if isinstance(b, (ast.Name, ast.Attribute))]
+
+
+def trainer_chains(repo: Path = REPO) -> dict[str, list[str]]:
+    """Each of our classes with TRL's ``TRAINER_ROOT`` among its ancestors: our classes in its method resolution
+    order before that root (itself first, then every base of ours it reaches, mixins included)."""
+    classes = _classes(_trees(repo))
+
+    def ours(name: str, seen: tuple[str, ...] = ()) -> list[str]:
+        found = [name]
+        for base in _base_names(classes[name]):
+            if base in classes and base not in seen and base not in found:
+                found += [c for c in ours(base, seen + (name,)) if c not in found]
+        return found
+
+    def reaches(name: str, seen: tuple[str, ...] = ()) -> bool:
+        bases = _base_names(classes[name])
+        return TRAINER_ROOT in bases or any(reaches(b, seen + (name,)) for b in bases if b in classes and b not in seen)
+
+    return {name: ours(name) for name in sorted(classes) if reaches(name)}
+
+
+def _methods(cls: ast.ClassDef) -> list[str]:
+    return [item.name for item in cls.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def private_overrides(repo: Path = REPO) -> dict[str, list[str]]:
+    """Each private stack name COMPAT lists that a class of ours defines as a method: the classes that do."""
+    listed = listed_private_names(repo)
+    found: dict[str, list[str]] = {}
+    for name, cls in sorted(_classes(_trees(repo)).items()):
+        for method in _methods(cls):
+            if method in listed:
+                found.setdefault(method, []).append(name)
+    return dict(sorted(found.items()))
+
+
+def instance_patches(repo: Path = REPO) -> list[tuple[str, str]]:
+    """``("file:line", name)`` where product code assigns a trainer method's name on an object (``x.name = ...`` or
+    ``setattr(x, "name", ...)``): a trainer's behaviour goes in its class, not onto one instance."""
+    trees = _trees(repo)
+    classes = _classes(trees)
+    ours = {c for chain in trainer_chains(repo).values() for c in chain}
+    methods = {m for name in ours for m in _methods(classes[name]) if not m.startswith("__")}
+    methods |= {m for m in listed_private_names(repo) if m in TRAINER_METHOD_NAMES}
+    found = []
+    for rel, tree in trees.items():
+        for node in ast.walk(tree):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            names = [(node.lineno, t.attr) for t in targets if isinstance(t, ast.Attribute)]
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
+                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)):
+                names.append((node.lineno, node.args[1].value))
+            found += [(f"{rel}:{line}", name) for line, name in names if name in methods]
+    return sorted(found)
+
+
 def launcher_bash_lines(repo: Path = REPO) -> dict[str, int]:
     out = {}
     for entry in LAUNCHER_BASH:
@@ -281,6 +362,28 @@ def launcher_bash_lines(repo: Path = REPO) -> dict[str, int]:
         for f in files:
             out[str(f.relative_to(repo))] = len(f.read_text().splitlines())
     return out
+
+
+def report_trainer_shape() -> int:
+    """Print the trainer classes' chains, the private overrides and the instance patches; the problems found."""
+    problems = 0
+    chains = trainer_chains()
+    print(f"trainer classes (ours between a trainer and {TRAINER_ROOT}, limit {MAX_TRAINER_CLASSES}):")
+    for name, chain in chains.items():
+        print(f"  {len(chain)}  {name}: {' -> '.join(chain)} -> {TRAINER_ROOT}")
+        problems += len(chain) > MAX_TRAINER_CLASSES
+    overrides = private_overrides()
+    twice = {name: owners for name, owners in overrides.items() if len(owners) > 1}
+    print(f"private stack methods overridden: {len(overrides)}, more than once: {len(twice)}")
+    for name, owners in overrides.items():
+        print(f"  {len(owners)}  {name}: {', '.join(owners)}")
+    problems += len(twice)
+    patches = instance_patches()
+    print(f"trainer methods patched on an instance: {len(patches)}")
+    for where, name in patches:
+        print(f"  {where}: {name} (override it in the trainer class instead)")
+    problems += len(patches)
+    return problems
 
 
 def main() -> int:
@@ -308,12 +411,13 @@ def main() -> int:
         print(f"  {importer} -> {imported}")
     problems += len(missing) + len(upward)
     unlisted = unlisted_private_uses()
-    print(f"private TRL/transformers/vLLM names used: {len(listed_private_names())} listed in {COMPAT}, "
-          f"{len(unlisted)} unlisted")
+    print(f"private TRL/transformers/vLLM names used: {len(listed_private_names())} listed in {COMPAT} "
+          f"({compat_points()} points), {len(unlisted)} unlisted")
     for where, name in unlisted:
         print(f"  {where}: {name} is not in {COMPAT}; add a Point for it (or, for another library's name, an "
               "OTHER_PRIVATE_NAMES entry)")
     problems += len(unlisted)
+    problems += report_trainer_shape()
     bash = launcher_bash_lines()
     total = sum(bash.values())
     print(f"launcher bash: {total} lines (limit {MAX_LAUNCHER_BASH_LINES})")

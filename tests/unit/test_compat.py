@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 import torch
@@ -151,33 +152,34 @@ def test_the_cli_stops_in_one_line_naming_the_point_before_the_model_loads(tmp_p
 
 
 def test_a_sampler_of_another_class_raises_instead_of_falling_back_to_trls_order():
-    from olmocr_rl.trainer.page_order import EpochSeededOrderMixin
+    from trl import GRPOTrainer
 
-    class Base:
-        def _get_train_sampler(self, dataset=None):
-            return torch.utils.data.SequentialSampler(range(4))
+    from olmocr_rl.trainer.plain import PlainGRPOTrainer
 
-    class Trainer(EpochSeededOrderMixin, Base):
-        pass
+    class Trainer(PlainGRPOTrainer):
+        def __init__(self):  # only the override under test; TRL's sampler replaced by another class
+            pass
 
-    with pytest.raises(CompatError, match=r"RepeatSampler is not what _get_train_sampler returned "
-                                          r"\(torch\.utils\.data\.sampler\.SequentialSampler\)"):
-        Trainer()._get_train_sampler()
+    with mock.patch.object(GRPOTrainer, "_get_train_sampler",
+                           lambda self, dataset=None: torch.utils.data.SequentialSampler(range(4))):
+        with pytest.raises(CompatError, match=r"RepeatSampler is not what _get_train_sampler returned "
+                                              r"\(torch\.utils\.data\.sampler\.SequentialSampler\)"):
+            Trainer()._get_train_sampler()
 
 
 def test_training_values_of_another_shape_raise():
-    from olmocr_rl.trainer.active_sampling import ActiveSamplingMixin
+    from transformers import Trainer as HFTrainer
 
-    class Base:
-        def set_initial_training_values(self, args, dataloader):
-            return (1, 2, 3, 4, 5, 6)
+    from olmocr_rl.trainer.active_sampling import ActiveSampler
+    from olmocr_rl.trainer.plain import PlainGRPOTrainer
 
-    class Trainer(ActiveSamplingMixin, Base):
+    class Trainer(PlainGRPOTrainer):
         def __init__(self):  # only the override under test
-            self.active_sampling = True
+            self._active_sampler = ActiveSampler.__new__(ActiveSampler)
 
-    with pytest.raises(CompatError, match="set_initial_training_values returned 6 values, not the 7"):
-        Trainer().set_initial_training_values(SimpleNamespace(max_steps=5), None)
+    with mock.patch.object(HFTrainer, "set_initial_training_values", lambda self, args, dataloader: (1, 2, 3, 4, 5, 6)):
+        with pytest.raises(CompatError, match="set_initial_training_values returned 6 values, not the 7"):
+            Trainer().set_initial_training_values(SimpleNamespace(max_steps=5), None)
 
 
 def test_a_scored_batch_key_of_unknown_alignment_raises_when_rows_are_merged():

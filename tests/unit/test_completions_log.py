@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from olmocr_rl.trainer.completions import CompletionsLogMixin, conversation_text
+from olmocr_rl.trainer.completions import conversation_text, log_page_column
 from olmocr_rl.trainer.plain import PlainGRPOTrainer
 from olmocr_rl.trainer.olmorl import OlmoRLGRPOTrainer
 
@@ -34,11 +34,7 @@ def test_several_messages_are_labelled_by_role():
 def test_the_page_column_names_pages_as_the_page_filters_do():
     """The dataset's own page name (page_key of the PDF below pdfs/), whatever folders lie above."""
 
-    class Base:
-        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-            return "rewards"
-
-    class Trainer(CompletionsLogMixin, Base):
+    class Trainer:
         log_completions = True
 
         def _log_completion_extra(self, column, values):
@@ -47,13 +43,16 @@ def test_the_page_column_names_pages_as_the_page_filters_do():
     trainer = Trainer()
     inputs = [{"pdf": "counting.pdf", "pdf_path": "/data/pdfs/bench/pdfs/counting.pdf", "page": 2},
               {"pdf": "sub/pdfs/a.pdf", "pdf_path": "/b/pdfs/sub/pdfs/a.pdf", "page": 1}]
-    assert trainer._calculate_rewards(inputs, [], [], []) == "rewards"
+    log_page_column(trainer, inputs)
     assert trainer.extra == ("page", ["counting.pdf:2", "sub/pdfs/a.pdf:1"])
 
 
-def test_both_trainers_log_the_table_through_the_mixin():
+def test_both_trainers_log_the_table_through_the_trainer_class():
+    import inspect
+
     for trainer_cls in (PlainGRPOTrainer, OlmoRLGRPOTrainer):
-        mro = trainer_cls.__mro__
-        assert CompletionsLogMixin in mro
-        # the mixin's log and _calculate_rewards run before TRL's
-        assert mro.index(CompletionsLogMixin) < [c.__name__ for c in mro].index("GRPOTrainer")
+        # the trainer class's log and _calculate_rewards convert the table before TRL's run
+        assert trainer_cls.log is PlainGRPOTrainer.log
+        assert trainer_cls._calculate_rewards is PlainGRPOTrainer._calculate_rewards
+    assert "table_as_text" in inspect.getsource(PlainGRPOTrainer.log)
+    assert "log_page_column" in inspect.getsource(PlainGRPOTrainer._calculate_rewards)

@@ -128,7 +128,7 @@ def _run(trainer, inputs, bias, caplog):
     state["logps"] = first["old_per_token_logps"].tolist()
     for values in trainer._metrics["train"].values():
         values.clear()
-    trainer._is_last_warning_step = None
+    trainer._is_telemetry.last_warning_step = None
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="olmocr_rl.trainer.is_telemetry"):
         return trainer._generate_and_score_completions(inputs)

@@ -1,5 +1,5 @@
 """Resumes that used to go on silently wrong: a partial checkpoint's learning-rate schedule, flags that differ from
-the checkpoint's, a frozen-tower mismatch; on a real transformers.Trainer with the checkpoint mixin, or through
+the checkpoint's, a frozen-tower mismatch; on a real transformers.Trainer with the trainer class's checkpoint functions, or through
 the CLI's checks in-process (nothing here loads a model)."""
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from olmocr_rl.config.resume_flags import FLAGS_FILE, saved_flags
 from olmocr_rl.storage import verify
 from olmocr_rl.storage.verify import manifest_name
 
-from olmocr_rl.trainer.checkpoint_load import CheckpointLoadMixin
-from olmocr_rl.trainer.checkpoint_save import CheckpointSaveMixin
+from olmocr_rl.trainer.checkpoint_load import load_optimizer_and_scheduler
+from olmocr_rl.trainer.checkpoint_save import save_checkpoint
 
 
 def line_trainer(output_dir: Path, max_steps: int = 8, learning_rate: float = 0.1):
-    """A real Trainer (with the checkpoint mixin's optimizer and schedule load) on a 3-parameter regression: warmup 3 steps then a linear decay,
+    """A real Trainer (with the trainer class's optimizer and schedule load) on a 3-parameter regression: warmup 3 steps then a linear decay,
     a checkpoint at every step."""
     import torch
     from transformers import Trainer, TrainingArguments
@@ -36,9 +36,12 @@ def line_trainer(output_dir: Path, max_steps: int = 8, learning_rate: float = 0.
         def forward(self, x, y):
             return {"loss": ((self.linear(x).squeeze(-1) - y) ** 2).mean()}
 
-    class LineTrainer(CheckpointLoadMixin, CheckpointSaveMixin, Trainer):
-        def _load_from_checkpoint(self, checkpoint, model=None):  # a plain module: the Trainer's own weights load
-            return Trainer._load_from_checkpoint(self, checkpoint, model)
+    class LineTrainer(Trainer):  # the trainer class's checkpoint overrides (a plain module: the Trainer's weights load)
+        def _load_optimizer_and_scheduler(self, checkpoint):
+            return load_optimizer_and_scheduler(self, checkpoint, super()._load_optimizer_and_scheduler)
+
+        def _save_checkpoint(self, model, trial):
+            return save_checkpoint(self, model, trial, super()._save_checkpoint)
 
     torch.manual_seed(0)
     data = [{"x": torch.randn(2), "y": torch.randn(())} for _ in range(32)]

@@ -226,14 +226,14 @@ def _generate_calls(monkeypatch, trainer, broken=None):
 @pytest.fixture
 def trainers(generation_trainer):
     """The trainer on the stock path (TRL's config), and a function switching it to the compiled path."""
-    from olmocr_rl.trainer.build import configure_speedups
+    from olmocr_rl.trainer.generation import switch_on
 
     trainer, inputs, stock_config = generation_trainer
     trainer.generation_config = copy.deepcopy(stock_config)
     trainer.compiled_generation = trainer.compiled_generation_checked = False
 
     def compiled():
-        configure_speedups(trainer, padding_free=False, compiled_generation=True)
+        switch_on(trainer)  # what compiled_generation=True does at construction
         trainer.generation_config.disable_compile = True  # the static cache only (see above)
         return trainer
 

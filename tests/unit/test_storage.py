@@ -664,19 +664,21 @@ def test_tiny_model_loads_from_an_s3_uri(moto_s3, tmp_path, tiny_model_dir, s3_c
     assert s3_calls.count("GetObject") == fetched  # second load: cache reused
 
 
-def test_both_trainers_load_checkpoints_through_the_mixin_whoever_builds_them():
+def test_both_trainers_load_checkpoints_through_the_trainer_class_whoever_builds_them():
     """The weights/optimizer fix is in the trainer classes, not patched on by grpo_train's builder."""
+    import inspect
+
     from trl import GRPOTrainer
 
     from olmocr_rl.trainer.plain import PlainGRPOTrainer
     from olmocr_rl.trainer.olmorl import OlmoRLGRPOTrainer
-    from olmocr_rl.trainer.checkpoint_load import CheckpointLoadMixin
 
     for cls in (PlainGRPOTrainer, OlmoRLGRPOTrainer):
-        mro = cls.__mro__
-        assert mro.index(CheckpointLoadMixin) < mro.index(GRPOTrainer)
-        assert cls._load_from_checkpoint is CheckpointLoadMixin._load_from_checkpoint
-        assert cls._load_optimizer_and_scheduler is CheckpointLoadMixin._load_optimizer_and_scheduler
+        assert cls._load_from_checkpoint is PlainGRPOTrainer._load_from_checkpoint
+        assert cls._load_optimizer_and_scheduler is PlainGRPOTrainer._load_optimizer_and_scheduler
+        assert PlainGRPOTrainer._load_from_checkpoint is not GRPOTrainer._load_from_checkpoint
+    assert "load_checkpoint_weights" in inspect.getsource(PlainGRPOTrainer._load_from_checkpoint)
+    assert "load_optimizer_and_scheduler" in inspect.getsource(PlainGRPOTrainer._load_optimizer_and_scheduler)
 
 
 def test_storage_errors_and_their_subclasses_are_permanent():

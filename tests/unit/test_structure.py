@@ -1,7 +1,8 @@
 """The package's shape, as scripts/check/structure.py reports it: no module over 600 lines, no function over 80,
 at most 10 modules at the root, no import cycle and no upward import between the layers (function-local imports
-count), every private TRL/transformers/vLLM name in trainer/compat.py, the launchers' bash under 150 lines in
-all. The checker itself is tried on small made-up packages, so a limit it cannot see would show here."""
+count), every private TRL/transformers/vLLM name in trainer/compat.py, one trainer class extended one way (at most
+two of ours before GRPOTrainer, each private override once, no instance wraps), the launchers' bash under 150
+lines in all. The checker itself is tried on small made-up packages, so a limit it cannot see would show here."""
 
 from __future__ import annotations
 
@@ -42,6 +43,56 @@ def test_every_subpackage_has_a_layer_and_no_import_goes_up():
 def test_every_private_name_of_the_stack_is_listed_in_compat():
     assert structure.unlisted_private_uses() == []
     assert "_calculate_rewards" in structure.listed_private_names()
+
+
+def test_one_trainer_class_extended_one_way():
+    """At most two of our classes before GRPOTrainer, each private stack method overridden once, and no trainer
+    method replaced on an instance."""
+    chains = structure.trainer_chains()
+    assert chains["OlmoRLGRPOTrainer"] == ["OlmoRLGRPOTrainer", "PlainGRPOTrainer"]
+    assert all(len(chain) <= structure.MAX_TRAINER_CLASSES for chain in chains.values()), chains
+    overrides = structure.private_overrides()
+    assert overrides["_calculate_rewards"] == ["PlainGRPOTrainer"]
+    assert {name: owners for name, owners in overrides.items() if len(owners) > 1} == {}
+    assert structure.instance_patches() == []
+
+
+def test_the_checker_finds_a_mixin_stack_a_second_override_and_an_instance_wrap(tmp_path):
+    pkg = structure.PACKAGE
+    _write(tmp_path, f"{pkg}/__init__.py", "")
+    _write(tmp_path, f"{pkg}/trainer/__init__.py", "")
+    _write(tmp_path, f"{pkg}/trainer/compat.py",
+           "def private_names():\n    return frozenset({'_run_epoch', '_generate'})\n")
+    _write(tmp_path, f"{pkg}/trainer/stack.py", """\
+        from trl import GRPOTrainer
+
+
+        class OrderMixin:
+            def _run_epoch(self, *args):
+                return super()._run_epoch(*args)
+
+
+        class SamplingMixin:
+            def _run_epoch(self, *args):
+                return super()._run_epoch(*args)
+
+            def _refill(self):
+                return None
+
+
+        class Trainer(OrderMixin, SamplingMixin, GRPOTrainer):
+            pass
+
+
+        def instrument(trainer):
+            trainer._generate = None
+            setattr(trainer, "_refill", None)
+            trainer.padding_free = True  # a value, not a method
+        """)
+    assert structure.trainer_chains(tmp_path) == {"Trainer": ["Trainer", "OrderMixin", "SamplingMixin"]}
+    assert structure.private_overrides(tmp_path) == {"_run_epoch": ["OrderMixin", "SamplingMixin"]}
+    assert structure.instance_patches(tmp_path) == [(f"{pkg}/trainer/stack.py:22", "_generate"),
+                                                    (f"{pkg}/trainer/stack.py:23", "_refill")]
 
 
 def test_the_launchers_bash_is_small():
