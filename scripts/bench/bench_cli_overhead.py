@@ -29,6 +29,7 @@ median over all steps of all runs, and the median of the per-repetition ratios c
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -71,20 +72,25 @@ def install_step_clock(path: Path) -> None:
     class StepClock(TrainerCallback):
         def __init__(self):
             self.wall: list[float] = []
+            self.epoch: list[float] = []  # time.time() at each log: start-up is measured from the launch
             self.cpu: list[float] = []
             self.rewards: list[float] = []
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "reward" in logs:
                 self.wall.append(time.perf_counter())
+                self.epoch.append(time.time())
                 self.cpu.append(cpu_seconds(process))
                 self.rewards.append(float(logs["reward"]))
 
         def on_train_end(self, args, state, control, **kwargs):
-            path.write_text(json.dumps({"wall": self.wall, "cpu": self.cpu, "rewards": self.rewards}))
+            path.write_text(json.dumps({"wall": self.wall, "epoch": self.epoch, "cpu": self.cpu, "rewards": self.rewards}))
 
     original_init = GRPOTrainer.__init__
 
+    # functools.wraps: the CLI's private-surface check reads GRPOTrainer.__init__'s signature and source
+    # (through __wrapped__); a bare wrapper shows it `(*args, **kwargs)` and the check refuses the run.
+    @functools.wraps(original_init)
     def init_with_clock(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
         self.add_callback(StepClock())
@@ -188,6 +194,7 @@ def run_arm(arm: str, model_dir: str, work: Path, rep: int, params: dict, env: d
         sys.exit(f"{arm} run {rep}: {len(clock['wall'])} step logs, expected {params['steps']}")
     wall, cpu = step_intervals(clock["wall"]), step_intervals(clock["cpu"])
     return {"arm": arm, "rep": rep, "wall_s": time.time() - started, "wall": wall, "cpu": cpu,
+            "first_step_s": clock["epoch"][0] - started,
             "rewards": clock["rewards"], "median_wall": statistics.median(wall), "median_cpu": statistics.median(cpu),
             "load": os.getloadavg()[0], "cli_timing": cli_timing(out_dir / "run") if arm == "cli" else {}}
 
@@ -212,6 +219,8 @@ def summarize(runs: list[dict]) -> dict:
         rep_ratios = [v["cli"] / v["bare"] for _, v in sorted(by_rep.items()) if "cli" in v and "bare" in v]
         out[clock] = {"median": medians, "ratio": medians["cli"] / medians["bare"], "rep_ratios": rep_ratios,
                       "median_rep_ratio": statistics.median(rep_ratios), "steps": {a: len(v) for a, v in values.items()}}
+    firsts = {arm: statistics.median(r["first_step_s"] for r in runs if r["arm"] == arm) for arm in ("cli", "bare")}
+    out["first_step"] = {"median": firsts, "ratio": firsts["cli"] / firsts["bare"]}
     # Same pages, seed and tests: the arms should sample the same completions and so log the same rewards.
     out["same_rewards"] = len({tuple(round(x, 6) for x in r["rewards"]) for r in runs}) == 1
     return out
@@ -248,11 +257,11 @@ def format_report(runs: list[dict], summary: dict, params: dict, command: str, m
         "clocks: CPU time (trainer process + live children, i.e. the CLI's reward workers) and wall time. "
         f"`OMP_NUM_THREADS={params['threads']}` in both arms.",
         "",
-        "| run | arm | median wall s/step | median CPU s/step | steps | 1-min load after |",
-        "|---|---|---|---|---|---|",
+        "| run | arm | launch -> first step s | median wall s/step | median CPU s/step | steps | 1-min load after |",
+        "|---|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(runs, 1):
-        lines.append(f"| {i} | {r['arm']} | {r['median_wall']:.3f} | {r['median_cpu']:.3f} | {len(r['wall'])} "
+        lines.append(f"| {i} | {r['arm']} | {r['first_step_s']:.1f} | {r['median_wall']:.3f} | {r['median_cpu']:.3f} | {len(r['wall'])} "
                      f"| {r['load']:.1f} |")
     lines.append("")
     for clock, label in (("cpu", "CPU time"), ("wall", "Wall time")):
@@ -264,6 +273,12 @@ def format_report(runs: list[dict], summary: dict, params: dict, command: str, m
             f"(target <= {TARGET_RATIO}: {verdict}); per repetition {', '.join(f'{x:.3f}' for x in c['rep_ratios'])} "
             f"(median {c['median_rep_ratio']:.3f})."
         )
+    first = summary["first_step"]
+    lines.append(
+        f"- Start-up (wall, launch of the process -> first step logged, step 1 included): CLI "
+        f"**{first['median']['cli']:.1f} s**, bare **{first['median']['bare']:.1f} s**, ratio CLI/bare "
+        f"**{first['ratio']:.3f}** (medians over runs)."
+    )
     lines += [
         "",
         ("Same work check: every run of both arms logged the same per-step rewards "
