@@ -47,9 +47,9 @@ log_dir="${OLMOCR_RL_TEST_LOGS:-$repo_root/logs/test}"
 mkdir -p "$log_dir"
 main_log="$log_dir/main.log" vllm_log="$log_dir/vllm.log"
 rm -f "$main_log" "$vllm_log" "$log_dir"/setup-*.log
-children=()
-stop_children() { local pid; for pid in "${children[@]}"; do kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true; done; }
-trap 'stop_children; exit 130' INT TERM
+vllm_pid=
+# An interrupt stops the vLLM lane's whole process group too (pytest, its engines, its trainers).
+trap '[[ -z "$vllm_pid" ]] || kill -- "-$vllm_pid" 2>/dev/null || true; exit 130' INT TERM
 
 setup_lane() {  # setup_lane LANE-FLAG LOG: the environment's python path on the log's last line
   bash "$repo_root/scripts/setup_env.sh" ${1:+"$1"} >"$2" 2>&1
@@ -79,7 +79,7 @@ run_main_lane() {  # the main lane, start to end, to the terminal (and $main_log
 # pytest's closing line ("N passed, M skipped in 9.87s"), or the log's last line.
 closing_line() { grep -E '(passed|failed|errors?|skipped|deselected|no tests ran).* in [0-9.]+s' "$1" | tail -n 1 || tail -n 1 "$1"; }
 
-status=0 vllm_status=0 vllm_pid=
+status=0 vllm_status=0
 if (( run_vllm )); then
   if [[ "${OLMOCR_RL_SERIAL_LANES:-0}" == 1 ]] && (( run_main )); then
     run_main_lane || status=$?
@@ -90,7 +90,6 @@ if (( run_vllm )); then
   run_vllm_lane >"$vllm_log" 2>&1 &
   vllm_pid=$!
   set +m
-  children+=("$vllm_pid")
 fi
 if (( run_main )); then
   run_main_lane || status=$?
