@@ -40,7 +40,7 @@ SMOKE = {
                                      "--repeats", "1"), "vision"),
     "bench_cli_overhead.py": Smoke(("--model", "{model}", "--reps", "1", "--steps", "2", "--max_completion_length",
                                     "4", "--num_generations", "2", "--image_dim", "224", "--write-doc",
-                                    "{tmp}/cli_overhead.md"), "Start-up (wall, launch"),
+                                    "{tmp}/cli_overhead.md"), "Start-up, CPU time (launch"),
     "bench_frozen_vision.py": Smoke(("--depth", "2", "--hidden", "32", "--heads", "1", "--side", "224",
                                      "--num_generations", "2", "--micro_batches", "1", "--completion", "2",
                                      "--steps", "2", "--rounds", "1"), "LoRA (tower frozen + cache)"),
