@@ -12,9 +12,11 @@ The figures they print at this size mean nothing; only that they run and report.
 from __future__ import annotations
 
 import importlib.util
+import os
 import runpy
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,11 +85,12 @@ def _missing(needs: str | None) -> str | None:
     return None
 
 
-def _run_here(script: Path, argv: list[str], monkeypatch) -> int:
+def _run_here(script: Path, argv: list[str], script_tmp: Path, monkeypatch) -> int:
     """``python script argv...`` in this process; the exit code."""
     monkeypatch.setattr(sys, "argv", [str(script), *argv])
     monkeypatch.setattr(sys, "path", [str(script.parent), *sys.path])
     monkeypatch.chdir(REPO)
+    monkeypatch.setattr(tempfile, "tempdir", str(script_tmp))  # the scripts' own temporary folders go there too
     try:
         runpy.run_path(str(script), run_name="__main__")
     except SystemExit as stop:
@@ -125,10 +128,10 @@ def test_bench_script_runs_at_its_smallest_size(name, tmp_path, tiny_model_dir, 
     script = BENCH_DIR / name
     if entry.own_process:
         done = subprocess.run([sys.executable, str(script), *argv], cwd=REPO, capture_output=True, text=True,
-                              timeout=600)
+                              timeout=600, env={**os.environ, "TMPDIR": str(tmp_path)})
         code, output = done.returncode, done.stdout + done.stderr
     else:
-        code = _run_here(script, argv, monkeypatch)
+        code = _run_here(script, argv, tmp_path, monkeypatch)
         captured = capfd.readouterr()
         output = captured.out + captured.err
     assert code == 0, f"{name} {' '.join(argv)} exited {code}:\n{output[-4000:]}"
