@@ -62,6 +62,27 @@ def _fail(message: str, code: int = status.BAD_FLAGS) -> int:
     return code
 
 
+def keep_peft_out(argv: list[str]) -> None:
+    """Before transformers loads: a run without ``--use_peft`` marks ``peft`` absent for this process.
+
+    transformers and TRL import peft whenever it is installed (seconds of start-up); with
+    ``sys.modules["peft"] = None`` (the import system's mark for a module that is not there) their
+    ``is_peft_available()`` is false and nothing loads it, so only a LoRA run pays for LoRA. Only for a fresh
+    process, the command line's (:func:`cli`): where transformers or peft is already loaded it does nothing. A bad
+    flag exits as :func:`main` would (one ``error:`` line, status 2)."""
+    if "peft" in sys.modules or "transformers" in sys.modules:
+        return
+    if not parse_args(argv).use_peft:
+        sys.modules["peft"] = None
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """The command line (``python -m olmocr_rl.grpo_train``, ``olmocr-rl-train``): :func:`main` in a fresh process."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    keep_peft_out(argv)
+    return main(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     setup_logging()
     args = parse_args(argv)  # a parse error prints one `error:` line and exits 2
@@ -530,4 +551,4 @@ def _tops(rels: list[str]) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

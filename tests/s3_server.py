@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
+import threading
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -65,7 +67,7 @@ class MotoS3Server:
         server, self._server = self._server, None
         if server is None:
             return
-        server.stop()
+        _stop_without_polling_delay(server)
         # ThreadedMotoServer.stop() leaves the listening socket open: connects would then hang in the
         # backlog until a read timeout instead of failing like a vanished host.
         server._server.server_close()
@@ -93,6 +95,19 @@ class MotoS3Server:
             aws_secret_access_key="testing",
             region_name="us-east-1",
         )
+
+
+def _stop_without_polling_delay(server) -> None:
+    """``server.stop()``, without waiting out the serve loop's poll: socketserver looks for a shutdown request
+    every 0.5 s (its default ``poll_interval``, which moto keeps) or after a request, so a connection made while
+    the stop is under way ends it at once (about 0.25 s saved per test on average)."""
+    host, port = server.get_host_and_port()
+    stopping = threading.Thread(target=server.stop, daemon=True)
+    stopping.start()
+    while stopping.is_alive():
+        with contextlib.suppress(OSError):
+            socket.create_connection((host, port), timeout=0.2).close()
+        stopping.join(0.02)
 
 
 @contextlib.contextmanager

@@ -109,22 +109,28 @@ def _modules_to_save(model, names: Sequence[str] | None) -> list[str] | None:
 class AdapterPlan:
     """The LoRA config of a run and what it trains, counted on the model's architecture."""
 
-    lora_config: Any  # peft.LoraConfig
+    lora_config: Any  # peft.LoraConfig (None from adapter_plan(..., with_config=False))
     adapter_parameters: int  # the LoRA A and B matrices
     saved_parameters: int  # modules trained in full (--lora_modules_to_save)
     adapted_layers: int
 
 
 def adapter_plan(model, *, r: int, alpha: float, dropout: float, target_modules: Sequence[str],
-                 modules_to_save: Sequence[str] | None = None) -> AdapterPlan:
-    """The LoRA config for ``model`` (a loaded model, or one built on the meta device). Raises AdapterError."""
+                 modules_to_save: Sequence[str] | None = None, with_config: bool = True) -> AdapterPlan:
+    """The LoRA config for ``model`` (a loaded model, or one built on the meta device). Raises AdapterError.
+
+    ``with_config=False``: the counts only, without importing peft (a run without --use_peft keeps peft out,
+    grpo_train.keep_peft_out, yet its memory arithmetic counts what LoRA would train)."""
     import torch
-    from peft import LoraConfig
 
     pattern = lora_target_pattern(model, target_modules)
     to_save = _modules_to_save(model, modules_to_save)
-    config = LoraConfig(task_type="CAUSAL_LM", r=r, lora_alpha=alpha, lora_dropout=dropout, bias="none",
-                        target_modules=pattern, modules_to_save=to_save)
+    config = None
+    if with_config:
+        from peft import LoraConfig
+
+        config = LoraConfig(task_type="CAUSAL_LM", r=r, lora_alpha=alpha, lora_dropout=dropout, bias="none",
+                            target_modules=pattern, modules_to_save=to_save)
     in_saved = [re.compile(rf"(^|.*\.){re.escape(s)}($|\..*)") for s in to_save or ()]  # PEFT's own rule
     modules = dict(model.named_modules())
     adapted = [m for name, m in modules.items() if isinstance(m, torch.nn.Linear) and re.fullmatch(pattern, name)

@@ -142,7 +142,8 @@ def model_facts(config, lora: dict | None = None) -> ModelFacts:
     mergers = vision_merger_modules(config)  # Qwen3-VL's deepstack mergers are mergers too
     merger = sum(count(module) for name, module in visual.named_children() if name in mergers)
     try:
-        plan = adapter_plan(model, alpha=1, dropout=0.0, **(lora or {"r": 16, "target_modules": LORA_TARGET_MODULES}))
+        plan = adapter_plan(model, alpha=1, dropout=0.0, with_config=False,
+                            **(lora or {"r": 16, "target_modules": LORA_TARGET_MODULES}))
         adapters, saved = plan.adapter_parameters, plan.saved_parameters
     except AdapterError:  # e.g. the default MLP targets on a MoE model (its experts are no linear layers)
         adapters = saved = None  # a --use_peft run stops on its LoRA plan before this check

@@ -16,7 +16,7 @@ other work on the machine falls on both:
   (G, batch, lengths, sampling, loss, learning rate, seed), same page order.
 
 Step time, measured by the same callback in both arms (:func:`install_step_clock` adds it to every
-``GRPOTrainer``; the CLI arm runs ``olmocr_rl.grpo_train.main`` in a process where it is installed):
+``GRPOTrainer``; the CLI arm runs ``olmocr_rl.grpo_train``'s command line in a process where it is installed):
 the time between two consecutive training log events (``logging_steps=1``), so every per-step cost,
 logging and callbacks included, falls in exactly one interval. Two clocks: wall time, and CPU time
 (user + system of the trainer process and its live children, i.e. the reward workers), which a busy
@@ -29,6 +29,7 @@ median over all steps of all runs, and the median of the per-repetition ratios c
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -71,20 +72,25 @@ def install_step_clock(path: Path) -> None:
     class StepClock(TrainerCallback):
         def __init__(self):
             self.wall: list[float] = []
+            self.epoch: list[float] = []  # time.time() at each log: start-up is measured from the launch
             self.cpu: list[float] = []
             self.rewards: list[float] = []
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "reward" in logs:
                 self.wall.append(time.perf_counter())
+                self.epoch.append(time.time())
                 self.cpu.append(cpu_seconds(process))
                 self.rewards.append(float(logs["reward"]))
 
         def on_train_end(self, args, state, control, **kwargs):
-            path.write_text(json.dumps({"wall": self.wall, "cpu": self.cpu, "rewards": self.rewards}))
+            path.write_text(json.dumps({"wall": self.wall, "epoch": self.epoch, "cpu": self.cpu, "rewards": self.rewards}))
 
     original_init = GRPOTrainer.__init__
 
+    # functools.wraps: the CLI's private-surface check reads GRPOTrainer.__init__'s signature and source
+    # (through __wrapped__); a bare wrapper shows it `(*args, **kwargs)` and the check refuses the run.
+    @functools.wraps(original_init)
     def init_with_clock(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
         self.add_callback(StepClock())
@@ -188,6 +194,7 @@ def run_arm(arm: str, model_dir: str, work: Path, rep: int, params: dict, env: d
         sys.exit(f"{arm} run {rep}: {len(clock['wall'])} step logs, expected {params['steps']}")
     wall, cpu = step_intervals(clock["wall"]), step_intervals(clock["cpu"])
     return {"arm": arm, "rep": rep, "wall_s": time.time() - started, "wall": wall, "cpu": cpu,
+            "first_step_s": clock["epoch"][0] - started, "first_step_cpu_s": clock["cpu"][0],
             "rewards": clock["rewards"], "median_wall": statistics.median(wall), "median_cpu": statistics.median(cpu),
             "load": os.getloadavg()[0], "cli_timing": cli_timing(out_dir / "run") if arm == "cli" else {}}
 
@@ -212,6 +219,9 @@ def summarize(runs: list[dict]) -> dict:
         rep_ratios = [v["cli"] / v["bare"] for _, v in sorted(by_rep.items()) if "cli" in v and "bare" in v]
         out[clock] = {"median": medians, "ratio": medians["cli"] / medians["bare"], "rep_ratios": rep_ratios,
                       "median_rep_ratio": statistics.median(rep_ratios), "steps": {a: len(v) for a, v in values.items()}}
+    for key in ("first_step_s", "first_step_cpu_s"):
+        firsts = {arm: statistics.median(r[key] for r in runs if r["arm"] == arm) for arm in ("cli", "bare")}
+        out[key] = {"median": firsts, "ratio": firsts["cli"] / firsts["bare"]}
     # Same pages, seed and tests: the arms should sample the same completions and so log the same rewards.
     out["same_rewards"] = len({tuple(round(x, 6) for x in r["rewards"]) for r in runs}) == 1
     return out
@@ -248,11 +258,11 @@ def format_report(runs: list[dict], summary: dict, params: dict, command: str, m
         "clocks: CPU time (trainer process + live children, i.e. the CLI's reward workers) and wall time. "
         f"`OMP_NUM_THREADS={params['threads']}` in both arms.",
         "",
-        "| run | arm | median wall s/step | median CPU s/step | steps | 1-min load after |",
-        "|---|---|---|---|---|---|",
+        "| run | arm | launch -> first step, wall s | CPU s | median wall s/step | median CPU s/step | steps | 1-min load after |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(runs, 1):
-        lines.append(f"| {i} | {r['arm']} | {r['median_wall']:.3f} | {r['median_cpu']:.3f} | {len(r['wall'])} "
+        lines.append(f"| {i} | {r['arm']} | {r['first_step_s']:.1f} | {r['first_step_cpu_s']:.1f} | {r['median_wall']:.3f} | {r['median_cpu']:.3f} | {len(r['wall'])} "
                      f"| {r['load']:.1f} |")
     lines.append("")
     for clock, label in (("cpu", "CPU time"), ("wall", "Wall time")):
@@ -263,6 +273,13 @@ def format_report(runs: list[dict], summary: dict, params: dict, command: str, m
             f"({c['steps']['cli']} and {c['steps']['bare']} steps); ratio CLI/bare **{c['ratio']:.3f}** "
             f"(target <= {TARGET_RATIO}: {verdict}); per repetition {', '.join(f'{x:.3f}' for x in c['rep_ratios'])} "
             f"(median {c['median_rep_ratio']:.3f})."
+        )
+    for key, label in (("first_step_cpu_s", "CPU time"), ("first_step_s", "wall time")):
+        first = summary[key]
+        lines.append(
+            f"- Start-up, {label} (launch of the process -> first step logged, step 1 included): CLI "
+            f"**{first['median']['cli']:.1f} s**, bare **{first['median']['bare']:.1f} s**, ratio CLI/bare "
+            f"**{first['ratio']:.3f}** (medians over runs)."
         )
     lines += [
         "",
@@ -309,13 +326,18 @@ def main(argv: list[str] | None = None) -> int:
     params = {"steps": args.steps, "g": args.num_generations, "length": args.max_completion_length,
               "image_dim": args.image_dim, "seed": args.seed}
     if args.arm != "both":  # one measured run, in this (child) process
-        install_step_clock(args.out / CLOCK_FILE)
         if args.arm == "bare":
+            install_step_clock(args.out / CLOCK_FILE)
             run_bare(args.model, args.out, **params)
             return 0
-        from olmocr_rl.grpo_train import main as cli_main  # what `python -m olmocr_rl.grpo_train` runs
+        # What `python -m olmocr_rl.grpo_train` runs (grpo_train.cli): the import decision before anything loads
+        # transformers (the clock imports it), then main.
+        from olmocr_rl.grpo_train import keep_peft_out, main as cli_main
 
-        return cli_main(cli_flags(args.model, args.out / "run", **params))
+        flags = cli_flags(args.model, args.out / "run", **params)
+        keep_peft_out(flags)
+        install_step_clock(args.out / CLOCK_FILE)
+        return cli_main(flags)
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(args.threads),

@@ -29,6 +29,8 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=8, help="G: completions of the page")
     parser.add_argument("--tokens", type=int, default=64, help="completion tokens (EOS held off)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--skip_compiled", action="store_true",
+                        help="leave out the compiled arm (compiling takes minutes on a CPU): a quick run of the others")
     args = parser.parse_args()
 
     import torch
@@ -63,18 +65,22 @@ def main() -> None:
             return model.generate(**inputs, generation_config=config)
 
     reference = generate(stock)
-    synchronize()
-    start = time.perf_counter()
-    first = generate(compiled)
-    synchronize()
-    compile_s = time.perf_counter() - start
-    assert torch.equal(first, reference) and torch.equal(generate(static), reference), "ids differ from the stock path"
-    times = interleaved({"stock (TRL: dynamic cache)": lambda: generate(stock),
-                         "static cache, bucketed": lambda: generate(static),
-                         "--compiled_generation": lambda: generate(compiled)}, args.repeats)
+    assert torch.equal(generate(static), reference), "ids differ from the stock path"
+    arms = {"stock (TRL: dynamic cache)": lambda: generate(stock), "static cache, bucketed": lambda: generate(static)}
+    if not args.skip_compiled:
+        synchronize()
+        start = time.perf_counter()
+        first = generate(compiled)
+        synchronize()
+        compile_s = time.perf_counter() - start
+        assert torch.equal(first, reference), "ids differ from the stock path"
+        arms["--compiled_generation"] = lambda: generate(compiled)
+    times = interleaved(arms, args.repeats)
     medians = report("bench_generation", f"{args.shape} model on {model.device}, G = {args.copies} x {args.tokens} "
                      f"tokens, {inputs['input_ids'].shape[1]}-token prompt, median of {args.repeats}; ids equal to "
                      "the stock path's", times, "stock (TRL: dynamic cache)")
+    if args.skip_compiled:
+        return
     saved = medians["stock (TRL: dynamic cache)"] - medians["--compiled_generation"]
     tokens = args.copies * args.tokens
     print(f"  stock {tokens / medians['stock (TRL: dynamic cache)']:.0f} tok/s, compiled "

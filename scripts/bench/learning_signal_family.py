@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     for arm in args.arms.split(","):
         start = time.time()
         rates = _pass_rates(model, work / f"run-{args.family}-{args.sft_steps}-{arm}", args.steps, extras[arm])
-        first, last = sum(rates[:10]) / 10, sum(rates[-10:]) / 10
+        window = min(10, len(rates))  # 10, as the demo; fewer in a run shorter than 10 steps (a smoke run)
+        first, last = sum(rates[:window]) / window, sum(rates[-window:]) / window
         rows.append({"family": args.family, "arm": arm, "sft_steps": args.sft_steps, "steps": len(rates),
                      "first10": round(first, 3), "last10": round(last, 3), "gain": round(last - first, 3),
                      "seconds": round(time.time() - start)})

@@ -1,0 +1,138 @@
+"""Every script in scripts/bench/ runs to the end at its smallest size, so a benchmark cannot break unseen.
+
+The test is parametrized over the files found in scripts/bench/: a new script without an entry in ``SMOKE`` (or, for
+a module the scripts import, ``LIBRARIES``) fails here until it gets one. Each entry gives the smallest arguments
+that still run every arm of the script, and a piece of text its report must print. Scripts run in this process
+(``runpy``, as ``python script.py ...`` would, without paying the imports again) unless the entry asks for a process
+of their own: a script that pins its process to a CPU, or one that needs another environment. Scripts that need
+vLLM, the ``olmocr`` package or the real olmOCR-bench sample in ../shared skip, saying so, where those are absent.
+The figures they print at this size mean nothing; only that they run and report.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import runpy
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH_DIR = REPO / "scripts" / "bench"
+SHARED_SAMPLE = REPO.parent / "shared" / "olmocr-bench-sample"
+
+
+@dataclass(frozen=True)
+class Smoke:
+    args: tuple[str, ...]  # {tmp}: the test's folder, {shared}: ../shared's sample, {model}: the session's tiny model
+    expect: str  # text the script's output must contain
+    own_process: bool = False
+    needs: str | None = None  # "vllm", "olmocr" (the reference package) or "shared"
+
+
+SMOKE = {
+    "bench_checkpoint_verify.py": Smoke(("--weights-mb", "1", "--optimizer-mb", "2", "--repeats", "1",
+                                         "--dir", "{tmp}"), "x the save"),
+    "bench_checkpointing.py": Smoke(("--shape", "tiny", "--side", "224", "--rows", "1", "--tokens", "8",
+                                     "--repeats", "1"), "vision"),
+    "bench_cli_overhead.py": Smoke(("--model", "{model}", "--reps", "1", "--steps", "2", "--max_completion_length",
+                                    "4", "--num_generations", "2", "--image_dim", "224", "--write-doc",
+                                    "{tmp}/cli_overhead.md"), "Start-up, CPU time (launch"),
+    "bench_frozen_vision.py": Smoke(("--depth", "2", "--hidden", "32", "--heads", "1", "--side", "224",
+                                     "--num_generations", "2", "--micro_batches", "1", "--completion", "2",
+                                     "--steps", "2", "--rounds", "1"), "LoRA (tower frozen + cache)"),
+    "bench_generation.py": Smoke(("--shape", "tiny", "--side", "224", "--copies", "2", "--tokens", "4",
+                                  "--repeats", "1", "--skip_compiled"), "static cache, bucketed"),
+    "bench_is_lengths.py": Smoke(("--work", "{tmp}", "--steps", "1", "--generations", "2", "--max_length", "16",
+                                  "--sft_steps", "1"), "sequence_mask", needs="vllm"),
+    "bench_padding_free.py": Smoke(("--shape", "tiny", "--side", "224", "--rows", "2", "--shortest", "4",
+                                    "--longest", "8", "--repeats", "1"), "--padding_free"),
+    "bench_page_processing.py": Smoke(("--side", "224", "--copies", "2", "--repeats", "1"), "--share_page_processing"),
+    "bench_render.py": Smoke(("--folder", "bench_data_sample", "--target", "224", "--repeats", "1"), "ours total:"),
+    "bench_rewards.py": Smoke(("--bench_folder", "bench_data_sample", "--generations", "2", "--workers", "1"),
+                              "workers=1"),
+    # It pins its process to one CPU: its own process, not pytest's.
+    "bench_tests.py": Smoke(("--bench", "{shared}", "--copies", "1", "--passes", "1"), "whole-page evaluation",
+                            own_process=True, needs="shared"),
+    "bench_vision.py": Smoke(("--depth", "2", "--hidden", "32", "--heads", "1", "--side", "224", "--copies", "2",
+                              "--repeats", "1"), "batched + page encoded once"),
+    "fit_table.py": Smoke((), "Qwen2.5-VL-7B"),
+    "launcher_dryruns.py": Smoke(("{tmp}/dryruns",), "rc=0"),
+    "learning_signal_family.py": Smoke(("--sft_steps", "1", "--steps", "2", "--arms", "plain", "--work_dir", "{tmp}"),
+                                       "first 10"),
+    # It runs under olmOCR's own package (another environment).
+    "time_olmocr_tests.py": Smoke(("--bench", "{shared}", "--copies", "1", "--skip-math", "--out", "{tmp}/t.json"),
+                                  "µs/test", own_process=True, needs="olmocr"),
+    "verdict_dump.py": Smoke(("--bench", "{shared}", "--copies", "1"), "katex\t", needs="shared"),
+}
+
+# Modules the scripts import (no command line of their own): each must import and do its one job.
+LIBRARIES = {"perturb.py", "speed_common.py"}
+
+
+def _missing(needs: str | None) -> str | None:
+    if needs == "vllm" and importlib.util.find_spec("vllm") is None:
+        return "needs vLLM (the vLLM lane's environment)"
+    if needs == "olmocr" and importlib.util.find_spec("olmocr") is None:
+        return "needs olmOCR's own package (`olmocr`), which olmocr_rl's environments do not install"
+    if needs == "shared" and not (SHARED_SAMPLE / "olmocr_pipeline").is_dir():
+        return f"needs the real olmOCR-bench sample with its pipeline outputs: {SHARED_SAMPLE} is absent"
+    return None
+
+
+def _run_here(script: Path, argv: list[str], script_tmp: Path, monkeypatch) -> int:
+    """``python script argv...`` in this process; the exit code."""
+    monkeypatch.setattr(sys, "argv", [str(script), *argv])
+    monkeypatch.setattr(sys, "path", [str(script.parent), *sys.path])
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(tempfile, "tempdir", str(script_tmp))  # the scripts' own temporary folders go there too
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    return 0
+
+
+def test_every_bench_script_has_a_smoke_entry():
+    found = {path.name for path in BENCH_DIR.glob("*.py")}
+    assert found - set(SMOKE) - LIBRARIES == set(), "add these scripts to SMOKE"
+    assert set(SMOKE) | LIBRARIES <= found, "SMOKE names scripts that are gone"
+
+
+def test_the_libraries_the_scripts_share_import_and_work(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    perturb = importlib.import_module("perturb")
+    text = "A first line.\nA second line, longer.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n"
+    copies = perturb.perturbed_copies(text, 3, seed=0)
+    assert len(copies) == 3 and copies == perturb.perturbed_copies(text, 3, seed=0)
+    assert any(copy != text for copy in copies)
+    speed_common = importlib.import_module("speed_common")
+    calls = []
+    times = speed_common.interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=2)
+    assert calls == ["a", "b"] * 3 and {name: len(t) for name, t in times.items()} == {"a": 2, "b": 2}
+
+
+@pytest.mark.parametrize("name", sorted(path.name for path in BENCH_DIR.glob("*.py") if path.name not in LIBRARIES))
+def test_bench_script_runs_at_its_smallest_size(name, tmp_path, tiny_model_dir, monkeypatch, capfd):
+    entry = SMOKE.get(name)
+    assert entry is not None, f"scripts/bench/{name} has no smoke entry: add the smallest run of it to SMOKE"
+    reason = _missing(entry.needs)
+    if reason:
+        pytest.skip(reason)
+    argv = [arg.format(tmp=tmp_path, shared=SHARED_SAMPLE, model=tiny_model_dir) for arg in entry.args]
+    script = BENCH_DIR / name
+    if entry.own_process:
+        done = subprocess.run([sys.executable, str(script), *argv], cwd=REPO, capture_output=True, text=True,
+                              timeout=600, env={**os.environ, "TMPDIR": str(tmp_path)})
+        code, output = done.returncode, done.stdout + done.stderr
+    else:
+        code = _run_here(script, argv, tmp_path, monkeypatch)
+        captured = capfd.readouterr()
+        output = captured.out + captured.err
+    assert code == 0, f"{name} {' '.join(argv)} exited {code}:\n{output[-4000:]}"
+    assert entry.expect in output, f"{name} ran but did not print {entry.expect!r}:\n{output[-4000:]}"
