@@ -57,12 +57,19 @@ SMOKE = {
     "bench_rewards.py": Smoke(("--bench_folder", "bench_data_sample", "--generations", "2", "--workers", "1"),
                               "workers=1"),
     # It pins its process to one CPU: its own process, not pytest's.
+    # The vLLM server on one core, the trainer on another: the vLLM lane's environment.
+    "bench_server_phases.py": Smoke(("--model", "{model}", "--lengths", "4", "--steps", "2"), "generate",
+                                    own_process=True, needs="vllm"),
     "bench_tests.py": Smoke(("--bench", "{shared}", "--copies", "1", "--passes", "1"), "whole-page evaluation",
                             own_process=True, needs="shared"),
     "bench_vision.py": Smoke(("--depth", "2", "--hidden", "32", "--heads", "1", "--side", "224", "--copies", "2",
                               "--repeats", "1"), "batched + page encoded once"),
     "fit_table.py": Smoke((), "Qwen2.5-VL-7B"),
+    "gaming_probes.py": Smoke(("--bench", "bench_data_sample", "--max_chars", "2000"), "| runaway repetition |"),
     "launcher_dryruns.py": Smoke(("{tmp}/dryruns",), "rc=0"),
+    "learning_signal_continuous.py": Smoke(("--sft_steps", "1", "--steps", "2", "--seeds", "0", "--arms", "binary",
+                                            "--eval_samples", "0", "--work_dir", "{tmp}", "--out", "{tmp}/r.jsonl"),
+                                           '"arm": "binary"'),
     "learning_signal_family.py": Smoke(("--sft_steps", "1", "--steps", "2", "--arms", "plain", "--work_dir", "{tmp}"),
                                        "first 10"),
     # It runs under olmOCR's own package (another environment).
