@@ -11,9 +11,12 @@ the same completions and score the same rewards. Each arm is a pair of 2-step ru
 - each process holds about half of every sharded tensor (``rank_memory.json``): the two local shards add up to
   one full copy of the trainable parameters, their gradients and Adam's two moments, and to the preflight's
   FSDP2 arithmetic (model.colocate_memory.sharded_trainer_bytes);
-- the checkpoint is manifested (engine, world size, every rank's files) and verifies; resumed by the same two
-  processes its next step equals the uninterrupted run's bit for bit; resumed by another number of processes or
-  under another engine it is refused in one ``error:`` line before the model loads.
+- the checkpoint is manifested (engine, world size, every rank's files) and verifies; resumed by another number
+  of processes or under another engine it is refused in one ``error:`` line before the model loads;
+- full arm (5 steps): the same 2-process run mirrored to S3 (the moto server on loopback) is SIGKILLed once
+  checkpoint-2 is whole there; with its folder and cache deleted, the same command in an empty folder resumes
+  from S3 and is sent SIGTERM once step 3 is logged: it saves and uploads checkpoint-4 (the step the signal
+  arrived in) and exits 75. Steps 1-4 equal the uninterrupted run's bit for bit, and so does checkpoint-4.
 
 Tolerance: the 2-process run computes each rank's gradient from its own row and averages the two in a
 reduce-scatter; the 1-process run sums both rows in one backward. The same fp32 numbers are added in another
@@ -35,6 +38,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from s3_server import moto_s3  # noqa: F401  (pytest fixture, the full arm's S3)
 from test_cli_e2e import BENCH, REPO, cli_env, failure
 
 SHIMS = Path(__file__).resolve().parents[1] / "sharded_cpu"
@@ -128,21 +132,25 @@ def assert_half_each(one: Path, two: Path, gradients: bool = True) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("arm", ["full", "lora_olmorl", "moe_frozen_tower"])
-def test_fsdp2_on_two_processes_matches_one_process(arm, tiny_model_dir, tiny_family_dir, tmp_path):
-    model, extra = {"full": (tiny_model_dir, ["--max_steps", "3", "--save_steps", "2"]),
+def test_fsdp2_on_two_processes_matches_one_process(arm, tiny_model_dir, tiny_family_dir, tmp_path, request):
+    model, extra = {"full": (tiny_model_dir, ["--max_steps", "5", "--save_steps", "2"]),
                     "lora_olmorl": (tiny_model_dir, ["--use_peft", "--olmorl"]),
                     "moe_frozen_tower": (tiny_family_dir("qwen3_vl_moe"), ["--freeze_vision_tower"])}[arm]
     one, two = run_pair(model, tmp_path, extra)
-    assert_same_steps(one, two, steps=3 if arm == "full" else 2)
+    assert_same_steps(one, two, steps=5 if arm == "full" else 2)
     report = assert_half_each(one, two)
     print(arm, json.dumps(report))
     assert_preflight_arithmetic(model, extra, report["ranks"])
     assert_manifested(two / "checkpoint-2", "fsdp2-full_state_dict", "pytorch_model_fsdp.bin")
     if arm == "full":
-        assert_resumed_step_is_bit_exact(model, two, tmp_path)
+        server = request.getfixturevalue("moto_s3")
+        save_uri, cache = f"s3://{server.bucket}/runs/fsdp2", tmp_path / "cache"
+        remote = kill_once_on_s3(sharded_s3_command(model, tmp_path / "killed", save_uri, cache), server,
+                                 "runs/fsdp2", tmp_path)
+        assert_resumed_from_s3(model, two, remote, save_uri, tmp_path)
         # resumed by one process: refused in one line, before the model loads
         single = [sys.executable, "-m", "olmocr_rl.grpo_train", *COMMON, "--model_name", str(model),
-                  "--per_device_train_batch_size", "2", "--max_steps", "3", "--output_dir", str(two),
+                  "--per_device_train_batch_size", "2", "--max_steps", "5", "--output_dir", str(two),
                   "--resume_from_checkpoint", str(two / "checkpoint-2")]
         assert_refused(subprocess.run(single, cwd=REPO, env=sharded_env(tmp_path), capture_output=True, text=True,
                                       timeout=300), "2 processes on 1 machine (fsdp2-full_state_dict)",
@@ -162,24 +170,102 @@ def assert_preflight_arithmetic(model_dir: Path, extra: list[str], ranks: list[d
     assert abs(sum(held) - 2 * expected) <= 2 and max(held) - min(held) <= 0.01 * expected, (held, expected)
 
 
-def assert_resumed_step_is_bit_exact(model: Path, two: Path, tmp_path: Path) -> None:
-    """The 2-process run's checkpoint-2, resumed by 2 processes in a fresh folder: step 3 equals the
-    uninterrupted run's step 3 bit for bit (weights, Adam's moments, the schedule and the RNG restored)."""
-    import shutil
-
+def sharded_s3_command(model: Path, out: Path, save_uri: str, cache: Path, save_steps: int = 2) -> list[str]:
+    """The full arm's 5-step 2-process run mirrored to ``save_uri``, resuming from its newest checkpoint if any."""
     from test_lora_training import _free_port
 
+    return sharded_command("fsdp", _free_port(), [*COMMON, "--model_name", str(model), "--max_steps", "5",
+                                                  "--save_steps", str(save_steps), "--per_device_train_batch_size",
+                                                  "1", "--output_dir", str(out), "--s3_save_path", save_uri,
+                                                  "--cache_dir", str(cache), "--resume_from_checkpoint"])
+
+
+def start(command: list[str], tmp_path: Path, name: str) -> tuple[subprocess.Popen, Path]:
+    log = tmp_path / f"{name}.log"
+    with log.open("w") as handle:
+        return subprocess.Popen(command, cwd=REPO, env=sharded_env(tmp_path), stdout=handle,
+                                stderr=subprocess.STDOUT), log
+
+
+def kill_once_on_s3(command: list[str], server, prefix: str, tmp_path: Path) -> set[str]:
+    """Run ``command``; once checkpoint-2 is whole on S3 (its manifest, then trainer_state.json, go last), SIGKILL
+    the launcher and both trainers as a preempted machine loses them. Returns S3's files of checkpoint-2."""
+    from fault_helpers import descendants, survivors
+    from test_cli_s3 import remote_files
+    from test_preemption import kill_tree, wait_for_remote
+
+    proc, log = start(command, tmp_path, "killed")
+    try:
+        on_s3 = wait_for_remote(server, prefix, "checkpoint-2/trainer_state.json", proc)
+        processes = [proc.pid, *descendants(proc.pid)]
+    finally:
+        kill_tree(proc)
+    assert on_s3 and proc.returncode == -9, log.read_text()[-6000:]
+    assert survivors(processes) == []  # the launcher, both trainers and their workers: gone with the machine
+    remote = remote_files(server, prefix)
+    assert "checkpoint-4/trainer_state.json" not in remote, "killed too late: " + log.read_text()[-3000:]
+    return {rel[len("checkpoint-2/"):] for rel in remote if rel.startswith("checkpoint-2/")}
+
+
+def same(a, b) -> bool:
+    """Bit-for-bit equality of what torch.load returns (tensors, numpy arrays, nested containers)."""
+    import numpy as np
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and np.array_equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):  # a loaded optimizer keeps Adam's betas as the list it was saved as
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def assert_resumed_from_s3(model: Path, two: Path, remote: set[str], save_uri: str, tmp_path: Path) -> None:
+    """The 2-process run mirrored to S3 was SIGKILLed once checkpoint-2 was there; its folder and cache deleted,
+    the command in an empty folder (no periodic save now) pulls checkpoint-2 (every rank's files, verified) and
+    trains on; a SIGTERM once step 3 is logged arrives in step 4: checkpoint-4 is saved and uploaded, the run
+    exits 75 without step 5. Steps 1-4 (1-2 from S3's history) equal the uninterrupted run's bit for bit, and so
+    does checkpoint-4 (the weights, Adam's moments, the schedule, both ranks' RNG states): the next resume
+    continues exactly."""
+    import shutil
+    import signal
+
+    import torch
+    from fault_helpers import wait_for_record
+
+    from olmocr_rl.storage.verify import verify_folder
+
+    cache, killed = tmp_path / "cache", tmp_path / "killed"
+    manifest = json.loads((killed / "checkpoint-2" / "olmocr_rl_manifest" / "node-0.json").read_text())
+    assert {"rng_state_0.pth", "rng_state_1.pth", "pytorch_model_fsdp.bin", "optimizer.bin"} <= set(manifest["files"])
+    assert set(manifest["files"]) | {"olmocr_rl_manifest/node-0.json"} <= remote  # every rank's files mirrored
+    shutil.rmtree(killed)  # the preempted machine's disk is gone: its output folder and its cache
+    shutil.rmtree(cache, ignore_errors=True)
+
     resumed = tmp_path / "resumed"
-    shutil.copytree(two / "checkpoint-2", resumed / "checkpoint-2")
-    command = sharded_command("fsdp", _free_port(), [*COMMON, "--model_name", str(model), "--max_steps", "3",
-                                                     "--save_steps", "2", "--per_device_train_batch_size", "1",
-                                                     "--output_dir", str(resumed), "--resume_from_checkpoint",
-                                                     str(resumed / "checkpoint-2")])
-    result = subprocess.run(command, cwd=REPO, env=sharded_env(tmp_path), capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, failure(result)
-    (after,), uninterrupted = _steps(resumed), _steps(two)[2]
-    for key in ("step", "reward", "reward_std", "loss", "grad_norm", "entropy", "learning_rate"):
-        assert after[key] == uninterrupted[key], key
+    proc, log = start(sharded_s3_command(model, resumed, save_uri, cache, save_steps=100), tmp_path, "resumed")
+    try:
+        assert wait_for_record(proc, resumed / "metrics.jsonl", 3), log.read_text()[-6000:]
+        proc.send_signal(signal.SIGTERM)  # arrives in step 4
+        proc.wait(timeout=300)
+    finally:
+        proc.kill()
+    text = log.read_text()
+    assert f"pulled {save_uri}/checkpoint-2/" in text
+    assert f"checkpoint-4 saved in {resumed} and uploaded to {save_uri}; exiting with status 75" in text, text[-6000:]
+    assert verify_folder(resumed / "checkpoint-2") is None  # pulled whole: every rank's files as manifested
+    after, uninterrupted = _steps(resumed), _steps(two)
+    assert [r["step"] for r in after] == [1, 2, 3, 4]  # stopped in the step the signal arrived in
+    for x, y in zip(after, uninterrupted):
+        for key in ("step", "reward", "reward_std", "loss", "grad_norm", "entropy", "learning_rate"):
+            assert x[key] == y[key], (x["step"], key)
+    assert verify_folder(resumed / "checkpoint-4") is None
+    for name in ("pytorch_model_fsdp.bin", "optimizer.bin", "scheduler.pt", "rng_state_0.pth", "rng_state_1.pth"):
+        mine, theirs = (torch.load(d / "checkpoint-4" / name, weights_only=False) for d in (resumed, two))
+        assert same(mine, theirs), name
 
 
 def assert_manifested(checkpoint: Path, engine: str, weights: str) -> None:
