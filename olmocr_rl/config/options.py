@@ -224,7 +224,7 @@ class ResolvedConfig:
         grpo="vllm_importance_sampling_clip_max")
     olmorl: bool = flag(GRPO, False, "OLMo 3's OlmoRL objective: no std normalisation, zero-signal groups dropped, "
         "clip-higher (0.2/0.272), token-level loss, beta 0")
-    active_sampling: bool = flag(GRPO, False, "OlmoRL only: generate groups from further pages of the epoch until "
+    active_sampling: bool = flag(GRPO, False, "OlmoRL only: generate groups from further pages (drawn by a sampler seeded per step) until "
         "every optimizer step holds its full number of groups with signal (costs extra generation; docs/olmorl.md)")
     active_sampling_max_rounds: int = flag(GRPO, ACTIVE_SAMPLING_MAX_ROUNDS, "at most N extra generation rounds per "
         "step for --active_sampling; a step still short after them trains on what it has (logged)", metavar="N")

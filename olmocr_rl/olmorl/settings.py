@@ -83,8 +83,8 @@ def check_active_sampling_geometry(per_device_batch: int, steps_per_generation: 
     """Raise ValueError (one line naming the flag and the fix) if active sampling cannot fill steps here.
 
     Each process fills its own share of groups, so its generation batch (per-device batch x
-    steps_per_generation) must hold whole groups; a refill takes whole page chunks from the epoch, which
-    lines up with the optimizer steps only when steps_per_generation is gradient_accumulation_steps.
+    steps_per_generation) must hold whole groups; a refill round is one whole generation batch, which
+    is one optimizer step's only when steps_per_generation is gradient_accumulation_steps.
     """
     if max_rounds < 1:
         raise ValueError(f"--active_sampling_max_rounds must be >= 1 (got {max_rounds}); drop --active_sampling "

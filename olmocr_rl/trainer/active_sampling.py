@@ -2,36 +2,31 @@
 
 With ``--olmorl --active_sampling``, :class:`ActiveSampler` (owned by the trainer, ``trainer/plain.py``;
 the keep mask is :class:`olmocr_rl.trainer.olmorl.OlmoRLGRPOTrainer`'s) generates and scores further
-generation batches (the next pages of the epoch) until each process holds its share of groups with
-signal (``per_device_train_batch_size x gradient_accumulation_steps / num_generations``), or until
-``--active_sampling_max_rounds`` extra rounds were generated, or the epoch has no pages left. The pieces
-that do not need the trainer:
+generation batches until each process holds its share of groups with signal
+(``per_device_train_batch_size x gradient_accumulation_steps / num_generations``), or until
+``--active_sampling_max_rounds`` extra rounds were generated. All of it runs inside the trainer's one
+``_generate_and_score_completions`` override; nothing reaches into the transformers training loop.
 
-``merge_rows``          rows of several scored generation batches (TRL's ``_generate_and_score_completions``
-                        outputs) selected and concatenated into one, re-padding prompts on the left and
-                        completions on the right.
-``PushbackIterator``    the Trainer's epoch iterator with a front queue, so a refill can take whole page
-                        chunks ahead of repeats of the current one that later micro-steps still expect.
-``ActiveSamplingPosition``  the epoch, how many dataloader batches it had consumed and how many of the next
-                        epoch's its refills took, kept in every checkpoint's ``trainer_state.json`` (a
-                        transformers stateful callback).
+Refill pages come from a sampler the trainer owns, not from the epoch: round ``r`` of the generation at global
+step ``s`` draws its pages with a ``torch.Generator`` seeded by (``args.seed``, ``s``, ``r``) over the train
+dataset's page indices (:func:`refill_pages`; every process draws the same list and takes its own slice). So the
+epoch's own pages are untouched (an epoch gives the Trainer's step count), a step at an epoch's end refills like
+any other, and a resumed run draws exactly the same refill pages with nothing saved in the checkpoint. A
+checkpoint written before this design may hold an ``ActiveSamplingPosition`` in trainer_state.json; it is ignored
+(transformers restores only callbacks the run has) and the resumed run follows the Trainer's step count
+(docs/olmorl.md).
 
-A refill that reaches the end of the epoch goes on into the next epoch's order (the same (seed, epoch) shuffle
-the Trainer will iterate), and that epoch then starts after the batches borrowed from it; it always keeps at
-least one page chunk of its own, and the run's last epoch lends nothing.
+``merge_rows`` concatenates selected rows of several scored generation batches (TRL's
+``_generate_and_score_completions`` outputs), re-padding prompts on the left and completions on the right.
 """
 
 from __future__ import annotations
 
-import itertools
+import hashlib
 import logging
-from collections import deque
-from collections.abc import Iterator
 from typing import Any
 
 import torch
-from transformers import TrainerCallback
-from transformers.trainer_callback import ExportableState
 from trl.trainer.utils import split_pixel_values_by_grid, unsplit_pixel_values_by_grid
 
 from olmocr_rl.olmorl.settings import ACTIVE_SAMPLING_MAX_ROUNDS, check_active_sampling_geometry
@@ -42,73 +37,26 @@ logger = logging.getLogger(__name__)
 # Per-row 2-D tensors aligned with the prompt are left-padded by TRL, those aligned with the completion
 # right-padded; the key lists live in trainer/compat.py (a key in neither raises there, not mis-padded here).
 _BATCH_KEYS_POINT = "trl.trainer.grpo_trainer:GRPOTrainer._generate_and_score_completions#batch_keys"
-_TRAINING_VALUES_POINT = "transformers.trainer:Trainer.set_initial_training_values"
 
 
-class PushbackIterator:
-    """An iterator with a front queue; ``pulled`` counts items taken from the wrapped iterator."""
-
-    def __init__(self, inner: Iterator, pulled: int = 0) -> None:
-        self.inner = inner
-        self.front: deque = deque()
-        self.pulled = pulled
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if self.front:
-            return self.front.popleft()
-        item = next(self.inner)
-        self.pulled += 1
-        return item
-
-    def take_from_inner(self, n: int) -> list | None:
-        """The next ``n`` items of the wrapped iterator (skipping the front queue); None if it ends first
-        (the items taken are consumed all the same)."""
-        items = []
-        for _ in range(n):
-            try:
-                items.append(next(self.inner))
-            except StopIteration:
-                return None
-            self.pulled += 1
-        return items
+def refill_seed(seed: int, step: int, round_: int) -> int:
+    """The refill generator's seed for (run seed, global step, refill round): distinct for distinct triples."""
+    digest = hashlib.sha256(f"olmocr_rl.active_sampling:{seed}:{step}:{round_}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-class ActiveSamplingPosition(TrainerCallback, ExportableState):
-    """Where the epoch's pages stand: ``epoch``, ``batches_consumed`` (None before the first step) and
-    ``next_epoch_batches_consumed`` (batches of epoch + 1 that refills took before it began).
-
-    The Trainer writes ``state()`` into ``trainer_state.json`` under ``stateful_callbacks`` (the file whose
-    presence makes a checkpoint complete), so a checkpoint cannot lack it or hold half of it. The trainer sets
-    the attributes just before each save and reads them back from the loaded state when it resumes.
-    """
-
-    def __init__(self, epoch: int = 0, batches_consumed: int | None = None, next_epoch_batches_consumed: int = 0) -> None:
-        self.epoch = epoch
-        self.batches_consumed = batches_consumed
-        self.next_epoch_batches_consumed = next_epoch_batches_consumed
-
-    def state(self) -> dict:
-        return {"args": {}, "attributes": {"epoch": self.epoch, "batches_consumed": self.batches_consumed,
-                                           "next_epoch_batches_consumed": self.next_epoch_batches_consumed}}
-
-    @classmethod
-    def read(cls, stateful_callbacks: dict) -> tuple[int, int, int] | None:
-        """(epoch, batches consumed, batches of the next epoch consumed) from a loaded
-        ``TrainerState.stateful_callbacks``, or None (a checkpoint from before the third: 0)."""
-        record = stateful_callbacks.get(cls.__name__)
-        if isinstance(record, list):
-            record = record[-1] if record else None
-        attributes = record.get("attributes") if isinstance(record, dict) else None
-        if not isinstance(attributes, dict):
-            return None
-        epoch, consumed = attributes.get("epoch"), attributes.get("batches_consumed")
-        if not isinstance(epoch, int) or not isinstance(consumed, int):
-            return None
-        borrowed = attributes.get("next_epoch_batches_consumed", 0)
-        return epoch, consumed, borrowed if isinstance(borrowed, int) else 0
+def refill_pages(num_pages: int, seed: int, step: int, round_: int, num_processes: int, rank: int,
+                 pages_per_process: int) -> list[int]:
+    """This process's refill page indices for one round: seeded permutations of ``range(num_pages)``, as many
+    as the processes together need, sliced by rank (pages repeat only when the dataset has fewer pages)."""
+    if num_pages < 1:
+        raise ValueError("--active_sampling: the train dataset has no pages to refill from")
+    generator = torch.Generator().manual_seed(refill_seed(seed, step, round_))
+    need = num_processes * pages_per_process
+    drawn: list[int] = []
+    while len(drawn) < need:
+        drawn += torch.randperm(num_pages, generator=generator).tolist()
+    return drawn[rank * pages_per_process:(rank + 1) * pages_per_process]
 
 
 def _pad_to(t: torch.Tensor, width: int, left: bool, value: float) -> torch.Tensor:
@@ -170,16 +118,11 @@ class ActiveSampler:
     """Active sampling's state and steps, owned by the trainer (``active_sampling=True``, ``trainer/plain.py``).
 
     The trainer's ``_score_generation_batch(inputs) -> (scored batch, kept rows)`` (OlmoRL's: TRL's
-    ``_generate_and_score_completions`` with its advantages and keep mask) scores each round, and the trainer
-    calls :meth:`fill` on the first round's result. The trainer's overrides of these TRL 1.16 / transformers 5
-    internals call in here (each listed in ``trainer/compat.py``): ``Trainer._run_epoch`` (:meth:`begin_epoch`:
-    epoch index and dataloader; refills past the epoch's end iterate the next epoch's order from the dataloader's
-    ``base_dataloader`` (accelerate), so the shard's end-of-epoch bookkeeping is left to the Trainer's own pass),
-    ``Trainer.get_batch_samples`` (:meth:`epoch_iterator`), ``Trainer.set_initial_training_values``
-    (:meth:`training_values`), ``Trainer._init_training_state`` (:meth:`resume_position`),
-    ``Trainer._save_checkpoint`` (:meth:`record_position`: the position rides in trainer_state.json as
-    ``TrainerState.stateful_callbacks["ActiveSamplingPosition"]``). Each page chunk is one generation batch,
-    repeated num_iterations x steps_per_generation times by TRL's (epoch-seeded) ``RepeatSampler``.
+    ``_generate_and_score_completions`` with its advantages and keep mask) scores each round, and the trainer's
+    ``_generate_and_score_completions`` calls :meth:`fill` on the first round's result. Refill rounds build
+    their generation batch from :func:`refill_pages` (see the module): each page's dataset row, repeated
+    ``num_generations`` times in a row as TRL's ``RepeatSampler`` lays out a generation batch, through the
+    trainer's data collator.
     """
 
     def __init__(self, trainer, config, max_rounds: int | None = None) -> None:
@@ -188,143 +131,18 @@ class ActiveSampler:
                                        config.gradient_accumulation_steps, config.num_generations, max_rounds)
         self.trainer = trainer
         self.max_rounds = max_rounds
-        self.iterator: PushbackIterator | None = None  # over the Trainer's current epoch iterator
-        self.epoch = 0
-        self.resume_skip: tuple[int, int] | None = None  # (epoch, batches) read from the checkpoint
-        self.resume_borrowed: tuple[int, int] | None = None  # (epoch + 1, its batches taken), from it too
-        self.dataloader = None  # the Trainer's train dataloader, for the next epoch's order
-        self.num_epochs: int | None = None  # epochs the Trainer will run
-        self.lookahead: PushbackIterator | None = None  # over the next epoch's order, while refills borrow
-        self.borrowed = 0  # batches of epoch self.epoch + 1 that refills of this epoch consumed
-        self.carried = 0  # batches of this epoch that the last epoch's refills consumed (skipped at its start)
 
-    def start(self) -> None:
-        """Once the trainer is built: the position's stateful callback."""
-        self.trainer.add_callback(ActiveSamplingPosition())
-
-    def training_values(self, values, args):
-        values = list(values)
-        if len(values) != 7:  # (num_train_epochs, ..., max_steps): values[0] is the epoch count
-            raise broken(_TRAINING_VALUES_POINT, f"returned {len(values)} values, not the 7 whose first is num_train_epochs")
-        if args.max_steps > 0:
-            # Refills consume pages, so an epoch gives fewer steps than the Trainer counts: allow enough
-            # epochs to reach max_steps (training stops there).
-            values[0] = max(values[0], args.max_steps)
-        self.num_epochs = int(values[0])
-        return tuple(values)
-
-    def resume_position(self, epochs, steps, resume_from_checkpoint):
-        """The Trainer's (epochs, steps) to skip at a resume, corrected for the pages refills consumed."""
+    def next_chunk(self, round_: int) -> list:
+        """The local generation batch of refill round ``round_`` (1, 2, ...) at the trainer's current step."""
         trainer = self.trainer
-        name = ActiveSamplingPosition.__name__
-        position = ActiveSamplingPosition.read(trainer.state.stateful_callbacks)
-        # A state loaded from a checkpoint saved without active sampling has no entry; the save needs one.
-        trainer.state.stateful_callbacks.setdefault(name, ActiveSamplingPosition().state())
-        if resume_from_checkpoint is None:
-            return epochs, steps
-        if position is None:
-            logger.warning("--active_sampling: %s records no active sampling position; the page order after "
-                           "resuming follows the Trainer's step count, not the pages refills consumed",
-                           resume_from_checkpoint)
-            return epochs, steps
-        # The Trainer's position assumes one page chunk per step; refills took more.
-        epochs, steps, borrowed = position
-        if trainer.args.ignore_data_skip:
-            steps = borrowed = 0
-        self.resume_skip = (epochs, steps)
-        self.resume_borrowed = (epochs + 1, borrowed)
-        return epochs, steps
-
-    def begin_epoch(self, epoch, train_dataloader) -> None:
-        self.carried = self.borrowed if epoch == self.epoch + 1 else 0
-        self.epoch = epoch
-        self.iterator = None
-        self.dataloader = train_dataloader
-        self.lookahead, self.borrowed = None, 0
-        if self.resume_borrowed is not None:  # resumed in this epoch after its refills had borrowed
-            if self.resume_borrowed[0] == epoch + 1:
-                self.borrowed = self.resume_borrowed[1]
-            self.resume_borrowed = None
-
-    def epoch_iterator(self, epoch_iterator):
-        """The iterator the Trainer's ``get_batch_samples`` should read: its epoch iterator behind a front queue."""
-        if self.iterator is None or self.iterator.inner is not epoch_iterator:
-            # A new epoch; in the resumed one the Trainer already skipped the batches consumed before.
-            skipped = 0
-            if self.resume_skip is not None and self.resume_skip[0] == self.epoch:
-                skipped = self.resume_skip[1]
-            self.resume_skip = None
-            self.iterator = PushbackIterator(epoch_iterator, pulled=skipped)
-            if self.carried and not skipped:  # the last epoch's refills already trained on these
-                self.iterator.take_from_inner(self.carried)
-            self.carried = 0
-        return self.iterator
-
-    def record_position(self) -> None:
-        """Before a checkpoint is saved: the position into its ``ActiveSamplingPosition`` callback.
-
-        Stored by the Trainer inside trainer_state.json, written last (the checkpoint's completeness mark).
-        A restored callback replaces the one added at construction, so it is looked up each time."""
-        for callback in self.trainer.callback_handler.callbacks:
-            if isinstance(callback, ActiveSamplingPosition):
-                callback.epoch = self.epoch
-                callback.batches_consumed = None if self.iterator is None else self.iterator.pulled
-                callback.next_epoch_batches_consumed = self.borrowed
-
-    def next_chunk(self):
-        """The next page chunk (the local generation batch), consumed: from this epoch, then from the next
-        epoch's order; None when neither has one to give."""
-        it = self.iterator
-        if it is None:
-            return None
-        trainer = self.trainer
-        repeat = trainer.num_iterations * trainer.args.steps_per_generation
-        # Repeats of the current chunk that later micro-steps still pull stay in front of the refills.
-        remaining = (repeat - (it.pulled % repeat)) % repeat
-        held = it.take_from_inner(remaining)
-        if held is None:
-            return None
-        it.front.extend(held)
-        batches = it.take_from_inner(repeat)
-        if batches is None:
-            batches = self.borrow(repeat)
-        return None if batches is None else batches[0]
-
-    def borrow(self, repeat: int) -> list | None:
-        """``repeat`` batches (one page chunk and its repeats) from the next epoch's order, or None: no next epoch
-        in this run, no epoch-seeded sampler, or the next epoch would be left without a chunk of its own."""
-        sampler = self.trainer._page_sampler
-        if self.dataloader is None or sampler is None or self.num_epochs is None:
-            return None
-        if self.epoch + 1 >= self.num_epochs:
-            return None
-        if self.borrowed + 2 * repeat > len(self.dataloader):
-            return None
-        if self.lookahead is None:
-            self.lookahead = PushbackIterator(self.epoch_batches(self.epoch + 1, sampler))
-            if self.borrowed and self.lookahead.take_from_inner(self.borrowed) is None:
-                return None  # resumed: the batches borrowed before the checkpoint
-        batches = self.lookahead.take_from_inner(repeat)
-        if batches is not None:
-            self.borrowed += repeat
-        return batches
-
-    def epoch_batches(self, epoch: int, sampler) -> Iterator:
-        """This process's dataloader batches of ``epoch``, in the order the Trainer will see them.
-
-        The epoch-seeded sampler draws its order when the first batch is taken, so the sampler's epoch is set for
-        that first batch only. accelerate's ``base_dataloader`` (the shard's own loader: same batches, this
-        process's share) is read so the Trainer's pass keeps the shard's state to itself.
-        """
-        loader = getattr(self.dataloader, "base_dataloader", self.dataloader)
-        current = sampler.epoch
-        sampler.set_epoch(epoch)
-        try:
-            iterator = iter(loader)
-            first = next(iterator, None)
-        finally:
-            sampler.set_epoch(current)
-        return iter(()) if first is None else itertools.chain([first], iterator)
+        args, dataset, G = trainer.args, trainer.train_dataset, trainer.num_generations
+        if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            raise ValueError("--active_sampling refills from the train dataset's page indices; it needs a "
+                             "map-style dataset (with a length), not an iterable one")
+        pages = args.per_device_train_batch_size * args.steps_per_generation // G
+        indices = refill_pages(len(dataset), args.seed, trainer.state.global_step, round_,
+                               trainer.accelerator.num_processes, trainer.accelerator.process_index, pages)
+        return trainer.data_collator([dataset[i] for i in indices for _ in range(G)])
 
     def refill(self, batch):
         """One extra generation round, timed as such (``timing/active_sampling_s``): (scored batch, kept rows)."""
@@ -354,13 +172,8 @@ class ActiveSampler:
             if rounds >= self.max_rounds:
                 why = f"--active_sampling_max_rounds {self.max_rounds} reached"
                 break
-            batch = self.next_chunk()
-            got = torch.tensor([0.0 if batch is None else 1.0], device=device)
-            if float(trainer.accelerator.gather(got).min()) == 0:  # every process stops together
-                why = "no pages left in this epoch or the next"
-                break
-            rounds += 1
-            output, keep = self.refill(batch)
+            rounds += 1  # every process reaches the same decision: the gathered shortfall and the same bound
+            output, keep = self.refill(self.next_chunk(rounds))
             outputs.append(output)
             keeps.append(keep)
 

@@ -232,40 +232,19 @@ SURFACE: tuple[Point, ...] = (
           "checkpoint without scheduler.pt (--allow_partial_resume) has self.lr_scheduler moved on to its step",
           "a multi-process CPU run cannot resume; a partial resume restarts the warmup", params=("checkpoint",),
           source=('map_location = self.args.device if self.args.world_size > 1 else "cpu"',)),
-    Point(_TRAINER + "._run_epoch", "override", "trainer/plain.py (page_order.py, active_sampling.py)",
-          "the epoch index reaches the sampler and active sampling's position",
-          "a resumed run replays epoch 0's page order; active sampling loses its place",
+    Point(_TRAINER + "._run_epoch", "override", "trainer/plain.py (page_order.py)",
+          "the epoch index reaches the sampler", "a resumed run replays epoch 0's page order",
           params=("model", "epoch", "train_dataloader"), source=("self._run_epoch( model=model, epoch=epoch,",),
           in_source=_LOOP),
-    Point(_TRAINER + ".set_initial_training_values", "override", "trainer/plain.py (active_sampling.py)",
-          "active sampling raises the epoch count (the first of the seven values) so max_steps is reached",
-          "a run with refills stops before --max_steps", params=("args", "dataloader"),
-          source=("( num_train_epochs, num_update_steps_per_epoch, num_examples, num_train_samples, "
-                  "total_train_batch_size, steps_in_epoch, max_steps, ) = self.set_initial_training_values(args, "
-                  "train_dataloader)",), in_source=_LOOP),
-    Point(_TRAINER + "._init_training_state", "override", "trainer/plain.py (active_sampling.py)",
-          "a resume restores (epoch, batches consumed) from the checkpoint's active-sampling position",
-          "a resumed active-sampling run sees other pages",
-          params=("max_steps", "num_update_steps_per_epoch", "num_train_epochs", "resume_from_checkpoint", "trial"),
-          source=("epochs_trained, steps_trained_in_current_epoch = self._init_training_state(",), in_source=_LOOP),
-    Point(_TRAINER + ".get_batch_samples", "override", "trainer/plain.py (active_sampling.py)",
-          "active sampling takes further page chunks from the epoch iterator it receives",
-          "refills cannot take pages", params=("epoch_iterator", "num_batches", "device"),
-          source=("self.get_batch_samples(epoch_iterator, num_batches, self.args.device)",),
-          in_source=_TRAINER + "._run_epoch"),
-    Point(_TRAINER + "._save_checkpoint", "override", "trainer/plain.py (active_sampling.py, checkpoint_save.py), "
-          "trainer/preemption.py",
-          "the active-sampling position is stored just before the Trainer writes trainer_state.json; every save is "
-          "wrapped (atomic trainer_state.json, the node manifest last, a full disk in one line); a run whose PDF "
-          "vanished saves through it", "a checkpoint records a stale position, has no manifest, or a full disk is a "
-          "traceback", params=("model", "trial"), source=("isinstance(cb, ExportableState)",)),
+    Point(_TRAINER + "._save_checkpoint", "override", "trainer/plain.py (checkpoint_save.py), trainer/preemption.py",
+          "every save is wrapped (atomic trainer_state.json, the node manifest last, a full disk in one line); a run "
+          "whose PDF vanished saves through it", "a checkpoint has no manifest, or a full disk is a traceback",
+          params=("model", "trial"), source=("self.save_model(output_dir, _internal_call=True)",)),
     Point(_TRAINER + "._save_checkpoint#state_and_rotation", "invariant", "trainer/checkpoint_save.py",
           "trainer_state.json is written through self.state.save_to_json (shadowed per save to write it whole), "
           "and old checkpoints are pruned only after it, so a failed save leaves the checkpoints before it intact",
           "trainer_state.json is written in place again (a full disk leaves half of it), or a failed save prunes",
           source=("self.state.save_to_json(os.path.join(output_dir, TRAINER_STATE_NAME))", "rotate_checkpoints(")),
-    Point("transformers.trainer_callback:ExportableState", "subclass", "trainer/active_sampling.py",
-          "ActiveSamplingPosition rides in trainer_state.json's stateful_callbacks", "the position is not saved"),
     Point("transformers.integrations:WandbCallback._wandb", "read", "telemetry/wandb_run.py",
           "olmOCR's bench_reward/* keys are logged at top level through the callback's wandb module",
           "those keys go missing from W&B", instance=True, source=("self._wandb = wandb",)),

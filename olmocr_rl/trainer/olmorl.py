@@ -26,9 +26,9 @@ With vLLM's importance-sampling correction on (GPU runs), each token's term is a
 by TRL's vLLM/trainer ratio, as in plain TRL.
 
 ``active_sampling=True`` (``--active_sampling``) adds OLMo 3's active sampling: after a generation batch is
-scored, further page chunks of the epoch are generated and scored through the same
-``_score_generation_batch`` until every process holds its share of groups with signal (or
-``active_sampling_max_rounds`` extra rounds, or the epoch's end): :mod:`olmocr_rl.trainer.active_sampling`,
+scored, further pages (drawn by the trainer's own sampler, seeded by (seed, step, round)) are generated and scored
+through the same ``_score_generation_batch`` until every process holds its share of groups with signal (or
+``active_sampling_max_rounds`` extra rounds): :mod:`olmocr_rl.trainer.active_sampling`,
 and docs/olmorl.md for what it costs.
 """
 

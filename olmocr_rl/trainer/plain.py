@@ -9,13 +9,13 @@ each override calls a helper of its own module and then the parent (nothing of T
 ``_generate_single_turn``            compiled static-cache HF generation, ``compiled_generation=`` (``generation``)
 ``_calculate_rewards``               timing, the completions table's page column (``completions``), and the
                                      gathered rewards kept for a subclass's objective
-``_generate_and_score_completions``  IS telemetry (``is_telemetry``), then active sampling's refill
-                                     (``active_sampling``, ``active_sampling=``) on the subclass's keep mask
+``_generate_and_score_completions``  IS telemetry (``is_telemetry``), then active sampling's refill rounds
+                                     (``active_sampling``, ``active_sampling=``: pages from its own seeded
+                                     sampler) on the subclass's keep mask
 ``_get_per_token_logps_and_entropies`` padding count (timing) and the packed forward, ``padding_free=``
 ``_load_from_checkpoint``, ``_load_optimizer_and_scheduler``   resume (``checkpoint_load``)
 ``_save_checkpoint``                 whole checkpoints with flags and manifest (``checkpoint_save``)
 ``log``                              the completions table as text
-``set_initial_training_values``, ``_init_training_state``, ``get_batch_samples``   active sampling's position
 ==================================== ==================================================================
 
 Every switch is a constructor argument; nothing is set on the trainer after construction and no method is
@@ -81,8 +81,6 @@ class PlainGRPOTrainer(GRPOTrainer):
             from olmocr_rl.trainer.vision_cache import attach_feature_cache
 
             attach_feature_cache(self)
-        if self._active_sampler is not None:
-            self._active_sampler.start()
 
     # -- page order -------------------------------------------------------------------------------------------
     def _get_train_sampler(self, dataset=None):
@@ -93,8 +91,6 @@ class PlainGRPOTrainer(GRPOTrainer):
         # Set here, whatever wrappers (accelerate's shards, skip_first_batches) sit around the sampler.
         if self._page_sampler is not None:
             self._page_sampler.set_epoch(epoch)
-        if self._active_sampler is not None:
-            self._active_sampler.begin_epoch(epoch, train_dataloader)
         return super()._run_epoch(model, epoch, train_dataloader, *args, **kwargs)
 
     # -- generation and rewards -------------------------------------------------------------------------------
@@ -155,29 +151,7 @@ class PlainGRPOTrainer(GRPOTrainer):
         return checkpoint_load.load_optimizer_and_scheduler(self, checkpoint, super()._load_optimizer_and_scheduler)
 
     def _save_checkpoint(self, model, trial):
-        if self._active_sampler is not None:
-            self._active_sampler.record_position()
         return checkpoint_save.save_checkpoint(self, model, trial, super()._save_checkpoint)
-
-    # -- active sampling's place in the Trainer's loop ---------------------------------------------------------
-    def set_initial_training_values(self, args, dataloader):
-        values = super().set_initial_training_values(args, dataloader)
-        if self._active_sampler is None:
-            return values
-        return self._active_sampler.training_values(values, args)
-
-    def _init_training_state(self, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint,
-                             trial):
-        epochs, steps = super()._init_training_state(max_steps, num_update_steps_per_epoch, num_train_epochs,
-                                                     resume_from_checkpoint, trial)
-        if self._active_sampler is None:
-            return epochs, steps
-        return self._active_sampler.resume_position(epochs, steps, resume_from_checkpoint)
-
-    def get_batch_samples(self, epoch_iterator, num_batches, device):
-        if self._active_sampler is not None:
-            epoch_iterator = self._active_sampler.epoch_iterator(epoch_iterator)
-        return super().get_batch_samples(epoch_iterator, num_batches, device)
 
 
 def _rollout_backend(engine_kwargs: dict | None):

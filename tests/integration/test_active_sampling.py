@@ -2,8 +2,9 @@
 
 Eight pages, four of them "flat" (every completion gets reward 0.5, so the group carries no signal) and
 four where the two completions of a group always differ. One generation batch holds four groups. With
-active sampling every generation batch must train on four groups with signal, taken from further pages
-of the epoch; without it, half of the epoch's groups are dropped. The loss of every optimizer step must be
+active sampling every generation batch must train on four groups with signal, refilled from pages the
+trainer's own sampler draws, seeded by (seed, step, round), while the epoch's pages stay the Trainer's; without
+it, half of the epoch's groups are dropped. The loss of every optimizer step must be
 ``-olmorl_objective`` over the kept groups of the (refilled) generation batch, computed here by hand from
 the raw rewards (on one process and on two gloo processes), and a run resumed from a checkpoint must see
 the same pages in the same order as an uninterrupted one.
@@ -157,9 +158,8 @@ def test_every_step_keeps_a_full_batch_of_signal_groups(tiny_model_dir, tmp_path
     assert sampled == [GROUPS_PER_STEP * (r + 1) for r in rounds]
     pages = [p for call in on["calls"] for p, _ in call[::G]]
     assert len(pages) == sum(sampled)
-    epoch = len(PAGES)  # refill pages come from the epoch: no page twice within one pass over the 8 pages
-    for start in range(0, len(pages), epoch):
-        assert len(set(pages[start:start + epoch])) == len(pages[start:start + epoch])
+    # each generation: its own chunk of the epoch's order, then the seeded draws of its refill rounds
+    assert _steps(on) == _expected_steps(on, pages_per_chunk=4, repeat=4, generation_steps=[0, 2])
 
     off = _train(str(tiny_model_dir), str(tmp_path / "off"), per_device_batch=4, active=False)
     kept_off = _check_loss_is_the_objective_over_kept_groups([off])
@@ -179,11 +179,10 @@ def test_resumed_run_sees_the_same_pages(tiny_model_dir, tmp_path):
     pages = lambda run: [p for call in run["calls"] for p, _ in call[::G]]  # noqa: E731
     assert pages(first) + pages(resumed) == pages(full)
     assert len(pages(full)) > 4 * GROUPS_PER_STEP, "refills must have taken pages beyond one chunk per step"
-    # The position rides inside trainer_state.json (the checkpoint's completeness mark), no file of its own.
+    # Refill pages follow from (seed, step, round): the checkpoint holds no position of active sampling's.
     checkpoint = tmp_path / "part" / "checkpoint-2"
     saved = json.loads((checkpoint / "trainer_state.json").read_text())["stateful_callbacks"]
-    position = saved["ActiveSamplingPosition"]["attributes"]
-    assert isinstance(position["epoch"], int) and position["batches_consumed"] > 0
+    assert "ActiveSamplingPosition" not in saved
     assert not (checkpoint / "active_sampling_state.json").exists()
 
 
@@ -214,44 +213,62 @@ def _steps(run) -> list[list[str]]:
     return steps
 
 
-def test_refills_go_on_into_the_next_epochs_order(tiny_model_dir, tmp_path):
-    """2 pages (groups) a step, half of them flat: steps refill, and those at an epoch's end used to train short
-    (kept [2, 2, 2, 2, 2, 1, 2, 1] before refills could cross the boundary)."""
+def _expected_steps(run, pages_per_chunk: int, repeat: int, generation_steps: list[int]) -> list[list[str]]:
+    """What each generation must have seen: the next chunk of the epochs' orders (refills consume none of them),
+    then, for refill round r = 1, 2, ..., the pages ``refill_pages`` draws for (seed 0, its global step, r)."""
+    from olmocr_rl.trainer.active_sampling import refill_pages
+
+    rounds = _logged([run], "active_sampling/rounds")
+    epochs = len(generation_steps) * pages_per_chunk // len(PAGES) + 1
+    order = [p for epoch in _epoch_orders(epochs, pages_per_chunk, repeat) for p in epoch]
+    expected = []
+    for k, (r, step) in enumerate(zip(rounds, generation_steps)):
+        refills = [PAGES[i] for rnd in range(1, int(r) + 1)
+                   for i in refill_pages(len(PAGES), 0, step, rnd, 1, 0, pages_per_chunk)]
+        expected.append(order[k * pages_per_chunk:(k + 1) * pages_per_chunk] + refills)
+    return expected
+
+
+def test_steps_across_the_epoch_boundary_keep_full_batches(tiny_model_dir, tmp_path):
+    """2 pages (groups) a step, half of them flat: steps refill, those at an epoch's end as well (refills never run
+    out of pages), and the epochs' own pages follow the Trainer's order across the boundary."""
     run = _train(str(tiny_model_dir), str(tmp_path / "run"), per_device_batch=2, active=True, max_steps=8,
                  num_iterations=1)
     assert _logged([run], "active_sampling/groups_kept") == [2] * 8
-    consumed = [p for step in _steps(run) for p in step]
-    orders = _epoch_orders(6, pages_per_chunk=2, repeat=2)
-    # every page of every epoch once, in the sampler's order, the borrowed ones not again when their epoch comes
-    assert consumed == [p for order in orders for p in order][:len(consumed)]
-    boundaries = {len(PAGES) * k for k in range(1, 6)}
-    ends, spans = 0, []
-    for step in _steps(run):
-        spans.append(any(ends < b < ends + len(step) for b in boundaries))
-        ends += len(step)
-    assert any(spans), "no step drew pages from two epochs: the test no longer crosses a boundary"
+    assert sum(_logged([run], "active_sampling/rounds")) > 0, "no step refilled: the test no longer tests refills"
+    assert _steps(run) == _expected_steps(run, pages_per_chunk=2, repeat=2, generation_steps=list(range(8)))
 
 
-def test_a_resume_just_after_borrowing_from_the_next_epoch_is_exact(tiny_model_dir, tmp_path):
+def test_a_resume_in_the_next_epoch_is_exact_also_from_an_old_checkpoint(tiny_model_dir, tmp_path):
+    """A checkpoint after the epoch boundary (step 5 of 4-step epochs). Its trainer_state.json is given the
+    ``ActiveSamplingPosition`` entry an older olmocr_rl wrote: it is ignored and the resume is still exact."""
     full = _train(str(tiny_model_dir), str(tmp_path / "full"), per_device_batch=2, active=True, max_steps=8,
                   num_iterations=1)
-    ends, crossing = 0, None
-    for index, step in enumerate(_steps(full), start=1):
-        if crossing is None and any(ends < len(PAGES) * k < ends + len(step) for k in range(1, 6)):
-            crossing = index
-        ends += len(step)
-    assert crossing is not None and crossing < 8
-    part = tmp_path / "part"
-    first = _train(str(tiny_model_dir), str(part), per_device_batch=2, active=True, max_steps=crossing,
-                   num_iterations=1, save_steps=crossing)
-    position = json.loads((part / f"checkpoint-{crossing}" / "trainer_state.json").read_text())
-    attributes = position["stateful_callbacks"]["ActiveSamplingPosition"]["attributes"]
-    assert attributes["next_epoch_batches_consumed"] > 0  # the checkpoint holds what was borrowed
+    part, at = tmp_path / "part", 5
+    first = _train(str(tiny_model_dir), str(part), per_device_batch=2, active=True, max_steps=at,
+                   num_iterations=1, save_steps=at)
+    state_file = part / f"checkpoint-{at}" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    state["stateful_callbacks"]["ActiveSamplingPosition"] = {
+        "args": {}, "attributes": {"epoch": 1, "batches_consumed": 7, "next_epoch_batches_consumed": 2}}
+    state_file.write_text(json.dumps(state))
     resumed = _train(str(tiny_model_dir), str(part), per_device_batch=2, active=True, max_steps=8,
-                     num_iterations=1, save_steps=crossing, resume=str(part / f"checkpoint-{crossing}"))
+                     num_iterations=1, save_steps=at, resume=str(part / f"checkpoint-{at}"))
     pages = lambda run: [p for call in run["calls"] for p, _ in call[::G]]  # noqa: E731
     assert pages(first) + pages(resumed) == pages(full)
     assert _logged([resumed], "active_sampling/groups_kept") == [2] * 8  # the history resumes with the state
+
+
+def test_refill_pages_are_a_function_of_seed_step_and_round():
+    from olmocr_rl.trainer.active_sampling import refill_pages
+
+    draw = refill_pages(8, 0, 3, 1, 2, 0, 2) + refill_pages(8, 0, 3, 1, 2, 1, 2)
+    assert draw == refill_pages(8, 0, 3, 1, 1, 0, 4)  # the ranks' slices of one draw
+    assert len(set(draw)) == 4 and all(0 <= i < 8 for i in draw)  # no page twice while the dataset has enough
+    others = {tuple(refill_pages(8, s, t, r, 1, 0, 4)) for s, t, r in [(1, 3, 1), (0, 4, 1), (0, 3, 2)]}
+    assert tuple(draw) not in others and len(others) == 3
+    small = refill_pages(3, 0, 0, 1, 1, 0, 7)
+    assert sorted(small[:3]) == [0, 1, 2] and sorted(small[3:6]) == [0, 1, 2]  # whole permutations, repeated
 
 
 @pytest.mark.slow

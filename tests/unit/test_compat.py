@@ -167,21 +167,6 @@ def test_a_sampler_of_another_class_raises_instead_of_falling_back_to_trls_order
             Trainer()._get_train_sampler()
 
 
-def test_training_values_of_another_shape_raise():
-    from transformers import Trainer as HFTrainer
-
-    from olmocr_rl.trainer.active_sampling import ActiveSampler
-    from olmocr_rl.trainer.plain import PlainGRPOTrainer
-
-    class Trainer(PlainGRPOTrainer):
-        def __init__(self):  # only the override under test
-            self._active_sampler = ActiveSampler.__new__(ActiveSampler)
-
-    with mock.patch.object(HFTrainer, "set_initial_training_values", lambda self, args, dataloader: (1, 2, 3, 4, 5, 6)):
-        with pytest.raises(CompatError, match="set_initial_training_values returned 6 values, not the 7"):
-            Trainer().set_initial_training_values(SimpleNamespace(max_steps=5), None)
-
-
 def test_a_scored_batch_key_of_unknown_alignment_raises_when_rows_are_merged():
     from olmocr_rl.trainer.active_sampling import merge_rows
 
