@@ -12,8 +12,8 @@ step ``s`` draws its pages with a ``torch.Generator`` seeded by (``args.seed``, 
 dataset's page indices (:func:`refill_pages`; every process draws the same list and takes its own slice). So the
 epoch's own pages are untouched (an epoch gives the Trainer's step count), a step at an epoch's end refills like
 any other, and a resumed run draws exactly the same refill pages with nothing saved in the checkpoint. A
-checkpoint written before this design may hold an ``ActiveSamplingPosition`` in trainer_state.json; it is ignored
-(transformers restores only callbacks the run has) and the resumed run follows the Trainer's step count
+checkpoint written before this design may hold an ``ActiveSamplingPosition`` in trainer_state.json; it is ignored,
+with one warning line (transformers restores only callbacks the run has), and the resumed run follows the Trainer's step count
 (docs/olmorl.md).
 
 ``merge_rows`` concatenates selected rows of several scored generation batches (TRL's

@@ -19,6 +19,9 @@ grpo_train) resumes correctly too.
   checkpoint without ``scheduler.pt`` or ``optimizer.pt`` (resumed only with ``--allow_partial_resume``) gets
   its learning-rate schedule moved on to the checkpoint's step (from ``scheduler.pt`` when it is there), where
   the Trainer would restart it at step 0 (warmup again).
+
+A checkpoint of the earlier active-sampling design keeps a page position (``ActiveSamplingPosition``) that
+refills no longer use: the resume says so in one warning line (:func:`note_old_active_sampling_position`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,27 @@ def _plain_hf_checkpoint(trainer, checkpoint: str) -> bool:
     return any(os.path.isfile(os.path.join(checkpoint, name)) for name in _HF_WEIGHTS)
 
 
+def note_old_active_sampling_position(checkpoint: str) -> bool:
+    """One warning line (main process) when ``checkpoint`` holds the page position of the earlier active-sampling
+    design, which is not used: refills come from a sampler seeded by (seed, step, round) (docs/olmorl.md)."""
+    import json
+
+    from olmocr_rl.ranks import is_main_process
+
+    try:
+        state = json.loads(open(os.path.join(checkpoint, "trainer_state.json")).read())
+    except (OSError, ValueError):
+        return False
+    callbacks = state.get("stateful_callbacks") if isinstance(state, dict) else None
+    if not isinstance(callbacks, dict) or "ActiveSamplingPosition" not in callbacks:
+        return False
+    if is_main_process():
+        logger.warning("%s holds the page position of the earlier active-sampling design (ActiveSamplingPosition): "
+                       "ignored, the run resumes at the Trainer's step and refill pages are drawn per step "
+                       "(docs/olmorl.md)", checkpoint)
+    return True
+
+
 def load_checkpoint_weights(trainer, checkpoint: str, model=None, original=None) -> None:
     """Load a ``save_pretrained`` checkpoint's weights into the trainer's model, every key or an error.
 
@@ -47,6 +71,7 @@ def load_checkpoint_weights(trainer, checkpoint: str, model=None, original=None)
     import torch
 
     model = trainer.model if model is None else model
+    note_old_active_sampling_position(checkpoint)
     from olmocr_rl.trainer.adapter_checkpoint import load_adapter_checkpoint
 
     if load_adapter_checkpoint(trainer, checkpoint, model, original):  # a LoRA checkpoint, or a LoRA run

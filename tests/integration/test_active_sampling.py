@@ -239,9 +239,10 @@ def test_steps_across_the_epoch_boundary_keep_full_batches(tiny_model_dir, tmp_p
     assert _steps(run) == _expected_steps(run, pages_per_chunk=2, repeat=2, generation_steps=list(range(8)))
 
 
-def test_a_resume_in_the_next_epoch_is_exact_also_from_an_old_checkpoint(tiny_model_dir, tmp_path):
+def test_a_resume_in_the_next_epoch_is_exact_also_from_an_old_checkpoint(tiny_model_dir, tmp_path, caplog):
     """A checkpoint after the epoch boundary (step 5 of 4-step epochs). Its trainer_state.json is given the
-    ``ActiveSamplingPosition`` entry an older olmocr_rl wrote: it is ignored and the resume is still exact."""
+    ``ActiveSamplingPosition`` entry an older olmocr_rl wrote: it is ignored, in one warning line, and the resume
+    is still exact."""
     full = _train(str(tiny_model_dir), str(tmp_path / "full"), per_device_batch=2, active=True, max_steps=8,
                   num_iterations=1)
     part, at = tmp_path / "part", 5
@@ -252,11 +253,14 @@ def test_a_resume_in_the_next_epoch_is_exact_also_from_an_old_checkpoint(tiny_mo
     state["stateful_callbacks"]["ActiveSamplingPosition"] = {
         "args": {}, "attributes": {"epoch": 1, "batches_consumed": 7, "next_epoch_batches_consumed": 2}}
     state_file.write_text(json.dumps(state))
+    caplog.set_level("WARNING", logger="olmocr_rl.trainer.checkpoint_load")
     resumed = _train(str(tiny_model_dir), str(part), per_device_batch=2, active=True, max_steps=8,
                      num_iterations=1, save_steps=at, resume=str(part / f"checkpoint-{at}"))
     pages = lambda run: [p for call in run["calls"] for p, _ in call[::G]]  # noqa: E731
     assert pages(first) + pages(resumed) == pages(full)
     assert _logged([resumed], "active_sampling/groups_kept") == [2] * 8  # the history resumes with the state
+    notes = [r.getMessage() for r in caplog.records if "ActiveSamplingPosition" in r.getMessage()]
+    assert len(notes) == 1 and "ignored" in notes[0], notes
 
 
 def test_refill_pages_are_a_function_of_seed_step_and_round():
