@@ -244,12 +244,12 @@ def _build_datasets(cfg: ResolvedConfig, reports: dict):
 def _check_trainer_setup(cfg: ResolvedConfig):
     """Before the model loads: a supported family and the MoE router loss (from the config); the LoRA plan (on the architecture); the colocated engine fits the GPU; TRL's
     private surface is the one the trainers rely on (olmocr_rl.trainer.compat: a mismatch is one line naming the
-    point and the pin); the gradient checkpointing plan (olmocr_rl.model.checkpointing: from the architecture and
+    point and the pin); the gradient checkpointing plan (olmocr_rl.model.grad_checkpointing: from the architecture and
     the GPU's memory); TRL's GRPOConfig, built here so that its own checks refuse a setting now, not minutes in.
     Returns ``(GRPOConfig, LoRA config or None, CheckpointPlan)``."""
     from olmocr_rl.config.checks import max_image_tokens
     from olmocr_rl.config.flags import PROMPT_TEXT_TOKENS
-    from olmocr_rl.model.checkpointing import plan_for_run
+    from olmocr_rl.model.grad_checkpointing import plan_for_run
     from olmocr_rl.model.loading import router_aux_loss_problem, unsupported_model_problem
 
     problem = unsupported_model_problem(cfg.model_name, cfg.cache_dir) or \
@@ -347,9 +347,9 @@ def _build_rewards(cfg: ResolvedConfig, processor):
 def _build_trainer(cfg: ResolvedConfig, grpo_config, model, processor, rewards, train_dataset, eval_dataset, resume,
                    peft_config=None, checkpointing=None):
     """Plain TRL GRPO or OlmoRL (olmocr_rl.trainer.build), with the gradient checkpointing plan installed on the
-    model (olmocr_rl.model.checkpointing) and W&B started first when asked for."""
+    model (olmocr_rl.model.grad_checkpointing) and W&B started first when asked for."""
     from olmocr_rl.config.grpo import ban_vision_pad_tokens
-    from olmocr_rl.model.checkpointing import apply_checkpointing
+    from olmocr_rl.model.grad_checkpointing import apply_checkpointing
     from olmocr_rl.telemetry.console import filter_startup_noise
     from olmocr_rl.trainer.build import build_trainer
 

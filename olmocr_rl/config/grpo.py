@@ -21,7 +21,7 @@ def grpo_config_kwargs(cfg: ResolvedConfig, reward_weights: list[float] | None =
     """GRPOConfig's arguments. ``reward_weights`` default to the run's (``cfg.reward_weights``); ``tokenizer`` names
     the vision pad tokens a vLLM backend must never sample (without it they are added later, see the module);
     ``gradient_checkpointing`` is TRL's whole-model flag as the run's checkpointing plan decided it
-    (olmocr_rl.model.checkpointing; default: only ``--gradient_checkpointing true`` turns it on)."""
+    (olmocr_rl.model.grad_checkpointing; default: only ``--gradient_checkpointing true`` turns it on)."""
     if gradient_checkpointing is None:
         gradient_checkpointing = cfg.gradient_checkpointing == "true"
     on_gpu = cfg.environment.cuda

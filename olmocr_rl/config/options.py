@@ -156,12 +156,12 @@ class ResolvedConfig:
     per_device_eval_batch_size: int = flag(OPTIMISATION, 1, "eval completions per device", grpo=True)
     gradient_accumulation_steps: int = flag(OPTIMISATION, 8, "micro-steps per optimizer step (TRL also uses it as "
         "steps_per_generation)", grpo=True)
-    # auto | true | false | vision (olmocr_rl.model.checkpointing plans it)
+    # auto | true | false | vision (olmocr_rl.model.grad_checkpointing plans it)
     gradient_checkpointing: str = flag(OPTIMISATION, "auto", "recompute activations in the backward pass to save "
         "memory (Chen et al. 2016, 'Training Deep Nets with Sublinear Memory Cost'): true = every layer (TRL's "
         "default), vision = the vision tower only, false = none, auto = the least recomputation with which the "
         "largest micro-batch fits the GPU (none, the vision tower, the vision tower and some decoder layers, or all), "
-        "from activation sizes measured on one layer of the model (olmocr_rl/model/checkpointing.py)",
+        "from activation sizes measured on one layer of the model (olmocr_rl/model/grad_checkpointing.py)",
         action=CheckpointingFlag)
     seed: int = flag(OPTIMISATION, 42, "seed for data order, sampling and init", grpo=True)
     dataloader_num_workers: int = flag(OPTIMISATION, 0, "dataloader worker processes (0: render in the trainer, where "

@@ -37,6 +37,7 @@ class Reward:
     function: str | None = None
     factory: str | None = None
     per_file: bool = False
+    bench_tests: bool = False  # scored by the page's bench unit tests: the run logs their per-type tables
 
     def __post_init__(self) -> None:
         if (self.function is None) == (self.factory is None):
@@ -58,10 +59,12 @@ REWARDS: tuple[Reward, ...] = (
     Reward("bench", "olmocr_bench_reward",
            "share of the page's olmOCR-bench unit tests the completion passes (micro average); "
            "a JSONL path instead of a weight restricts the tests to that file",
-           factory="olmocr_rl.rewards.registry:bench_reward", per_file=True),
+           factory="olmocr_rl.rewards.registry:bench_reward", per_file=True,
+           bench_tests=True),
     Reward("bench_macroavg", "olmocr_bench_reward_macroavg",
            "mean over test types of the per-type pass rates (macro average); also accepts a JSONL path",
-           factory="olmocr_rl.rewards.registry:bench_macroavg_reward", per_file=True),
+           factory="olmocr_rl.rewards.registry:bench_macroavg_reward", per_file=True,
+           bench_tests=True),
     Reward("medoid", "medoid_reward",
            "closeness (Levenshtein) to the medoid of the page's completions in the batch (experimental)",
            function="olmocr_rl.rewards.similarity:medoid_reward"),
@@ -83,10 +86,12 @@ REWARDS: tuple[Reward, ...] = (
     Reward("bench_continuous", "olmocr_bench_continuous_reward",
            "mean partial credit of the page's olmOCR-bench tests: 1 per passed test, up to 0.5 per failed test "
            "by how close it came (docs/rewards.md); also accepts a JSONL path",
-           factory="olmocr_rl.rewards.registry:bench_continuous_reward", per_file=True),
+           factory="olmocr_rl.rewards.registry:bench_continuous_reward", per_file=True,
+           bench_tests=True),
     Reward("bench_continuous_macroavg", "olmocr_bench_continuous_reward_macroavg",
            "mean over test types of the per-type mean partial credit (macro average); also accepts a JSONL path",
-           factory="olmocr_rl.rewards.registry:bench_continuous_macroavg_reward", per_file=True),
+           factory="olmocr_rl.rewards.registry:bench_continuous_macroavg_reward", per_file=True,
+           bench_tests=True),
 )
 
 

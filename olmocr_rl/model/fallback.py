@@ -15,7 +15,7 @@ The checks:
 * ``--compiled_generation`` (olmocr_rl.trainer.generation): the first HF generation batch is generated again
   on the stock path from the same random state; the compiled ids must share most of their first tokens
   with the stock ids; a compile error, then or on a later batch, also falls back;
-* ``--gradient_checkpointing auto`` (olmocr_rl.model.checkpointing): a GPU whose memory cannot be read, or
+* ``--gradient_checkpointing auto`` (olmocr_rl.model.grad_checkpointing): a GPU whose memory cannot be read, or
   reads as nothing, gets the stock plan (every layer recomputes).
 """
 

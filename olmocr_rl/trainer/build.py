@@ -89,6 +89,7 @@ def build_trainer(cfg, grpo_config, model, processor, reward_funcs, reward_names
 
 def add_callbacks(trainer, cfg, reward_names: list[str], reward_logger) -> None:
     """The run's callbacks, in the order of the module docstring."""
+    from olmocr_rl.config.rewards import REWARDS
     from olmocr_rl.telemetry.bench_rewards import DetailedRewardLoggingCallback
     from olmocr_rl.telemetry.console import use_console_progress
     from olmocr_rl.telemetry.history import MetricsFileCallback, ProgressTableCallback
@@ -97,8 +98,7 @@ def add_callbacks(trainer, cfg, reward_names: list[str], reward_logger) -> None:
         from olmocr_rl.telemetry.profile import attach_step_profiler
 
         trainer.add_callback(attach_step_profiler(trainer, cfg.profile_step, cfg.output_dir))
-    if {"olmocr_bench_reward", "olmocr_bench_reward_macroavg", "olmocr_bench_continuous_reward",
-            "olmocr_bench_continuous_reward_macroavg"} & set(reward_names):
+    if {reward.name for reward in REWARDS if reward.bench_tests} & set(reward_names):
         DetailedRewardLoggingCallback.attach(trainer, reward_logger,  # bench_reward/* keys; goes first
                                              detail_steps=console_detail_steps(cfg))
     trainer.add_callback(MetricsFileCallback(Path(cfg.output_dir) / "metrics.jsonl"))

@@ -1,5 +1,5 @@
 """What the speed-up benches share (bench_generation, bench_page_processing, bench_padding_free,
-bench_checkpointing): a model folder of an ``olmocr_rl.tiny_model`` shape, a real page, interleaved timing,
+bench_grad_checkpointing): a model folder of an ``olmocr_rl.tiny_model`` shape, a real page, interleaved timing,
 and the medians-and-ratios table. Every figure is a ratio against the stock path measured in the same run."""
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ class Smoke:
 SMOKE = {
     "bench_checkpoint_verify.py": Smoke(("--weights-mb", "1", "--optimizer-mb", "2", "--repeats", "1",
                                          "--dir", "{tmp}"), "x the save"),
-    "bench_checkpointing.py": Smoke(("--shape", "tiny", "--side", "224", "--rows", "1", "--tokens", "8",
+    "bench_grad_checkpointing.py": Smoke(("--shape", "tiny", "--side", "224", "--rows", "1", "--tokens", "8",
                                      "--repeats", "1"), "vision"),
     "bench_cli_overhead.py": Smoke(("--model", "{model}", "--reps", "1", "--steps", "2", "--max_completion_length",
                                     "4", "--num_generations", "2", "--image_dim", "224", "--write-doc",

@@ -113,7 +113,7 @@ def _out_of_memory(*args, **kwargs):
 def test_a_fallback_with_gradients_gives_the_stock_gradients(vision_model, monkeypatch, caplog, failure):
     """Non-reentrant checkpointing (the vision / partial plans, and transformers' own) recomputes a block in the
     backward pass and checks it saves the same tensors: a failed batched call must have saved nothing."""
-    from olmocr_rl.model.checkpointing import CheckpointPlan, apply_checkpointing
+    from olmocr_rl.model.grad_checkpointing import CheckpointPlan, apply_checkpointing
 
     stock, model, (pixels, grid) = copy.deepcopy(vision_model).train(), _batched(vision_model).train(), _pages()
     if failure == "differs in a recomputing block":
@@ -136,7 +136,7 @@ def test_a_fallback_with_gradients_gives_the_stock_gradients(vision_model, monke
 def test_a_later_failure_in_a_recomputing_block_raises_as_it_is(vision_model, monkeypatch, caplog):
     """What the failed call saved for the backward pass cannot be taken back, so its error is not hidden; without
     gradients (generation's prefill) the same failure falls back."""
-    from olmocr_rl.model.checkpointing import CheckpointPlan, apply_checkpointing
+    from olmocr_rl.model.grad_checkpointing import CheckpointPlan, apply_checkpointing
 
     model, (pixels, grid) = _batched(vision_model).train(), _pages()
     apply_checkpointing(model, CheckpointPlan("vision", "test"))
@@ -315,7 +315,7 @@ def _gpu_plan(tiny_model_dir, monkeypatch, properties):
     from olmocr_rl.config.checks import max_image_tokens
     from olmocr_rl.config.environment import Environment
     from olmocr_rl.config.flags import PROMPT_TEXT_TOKENS
-    from olmocr_rl.model.checkpointing import plan_for_run
+    from olmocr_rl.model.grad_checkpointing import plan_for_run
 
     cfg = validate(parse_args(["--train_bench_data_folder", "bench_data_sample", "--reward_bench", "--report_to",
                                "none", "--num_generations", "8", "--model_name", str(tiny_model_dir)]))

@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from olmocr_rl.model.checkpointing import (
+from olmocr_rl.model.grad_checkpointing import (
     GIB,
     ActivationFacts,
     CheckpointPlan,
@@ -128,7 +128,7 @@ FACTS = ActivationFacts(text_per_token=100.0, text_input_per_token=10, text_laye
 
 def _room_for(activations: float, state: float = 0.0) -> float:
     """The budget whose room for activations (after the headroom) is exactly ``activations``."""
-    from olmocr_rl.model.checkpointing import HEADROOM_BYTES, HEADROOM_FRACTION
+    from olmocr_rl.model.grad_checkpointing import HEADROOM_BYTES, HEADROOM_FRACTION
 
     return (activations + state + HEADROOM_BYTES) / (1 - HEADROOM_FRACTION)
 
@@ -168,7 +168,7 @@ def test_the_default_is_auto_and_the_flags_force_a_plan(loaded, tiny_model_dir):
     from olmocr_rl.config.checks import max_image_tokens
     from olmocr_rl.config.flags import PROMPT_TEXT_TOKENS
     from olmocr_rl.config.grpo import grpo_config_kwargs
-    from olmocr_rl.model.checkpointing import plan_for_run
+    from olmocr_rl.model.grad_checkpointing import plan_for_run
 
     model, _ = loaded
     cfg = _cfg("--model_name", str(tiny_model_dir))

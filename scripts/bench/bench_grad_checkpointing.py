@@ -1,13 +1,13 @@
 """Training forward + backward under each gradient-checkpointing plan, in one run: time, and activations kept.
 
-    python scripts/bench/bench_checkpointing.py                    # small model, 4 rows of a page + 256 tokens
-    python scripts/bench/bench_checkpointing.py --shape 3b --rows 8    # on a GPU: the 3B shape
+    python scripts/bench/bench_grad_checkpointing.py                    # small model, 4 rows of a page + 256 tokens
+    python scripts/bench/bench_grad_checkpointing.py --shape 3b --rows 8    # on a GPU: the 3B shape
 
 Plans: ``full`` (transformers' checkpointing of every layer, TRL's default and the baseline), ``partial``
 (the vision tower and half the decoder layers), ``vision`` (the vision tower only) and ``off``. For each:
 the median step time and its ratio to ``full``, and the bytes autograd keeps through the forward (counted
-with saved-tensor hooks, weights excluded) beside what olmocr_rl.model.checkpointing predicts from its
-one-layer measurement. Loss and gradients are equal (tests/unit/test_checkpointing.py).
+with saved-tensor hooks, weights excluded) beside what olmocr_rl.model.grad_checkpointing predicts from its
+one-layer measurement. Loss and gradients are equal (tests/unit/test_grad_checkpointing.py).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def main() -> None:
 
     import torch
 
-    from olmocr_rl.model.checkpointing import (
+    from olmocr_rl.model.grad_checkpointing import (
         GIB,
         CheckpointPlan,
         _saved_bytes,
@@ -74,10 +74,10 @@ def main() -> None:
     predicted = {"full (TRL's default)": (True, layers), "partial": (True, layers // 2), "vision": (True, 0),
                  "off": (False, 0)}
     times = interleaved({name: (lambda m=m: step(m)) for name, m in models.items()}, args.repeats)
-    report("bench_checkpointing", f"{args.shape} model, {args.rows} rows x {tokens // args.rows} tokens "
+    report("bench_grad_checkpointing", f"{args.shape} model, {args.rows} rows x {tokens // args.rows} tokens "
            f"({patches // args.rows} patches a page), forward + backward, median of {args.repeats}", times,
            "full (TRL's default)")
-    print("  activations kept through the forward (measured / predicted by olmocr_rl.model.checkpointing):")
+    print("  activations kept through the forward (measured / predicted by olmocr_rl.model.grad_checkpointing):")
     for name, model in models.items():
         kept = _saved_bytes(lambda m=model: m(**inputs, labels=inputs["input_ids"]), model.parameters())
         vision, text_layers = predicted[name]
