@@ -330,7 +330,7 @@ def _adapter_config(cfg: ResolvedConfig):
 def _build_rewards(cfg: ResolvedConfig, processor):
     """``(reward_funcs, reward_weights, reward_names, reward_logger)`` from the resolved reward spec."""
     from olmocr_rl.rewards import build_reward_functions
-    from olmocr_rl.telemetry.bench_rewards import DetailedRewardLogger
+    from olmocr_rl.telemetry.pass_rates import DetailedRewardLogger
 
     reward_logger = DetailedRewardLogger()
     try:

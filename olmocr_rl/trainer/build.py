@@ -90,7 +90,7 @@ def build_trainer(cfg, grpo_config, model, processor, reward_funcs, reward_names
 def add_callbacks(trainer, cfg, reward_names: list[str], reward_logger) -> None:
     """The run's callbacks, in the order of the module docstring."""
     from olmocr_rl.config.rewards import REWARDS
-    from olmocr_rl.telemetry.bench_rewards import DetailedRewardLoggingCallback
+    from olmocr_rl.telemetry.pass_rates import DetailedRewardLoggingCallback
     from olmocr_rl.telemetry.console import use_console_progress
     from olmocr_rl.telemetry.history import MetricsFileCallback, ProgressTableCallback
     # The trainer put its StepTimingCallback (timing/* keys) first when it was built.

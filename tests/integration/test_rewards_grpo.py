@@ -18,7 +18,7 @@ def test_grpo_step_logs_trl_reward_names_and_bench_reward_keys(tiny_model_dir, t
     from olmocr_rl.data import OlmOCRBenchDataset
     from olmocr_rl.model.loading import load_model_and_processor
     from olmocr_rl.rewards import build_reward_functions
-    from olmocr_rl.telemetry.bench_rewards import DetailedRewardLogger, DetailedRewardLoggingCallback
+    from olmocr_rl.telemetry.pass_rates import DetailedRewardLogger, DetailedRewardLoggingCallback
 
     model, processor = load_model_and_processor(str(tiny_model_dir))
     pages = OlmOCRBenchDataset(str(SAMPLE), processor, max_samples=1, target_longest_image_dim=64)

@@ -7,7 +7,7 @@ import logging
 from transformers import TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import ProgressCallback
 
-from olmocr_rl.telemetry.bench_rewards import DetailedRewardLogger, DetailedRewardLoggingCallback
+from olmocr_rl.telemetry.pass_rates import DetailedRewardLogger, DetailedRewardLoggingCallback
 from olmocr_rl.telemetry.console import ConsoleProgressCallback, filter_startup_noise, use_console_progress
 from olmocr_rl.telemetry.history import ProgressTableCallback
 

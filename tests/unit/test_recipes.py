@@ -102,7 +102,7 @@ def test_adding_a_bench_test_type_by_the_documented_steps(tmp_path, monkeypatch)
     from olmocr_rl.data import OlmOCRBenchDataset
     from olmocr_rl.data.validation import validate_bench_folder
     from olmocr_rl.rewards import build_reward_functions
-    from olmocr_rl.telemetry.bench_rewards import DetailedRewardLogger
+    from olmocr_rl.telemetry.pass_rates import DetailedRewardLogger
 
     page = {"pdf": "simple_lines.pdf", "page": 1}
     tests = [{**page, "id": "w3", "type": "toy_words", "words": 3},

@@ -8,7 +8,7 @@ import pytest
 
 from olmocr_rl.config.rewards import Reward, RewardValue
 from olmocr_rl.rewards import REWARDS, build_reward_functions, parse_reward
-from olmocr_rl.telemetry.bench_rewards import DetailedRewardLogger
+from olmocr_rl.telemetry.pass_rates import DetailedRewardLogger
 
 KEYS = [entry.key for entry in REWARDS]
 

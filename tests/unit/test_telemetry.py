@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from olmocr_rl.rewards import CompletionStats
-from olmocr_rl.telemetry.bench_rewards import (
+from olmocr_rl.telemetry.pass_rates import (
     DetailedRewardLogger,
     DetailedRewardLoggingCallback,
     RewardTotals,
