@@ -23,7 +23,7 @@ Problems = list[str]
 _POSITIVE = ("learning_rate", "per_device_train_batch_size", "per_device_eval_batch_size",
              "gradient_accumulation_steps", "num_generations", "num_iterations", "max_completion_length",
              "logging_steps", "save_steps", "save_total_limit", "target_longest_image_dim", "max_train_samples",
-             "max_eval_samples", "preempt_upload_timeout", "profile_step")
+             "max_eval_samples", "preempt_upload_timeout", "profile_step", "max_staleness")
 _NON_NEGATIVE = ("warmup_steps", "dataloader_num_workers", "beta")
 #: The GRPOConfig values --olmorl fixes that also have a flag.
 OLMORL_FLAGS = ("loss_type", "scale_rewards", "beta", "importance_sampling_level",
@@ -408,6 +408,26 @@ def check_vllm_engine(a: Namespace, mode: str, env: Environment) -> Problems:
     if mode == "colocate" and a.vllm_enable_sleep_mode and not env.cuda:
         problems.append("--vllm_enable_sleep_mode needs a CUDA GPU (vLLM's CPU engine cannot sleep); drop the flag")
     return problems
+
+
+def check_async_generation(a: Namespace, mode: str, steps_per_generation: int) -> Problems:
+    """--async_generation and --max_staleness: server mode, a bound the generation batch can keep, the correction."""
+    if not a.async_generation:
+        if a.max_staleness != 1:
+            return [f"--max_staleness {a.max_staleness} only applies with --async_generation; add it or drop the flag"]
+        return []
+    if mode != "server":
+        return [f"--async_generation needs --vllm_mode server (got {mode}): the vLLM server samples the next batch "
+                "while this process trains; colocated vLLM and HF generate share the trainer's devices"]
+    per_batch = -(-steps_per_generation * a.num_iterations // a.gradient_accumulation_steps)
+    if a.max_staleness < per_batch:
+        return [f"--max_staleness {a.max_staleness} is below the {per_batch} optimizer steps one generation batch "
+                f"feeds (--steps_per_generation x --num_iterations / --gradient_accumulation_steps): the batch sent "
+                f"ahead is scored that many steps later; use --max_staleness {per_batch}"]
+    if not a.vllm_importance_sampling_correction:
+        return ["--async_generation trains on completions sampled by older weights; keep "
+                "--vllm_importance_sampling_correction on (it corrects the loss for them)"]
+    return []
 
 
 def resolve_vllm_max_model_length(a: Namespace, mode: str) -> tuple[int, list[str]]:

@@ -306,6 +306,12 @@ class ResolvedConfig:
     vllm_dtype: str = flag(BACKEND, "auto", "dtype of the colocated vLLM engine; auto = the trainer's (bfloat16 on "
         "GPU, float32 on CPU), so vLLM's log-probs match the trainer's",
         choices=VLLM_DTYPES)
+    async_generation: bool = flag(BACKEND, False, "server mode: the server samples the next step's completions "
+        "while the trainer trains on this step's (from weights up to --max_staleness steps old, corrected by vLLM's "
+        "importance-sampling ratio); a resume regenerates the batch that was in flight (docs/vllm.md)")
+    max_staleness: int = flag(BACKEND, 1, "with --async_generation: the most optimizer steps the server's weights "
+        "may lag the weights that score its completions; weights are pushed only as often as this needs",
+        metavar="STEPS")
     vllm_block_image_tokens: bool = flag(BACKEND, True, "never let vLLM sample <|image_pad|> / <|video_pad|> (one "
         "sampled pad token breaks the training forward); passed as vLLM bad_words in colocate and server mode")
 

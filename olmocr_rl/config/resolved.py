@@ -69,6 +69,8 @@ def validate(args: argparse.Namespace, env: Environment | None = None) -> Resolv
     _first(checks.check_geometry(args, env.num_processes))
     backend = checks.resolve_backend(args, env)
     notices += backend.notices
+    steps_per_generation = checks.resolve_steps_per_generation(args, env.num_processes)[0]
+    _first(checks.check_async_generation(args, backend.vllm_mode, steps_per_generation))
     compiled_generation, generation_notices = checks.resolve_compiled_generation(args, env, backend.vllm_mode)
     notices += generation_notices
     notices += checks.importance_sampling_notices(args, backend.vllm_mode)

@@ -54,6 +54,8 @@ def trainer_switches(cfg, padding_free: bool) -> dict:
         # vLLM backends get our prompt/dtype fixes (trainer.vllm_generation); HF generation needs nothing.
         "vllm_engine_kwargs": None if cfg.vllm_mode == "none" else {"dtype": cfg.vllm_engine_dtype},
         "label_phases": cfg.profile_step is not None,
+        # server mode: the next batch is generated while this one trains (trainer.async_rollouts)
+        "async_generation": cfg.async_generation, "max_staleness": cfg.max_staleness,
     }
 
 

@@ -4,14 +4,17 @@
 each override calls a helper of its own module and then the parent (nothing of TRL's is copied):
 
 ==================================== ==================================================================
-``_get_train_sampler``, ``_run_epoch`` every epoch's page order from (seed, epoch) (``page_order``)
-``_generate``                        step timing and FLOPs (``telemetry.timing``), profiler phase labels
+``_get_train_sampler``, ``_run_epoch`` every epoch's page order from (seed, epoch) (``page_order``), which
+                                     ``async_generation=`` reads ahead
+``_generate``                        step timing and FLOPs (``telemetry.timing``), profiler phase labels; with
+                                     ``async_generation=`` the next batch's prompts go to the server
 ``_generate_single_turn``            compiled static-cache HF generation, ``compiled_generation=`` (``generation``)
 ``_calculate_rewards``               timing, the completions table's page column (``completions``), and the
                                      gathered rewards kept for a subclass's objective
 ``_generate_and_score_completions``  IS telemetry (``is_telemetry``), then active sampling's refill rounds
                                      (``active_sampling``, ``active_sampling=``: pages from its own seeded
-                                     sampler) on the subclass's keep mask
+                                     sampler) on the subclass's keep mask; the ``async/*`` numbers of
+                                     ``async_generation=`` (``async_rollouts``)
 ``_get_per_token_logps_and_entropies`` padding count (timing) and the packed forward, ``padding_free=``
 ``_load_from_checkpoint``, ``_load_optimizer_and_scheduler``   resume (``checkpoint_load``)
 ``_save_checkpoint``                 whole checkpoints with flags and manifest (``checkpoint_save``)
@@ -34,6 +37,7 @@ from trl import GRPOTrainer
 from olmocr_rl.telemetry.timing import StepClock
 from olmocr_rl.trainer import checkpoint_load, checkpoint_save, completions, generation
 from olmocr_rl.trainer.active_sampling import ActiveSampler
+from olmocr_rl.trainer.async_rollouts import RolloutPipeline
 from olmocr_rl.trainer.compat import check_trainer_surface
 from olmocr_rl.trainer.is_telemetry import ImportanceSamplingTelemetry
 from olmocr_rl.trainer.padding_free import PackedForward
@@ -51,14 +55,16 @@ class PlainGRPOTrainer(GRPOTrainer):
     cache), ``saved_flags`` (kept in each checkpoint), ``apply_learning_rate_on_resume``, ``vllm_engine_kwargs``
     (vLLM rollouts through ``vllm_generation``'s backend with these engine arguments), ``label_phases``
     (``torch.profiler`` ranges for ``--profile_step``), ``active_sampling`` / ``active_sampling_max_rounds``
-    (needs a subclass whose ``_score_generation_batch`` returns a keep mask: OlmoRL).
+    (needs a subclass whose ``_score_generation_batch`` returns a keep mask: OlmoRL), ``async_generation`` /
+    ``max_staleness`` (server mode: the next batch is generated while this one trains, ``async_rollouts``).
     """
 
     def __init__(self, *args: Any, padding_free: bool = False, compiled_generation: bool = False,
                  cache_vision_features: bool = False, saved_flags: dict | None = None,
                  apply_learning_rate_on_resume: bool = False, vllm_engine_kwargs: dict | None = None,
                  label_phases: bool = False, active_sampling: bool = False,
-                 active_sampling_max_rounds: int | None = None, **kwargs: Any) -> None:
+                 active_sampling_max_rounds: int | None = None, async_generation: bool = False,
+                 max_staleness: int = 1, **kwargs: Any) -> None:
         check_trainer_surface(args, kwargs)  # CompatError (one line naming the point and the pin) before TRL runs
         config = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments.get("args")
         self.padding_free = padding_free
@@ -70,11 +76,18 @@ class PlainGRPOTrainer(GRPOTrainer):
         self._rewards_per_func = None
         self._is_telemetry = ImportanceSamplingTelemetry()
         self._active_sampler = ActiveSampler(self, config, active_sampling_max_rounds) if active_sampling else None
-        with _rollout_backend(vllm_engine_kwargs):
+        self._rollouts = RolloutPipeline(self, max_staleness) if async_generation else None
+        if self._rollouts is not None and (vllm_engine_kwargs is None or config is None or not config.use_vllm
+                                       or config.vllm_mode != "server"):
+            raise ValueError("async_generation needs vLLM in server mode (use_vllm=True, vllm_mode='server') and "
+                             "vllm_engine_kwargs: the server generates while the trainer trains")
+        with _rollout_backend(vllm_engine_kwargs, self._rollouts):
             super().__init__(*args, **kwargs)
         self.step_clock = StepClock(self, label_phases=label_phases,
                                     log_refill=self._active_sampler is not None)
         self.callback_handler.callbacks.insert(0, self.step_clock.callback)  # timing/* keys, before the reporters
+        if self._rollouts is not None:
+            self.callback_handler.callbacks.append(self._rollouts.callback)  # waits for a request left in flight
         if compiled_generation and not self.use_vllm:
             generation.switch_on(self)
         if cache_vision_features:
@@ -87,17 +100,23 @@ class PlainGRPOTrainer(GRPOTrainer):
         self._page_sampler = epoch_seeded(super()._get_train_sampler(dataset))
         return self._page_sampler
 
-    def _run_epoch(self, model, epoch, train_dataloader, *args, **kwargs):
+    def _run_epoch(self, model, epoch, train_dataloader, steps_in_epoch, num_update_steps_per_epoch, *args,
+                   **kwargs):
         # Set here, whatever wrappers (accelerate's shards, skip_first_batches) sit around the sampler.
         if self._page_sampler is not None:
             self._page_sampler.set_epoch(epoch)
-        return super()._run_epoch(model, epoch, train_dataloader, *args, **kwargs)
+        if self._rollouts is not None:
+            self._rollouts.epoch_started(epoch, steps_in_epoch, num_update_steps_per_epoch)
+        return super()._run_epoch(model, epoch, train_dataloader, steps_in_epoch, num_update_steps_per_epoch, *args,
+                                  **kwargs)
 
     # -- generation and rewards -------------------------------------------------------------------------------
     def _generate(self, *args, **kwargs):
         with self.step_clock.generation() as clock:
             out = super()._generate(*args, **kwargs)
             clock.generated(out)
+            if self._rollouts is not None:
+                self._rollouts.after_generation()  # the next batch goes to the server (once per batch)
         return out
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
@@ -117,9 +136,14 @@ class PlainGRPOTrainer(GRPOTrainer):
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
+        rollouts = self._rollouts if self.model.training else None
+        if rollouts is not None:
+            rollouts.begin_batch()
         output, keep_local = self._score_generation_batch(inputs)
         if self._active_sampler is not None and self.model.training:
             output = self._active_sampler.fill(output, keep_local)
+        if rollouts is not None:
+            rollouts.log()
         return output
 
     def _score_generation_batch(self, inputs):
@@ -154,10 +178,10 @@ class PlainGRPOTrainer(GRPOTrainer):
         return checkpoint_save.save_checkpoint(self, model, trial, super()._save_checkpoint)
 
 
-def _rollout_backend(engine_kwargs: dict | None):
+def _rollout_backend(engine_kwargs: dict | None, pipeline: RolloutPipeline | None = None):
     """vLLM rollouts through olmocr_rl's backend (``vllm_generation``) while TRL builds its generator, when asked."""
     if engine_kwargs is None:
         return contextlib.nullcontext()
     from olmocr_rl.trainer.vllm_generation import page_vllm_generation
 
-    return page_vllm_generation(engine_kwargs)
+    return page_vllm_generation(engine_kwargs, pipeline)

@@ -15,6 +15,9 @@ built (:func:`page_vllm_generation`), guarantees what the pinned TRL does not:
   repacking that drops TRL's ``weight_loader`` is switched off;
 * without CUDA, server mode pushes weights over gloo (TRL's push needs NCCL) to a server started with
   :func:`olmocr_rl.trainer.gloo_push.server_flags`;
+* with ``--async_generation`` (server mode), the client answers from what the trainer's
+  :class:`~olmocr_rl.trainer.async_rollouts.RolloutPipeline` sent ahead, and a weight push happens only when
+  ``--max_staleness`` needs it, after the request in flight;
 * with LoRA (``--use_peft``), the merged weights are computed out of place
   (``olmocr_rl.model.adapters.merged_named_parameters``), so the frozen base never moves; with sharded weights
   (ZeRO-3, FSDP2) from the gathered shards (:func:`_gathered_merged_parameters`), never TRL's in-place merge.
@@ -132,6 +135,8 @@ def _generation_class():
 
         #: extra ``vllm.LLM`` arguments for the colocated engine (e.g. ``dtype``), set by the factory.
         engine_kwargs: dict[str, Any] = {}
+        #: server mode with ``--async_generation``: the trainer's RolloutPipeline, set by the factory.
+        pipeline = None
 
         def _init_vllm(self):
             import torch
@@ -151,10 +156,16 @@ def _generation_class():
                 from olmocr_rl.trainer.gloo_push import client_class
 
                 trl_vllm.VLLMClient = client_class()  # TRL builds the server's client by this module-level name
+            if self.mode == "server" and self.pipeline is not None:
+                from olmocr_rl.trainer.async_rollouts import prefetching_client
+
+                trl_vllm.VLLMClient = prefetching_client(trl_vllm.VLLMClient, self.pipeline)
             try:
                 super()._init_vllm()
             finally:
                 trl_vllm.LLM, trl_vllm.VLLMClient = base_llm, base_client
+            if self.mode == "server" and self.pipeline is not None:
+                self.pipeline.attach(getattr(self, "vllm_client", None), self._place_features)
 
         def _iter_named_params(self):
             from olmocr_rl.model.adapters import is_peft_model, merged_named_parameters
@@ -173,7 +184,14 @@ def _generation_class():
                 yield name, (param.transpose(1, 2) if suffixes and name.endswith(suffixes) else param)
 
         def sync_weights(self):
-            super().sync_weights()
+            pipeline = self.pipeline if self.mode == "server" else None
+            if pipeline is not None:
+                step = pipeline.trainer.state.global_step
+                if not pipeline.push_due(step):  # --max_staleness allows the server's weights to stay
+                    return
+            super().sync_weights()  # with a pipeline, the client's push first waits for the request in flight
+            if pipeline is not None:
+                pipeline.pushed(step)
             # TRL resets only the prefix cache; vLLM also keeps the vision tower's outputs per image, and a
             # page seen again (next epoch, or a repeated page) would be read with the old weights' features.
             if self.mode == "colocate":
@@ -202,14 +220,16 @@ def _generation_class():
 
 
 @contextlib.contextmanager
-def page_vllm_generation(engine_kwargs: dict[str, Any] | None = None) -> Iterator[type]:
+def page_vllm_generation(engine_kwargs: dict[str, Any] | None = None, pipeline=None) -> Iterator[type]:
     """While the trainer is built, make TRL's GRPOTrainer use :class:`PageVLLMGeneration`.
 
-    ``engine_kwargs`` go to ``vllm.LLM`` for the colocated engine (TRL passes no dtype of its own).
+    ``engine_kwargs`` go to ``vllm.LLM`` for the colocated engine (TRL passes no dtype of its own); ``pipeline``
+    (server mode, ``--async_generation``) is the trainer's :class:`~olmocr_rl.trainer.async_rollouts.RolloutPipeline`.
     """
     from trl.trainer import grpo_trainer
 
-    generation_cls = type("PageVLLMGeneration", (_generation_class(),), {"engine_kwargs": dict(engine_kwargs or {})})
+    generation_cls = type("PageVLLMGeneration", (_generation_class(),),
+                          {"engine_kwargs": dict(engine_kwargs or {}), "pipeline": pipeline})
     original = grpo_trainer.VLLMGeneration
     grpo_trainer.VLLMGeneration = generation_cls
     try:
