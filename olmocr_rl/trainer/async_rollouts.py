@@ -88,8 +88,9 @@ class RolloutPipeline:
     """The state of asynchronous generation: the server's weights, the request in flight, and this batch's numbers.
 
     ``trainer`` is the ``PlainGRPOTrainer`` that owns it; the generation backend (``vllm_generation``) calls
-    :meth:`attach` once its client exists, :meth:`push_due` / :meth:`pushed` around each weight push, and the client
-    (:func:`prefetching_client`) asks :meth:`features_for` and :meth:`take` before it sends a request of its own.
+    :meth:`push_due` / :meth:`pushed` around each weight push, and the client (:func:`prefetching_client`, which
+    :meth:`attach`-es itself when TRL builds it) asks :meth:`features_for` and :meth:`take` before it sends a
+    request of its own.
     """
 
     def __init__(self, trainer, max_staleness: int = 1) -> None:
@@ -110,7 +111,9 @@ class RolloutPipeline:
         self.callback = _DrainCallback(self)
 
     # -- the generation backend ------------------------------------------------------------------------------
-    def attach(self, client, place: Callable) -> None:
+    def attach(self, client, place: Callable | None = None) -> None:
+        """The server's client (built by TRL on the main process), and how features are placed on a prompt's image
+        tokens (default: the trainer's backend's ``_place_features``)."""
         self.client, self.place = client, place
 
     def steps_per_batch(self) -> int:
@@ -119,15 +122,16 @@ class RolloutPipeline:
         micro = args.steps_per_generation * self.trainer.num_iterations
         return max(1, -(-micro // args.gradient_accumulation_steps))
 
-    def push_due(self, step: int) -> bool:
-        """Whether the weights of ``step`` must go to the server now: the batch sent next is scored
-        ``steps_per_batch`` steps later, and its staleness then may not exceed ``max_staleness``."""
+    def push_due(self, step: int | None = None) -> bool:
+        """Whether the weights of ``step`` (default: the trainer's) must go to the server now: the batch sent next
+        is scored ``steps_per_batch`` steps later, and its staleness then may not exceed ``max_staleness``."""
         if self.server_version is None:
             return True
+        step = self.trainer.state.global_step if step is None else step
         return step + self.steps_per_batch() - self.server_version > self.max_staleness
 
-    def pushed(self, step: int) -> None:
-        self.server_version = step
+    def pushed(self, step: int | None = None) -> None:
+        self.server_version = self.trainer.state.global_step if step is None else step
         self.batch["async/weight_push"] = 1.0
 
     def wait_in_flight(self) -> None:
@@ -219,7 +223,8 @@ class RolloutPipeline:
             if images is not None:
                 raw = client.base_image_features(images)
                 prefetch.features = raw
-                placed = [self.place(features, ids) for features, ids in zip(raw, prefetch.prompts, strict=True)]
+                place = self.place or self.trainer.vllm_generation._place_features
+                placed = [place(features, ids) for features, ids in zip(raw, prefetch.prompts, strict=True)]
             else:
                 placed = None
             prefetch.output = client.base_generate(prompts=prefetch.prompts, features=placed, **prefetch.sampling)
@@ -300,6 +305,10 @@ def prefetching_client(base: type, pipeline: RolloutPipeline) -> type:
     ``pipeline`` sent ahead, and pushing weights only once nothing is in flight."""
 
     class PrefetchingVLLMClient(base):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            pipeline.attach(self)
+
         def image_features(self, images, *args: Any, **kwargs: Any):
             features = pipeline.features_for(images)
             return features if features is not None else super().image_features(images, *args, **kwargs)

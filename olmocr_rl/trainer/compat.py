@@ -217,6 +217,10 @@ SURFACE: tuple[Point, ...] = (
           "the static cache is sized per call (a recompilation whenever a longer prompt comes)",
           params=("prompt_ids", "images", "multimodal_fields", "num_generations"),
           source=("**generate_inputs, generation_config=self.generation_config",)),
+    Point(_GRPO + "._tokenize_prompts", "call", "trainer/async_rollouts.py",
+          "the next batch's prompts are tokenized (page images included) as TRL tokenizes a batch's",
+          "--async_generation misses every batch (its prompts differ from the trainer's)", params=("prompts",),
+          source=("return prompt_ids, images, multimodal_fields",)),
     Point(_GRPO + "#generation_config", "read", "trainer/generation.py",
           "TRL's HF GenerationConfig (compilation off) is switched to a static cache and compiled decoding",
           "--compiled_generation does nothing", instance=True,
@@ -359,6 +363,21 @@ SURFACE: tuple[Point, ...] = (
           "colocated prompts get one image placeholder per image (vLLM expands it)",
           "rollouts are sampled from another prompt than the trainer scores",
           params=("prompts", "images", "num_generations", "profiler"), vllm=True),
+    Point("trl.generation.vllm_generation:VLLMClient", "swap", "trainer/vllm_generation.py (gloo_push.py, "
+          "async_rollouts.py)", "TRL builds the server's client by this module-level name; swapped while _init_vllm "
+          "runs (the gloo push without CUDA; the prefetching client with --async_generation)",
+          "a CPU trainer cannot push weights; --async_generation never uses what it sent ahead",
+          source=("self.vllm_client = VLLMClient(",), in_source=_VLLM + "._init_vllm", vllm=True),
+    Point(_VLLM + "#server_requests", "invariant", "trainer/async_rollouts.py",
+          "server mode asks the client for the distinct prompts' image features, then generates from their token ids "
+          "with these sampling parameters: the prefetching client answers both from what it sent ahead",
+          "--async_generation misses every batch (each generated in turn, async/prefetched 0)",
+          source=("features = self.vllm_client.image_features(all_images[::num_generations])",
+                  "output = self.vllm_client.generate(prompts=ordered_set_of_prompt_ids, features=features, "
+                  "**sampling_params)"), in_source=_VLLM + ".generate", vllm=True),
+    Point(_VLLM + "._place_features", "call", "trainer/async_rollouts.py",
+          "the features of a batch sent ahead are placed on its prompts' image tokens as TRL places them",
+          "a batch sent ahead is sampled without its page", params=("features", "prompt_ids"), vllm=True),
     Point(_VLLM + "#attributes", "read", "trainer/vllm_generation.py",
           "mode, processing_class, accelerator, llm and vllm_client of TRL's backend",
           "the fixes raise or act on the wrong mode",

@@ -126,6 +126,22 @@ def reprepack_cpu_moe_weights(model) -> int:
     return packed
 
 
+def _server_client_class(base: type, pipeline) -> type:
+    """TRL's server client, pushing over gloo where CUDA is absent (TRL's NCCL push needs it: trainer/gloo_push.py)
+    and answering from what ``pipeline`` sent ahead with ``--async_generation`` (trainer/async_rollouts.py)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        from olmocr_rl.trainer.gloo_push import client_class
+
+        base = client_class()
+    if pipeline is not None:
+        from olmocr_rl.trainer.async_rollouts import prefetching_client
+
+        base = prefetching_client(base, pipeline)
+    return base
+
+
 def _generation_class():
     """Build the subclass lazily: importing TRL's vLLM module imports vLLM."""
     from trl.generation import vllm_generation as trl_vllm
@@ -151,21 +167,12 @@ def _generation_class():
                 return base_llm(*args, **{**kwargs, **extra})
 
             trl_vllm.LLM = llm_with_engine_kwargs  # TRL builds the engine by this module-level name
-            if self.mode == "server" and not torch.cuda.is_available():
-                # TRL's NCCL push needs CUDA: without it, weights go to the server over gloo (trainer/gloo_push.py)
-                from olmocr_rl.trainer.gloo_push import client_class
-
-                trl_vllm.VLLMClient = client_class()  # TRL builds the server's client by this module-level name
-            if self.mode == "server" and self.pipeline is not None:
-                from olmocr_rl.trainer.async_rollouts import prefetching_client
-
-                trl_vllm.VLLMClient = prefetching_client(trl_vllm.VLLMClient, self.pipeline)
+            if self.mode == "server":  # TRL builds the server's client by this module-level name
+                trl_vllm.VLLMClient = _server_client_class(base_client, self.pipeline)
             try:
                 super()._init_vllm()
             finally:
                 trl_vllm.LLM, trl_vllm.VLLMClient = base_llm, base_client
-            if self.mode == "server" and self.pipeline is not None:
-                self.pipeline.attach(getattr(self, "vllm_client", None), self._place_features)
 
         def _iter_named_params(self):
             from olmocr_rl.model.adapters import is_peft_model, merged_named_parameters
@@ -185,13 +192,11 @@ def _generation_class():
 
         def sync_weights(self):
             pipeline = self.pipeline if self.mode == "server" else None
-            if pipeline is not None:
-                step = pipeline.trainer.state.global_step
-                if not pipeline.push_due(step):  # --max_staleness allows the server's weights to stay
-                    return
+            if pipeline is not None and not pipeline.push_due():  # --max_staleness lets the server's weights stay
+                return
             super().sync_weights()  # with a pipeline, the client's push first waits for the request in flight
             if pipeline is not None:
-                pipeline.pushed(step)
+                pipeline.pushed()
             # TRL resets only the prefix cache; vLLM also keeps the vision tower's outputs per image, and a
             # page seen again (next epoch, or a repeated page) would be read with the old weights' features.
             if self.mode == "colocate":

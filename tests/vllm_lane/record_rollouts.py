@@ -3,7 +3,7 @@
 A test helper for the vLLM lane. It wraps two TRL methods before ``olmocr_rl.grpo_train.main`` runs:
 ``GRPOTrainer._generate_single_turn`` (the prompt token ids the trainer scores, and the completion ids
 it trains on) and ``VLLMGeneration.generate`` (the prompt token ids as vLLM expanded them), and writes
-one JSON line per generation call to OUT.jsonl, with the number of encoder-cache resets of the colocated
+one JSON line per generation call to OUT.jsonl (with a hash of its first page image), with the number of encoder-cache resets of the colocated
 engine so far (vLLM's ``LLMEngine.reset_encoder_cache``, wrapped too) and, in server mode, the number of
 weight pushes (``/update_weights``) and encoder-cache resets (``/reset_encoder_cache``) posted to the server.
 """
@@ -13,6 +13,14 @@ from __future__ import annotations
 import functools
 import json
 import sys
+
+
+def _digest(images) -> str | None:
+    """A hash of the first sample's first image (which page it is: pages of one size share their token ids)."""
+    import hashlib
+
+    first = images[0][0] if images and images[0] else None
+    return None if first is None else hashlib.blake2b(first.tobytes(), digest_size=8).hexdigest()
 
 
 def main() -> int:
@@ -68,6 +76,7 @@ def main() -> int:
             "trainer_prompt_ids": [list(map(int, ids)) for ids in prompt_ids],
             "vllm_prompt_ids": vllm_views[-1] if vllm_views else None,
             "completion_ids": [list(map(int, ids)) for ids in completion_ids],
+            "first_image_digest": _digest(images),
             "encoder_cache_resets": resets[0],
             "server_weight_pushes": posts["update_weights"],
             "server_encoder_cache_resets": posts["reset_encoder_cache"],

@@ -27,7 +27,7 @@ import pytest
 from safetensors.torch import load_file
 
 from olmocr_rl.trainer.gloo_push import server_flags
-from vllm_lane.lane import BENCH, failure, lane_env, read_metrics, run_recorded
+from vllm_lane.lane import BENCH, RECORDER, REPO, failure, lane_env, read_metrics, run_recorded
 from vllm_lane.test_vllm_colocate import MAX_LOGP_GAP, check_prompts_and_pads, vision_pad_ids
 
 ARMS = {"plain": [], "olmorl": ["--olmorl"], "lora": ["--use_peft", "--learning_rate", 1e-2]}
@@ -146,3 +146,88 @@ def test_a_server_without_the_gloo_flags_is_one_error_line_before_the_model_load
     assert result.returncode == 1 and len(errors) == 1, failure(result)
     assert errors[0].startswith("error: --vllm_server_host/--vllm_server_port: ") and "takes weights over nccl" in errors[0]
     assert " ".join(server_flags()) in errors[0]
+
+
+# --- --async_generation: the next step's batch sampled while this one trains --------------------------------------
+
+#: Three pages, one a step (4 samples): steps 1-3 are epoch 0, step 4 starts epoch 1 (the batch sent ahead during
+#: step 3 comes from epoch 1's page order).
+ASYNC_PAGES = ["--pages", "simple_lines|table|blank"]
+
+
+def async_flags(model, out, port, *, steps, lr) -> list:
+    flags = server_flags_for(model, out, port, steps=steps) + ["--reward_bench_edit_distance", 1.0, *ASYNC_PAGES,
+                                                                "--async_generation", "--learning_rate", lr]
+    return flags
+
+
+def per_step_metrics(out: Path) -> dict[int, dict]:
+    return {m["step"]: m for m in read_metrics(out)}
+
+
+def pages_by_step(records: list[dict]) -> dict[int, str]:
+    """The page (a hash of its image) the trainer scored at each step (1-based)."""
+    return {r["step"] + 1: r["first_image_digest"] for r in records}
+
+
+def test_async_generation_samples_ahead_with_the_prompts_the_trainer_scores(sft_model_dir, qwen25_server, tmp_path):
+    """The weights barely move (learning rate 1e-9), so a batch sampled one step ahead must still score as the
+    trainer scores it: every prefetched batch's prompt, image features and completions are paired right."""
+    out = tmp_path / "out"
+    result, records = run_recorded(tmp_path, async_flags(sft_model_dir, out, qwen25_server, steps=4, lr=1e-9))
+    assert result.returncode == 0, failure(result)
+    check_prompts_and_pads(records, vision_pad_ids(sft_model_dir), steps=4)
+    metrics = per_step_metrics(out)
+    assert [metrics[s]["async/prefetched"] for s in (1, 2, 3, 4)] == [0.0, 1.0, 1.0, 1.0]  # epoch 1's page too
+    assert [metrics[s]["async/staleness"] for s in (1, 2, 3, 4)] == [0.0, 1.0, 1.0, 1.0]
+    gaps = [metrics[s]["sampling/sampling_logp_difference/mean"] for s in (1, 2, 3, 4)]
+    assert max(gaps) <= MAX_LOGP_GAP, gaps
+    pages = pages_by_step(records)
+    assert len(set(pages.values())) == 3 and None not in pages.values(), pages  # three pages, then epoch 1's first
+    assert [r["server_weight_pushes"] for r in records] == [1, 2, 3, 4]  # one push a step, none mid-request
+    print(f"async: |vLLM - trainer| log-prob per step {gaps}; server time per prefetched batch "
+          f"{[round(metrics[s]['async/server_generate_s'], 2) for s in (2, 3, 4)]} s")
+
+
+def test_async_generation_sigterm_saves_the_step_and_the_resume_regenerates_the_batch_in_flight(
+        sft_model_dir, qwen25_server, tmp_path):
+    """A SIGTERM in step 2 saves checkpoint-2 (exit 75) with the batch for step 3 in flight; the resume samples
+    step 3 again from the checkpoint's weights (staleness 0), then prefetches again; pages as uninterrupted."""
+    reference, out = tmp_path / "reference", tmp_path / "out"
+    result, reference_records = run_recorded(tmp_path / "r", async_flags(sft_model_dir, reference, qwen25_server,
+                                                                          steps=4, lr=1e-3))
+    assert result.returncode == 0, failure(result)
+    ref = per_step_metrics(reference)
+    masked = [ref[s]["sampling/is_masked_sequence_fraction"] for s in (1, 2, 3, 4)]
+    assert all(0.0 <= m <= 1.0 for m in masked)
+
+    log = tmp_path / "first.log"
+    command = [sys.executable, str(RECORDER), str(tmp_path / "first.jsonl"), "--",
+               *map(str, async_flags(sft_model_dir, out, qwen25_server, steps=4, lr=1e-3))]
+    with log.open("w") as handle:
+        process = subprocess.Popen(command, cwd=REPO, env=lane_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 600
+        while process.poll() is None and time.time() < deadline:  # step 1 logged: the signal lands in step 2
+            if (out / "metrics.jsonl").is_file() and read_metrics(out):
+                break
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=300) == 75, log.read_text()[-4000:]
+    finally:
+        process.kill()
+    text = log.read_text()
+    stopped = [line for line in text.splitlines() if "stopped by SIG" in line]
+    assert len(stopped) == 1, text[-3000:]
+    step = int(stopped[0].split(" after step ")[1].split(":")[0])
+    assert step in (2, 3) and (out / f"checkpoint-{step}").is_dir()
+
+    result, records = run_recorded(tmp_path / "resume", [*async_flags(sft_model_dir, out, qwen25_server, steps=4,
+                                                                       lr=1e-3), "--resume_from_checkpoint"])
+    assert result.returncode == 0, failure(result)
+    resumed = per_step_metrics(out)
+    assert resumed[step + 1]["async/prefetched"] == 0.0 and resumed[step + 1]["async/staleness"] == 0.0
+    if step + 2 <= 4:
+        assert resumed[step + 2]["async/prefetched"] == 1.0 and resumed[step + 2]["async/staleness"] == 1.0
+    expected = pages_by_step(reference_records)
+    assert {s: ids for s, ids in pages_by_step(records).items()} == {s: expected[s] for s in range(step + 1, 5)}
