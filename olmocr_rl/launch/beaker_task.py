@@ -43,6 +43,7 @@ HINTS = Hints(
     conflict="--vllm-gpus {vllm_gpus} reserves GPUs for a vLLM server, but the trainer is set to --vllm_mode {mode}; "
              "use --vllm-gpus 0 for {mode}",
     no_server="add --vllm-gpus K to the launcher, or pass --vllm_mode colocate",
+    async_no_server="add a server with --vllm-gpus K on the launcher, or drop --async_generation",
 )
 LEADER = "BEAKER_LEADER_REPLICA_HOSTNAME"
 

@@ -213,6 +213,7 @@ class Hints:
 
     conflict: str = "a vLLM server is configured (--vllm-gpus/--vllm-node) but the trainer is set to --vllm_mode {mode}"
     no_server: str = "add --vllm-gpus K (one node) or --vllm-node, or pass --vllm_mode colocate"
+    async_no_server: str = "add a server with --vllm-gpus K (one node) or --vllm-node, or drop --async_generation"
 
 
 @dataclass(frozen=True)
@@ -248,7 +249,8 @@ class Plan:
 def settle_trainer_args(args: Sequence[str], layout: Layout, server: ServerSettings,
                         fill: Sequence[tuple[str, str]] = (), resume: bool = True, hints: Hints = Hints()) -> list[str]:
     """Add what the launch decides: unset ``fill`` flags, ``--resume_from_checkpoint``, and for a
-    server the model both sides load plus ``--vllm_mode server`` and its host and port."""
+    server the model both sides load plus ``--vllm_mode server`` and its host and port. Without one, refuses
+    ``--vllm_mode server`` and ``--async_generation`` unless the trainer names a server run elsewhere."""
     out = list(args)
     for dest, value in fill:
         if value and not is_set(out, dest):
@@ -262,8 +264,15 @@ def settle_trainer_args(args: Sequence[str], layout: Layout, server: ServerSetti
         for flag, value in (("--model_name", parsed.model_name), ("--vllm_mode", "server"),
                             ("--vllm_server_host", layout.server_host), ("--vllm_server_port", server.port)):
             out = set_flag(out, flag, value)
-    elif parsed.vllm_mode == "server" and not is_set(out, "vllm_server_host"):
-        raise LaunchError("the trainer is set to --vllm_mode server but no GPU runs a server: " + hints.no_server)
+    else:
+        external = parsed.vllm_mode == "server" and is_set(out, "vllm_server_host")  # a server run elsewhere
+        if parsed.async_generation and not external:
+            # The trainer refuses it too (check_async_generation), but only once the job has started.
+            where = "" if has_flag(out, "--async_generation") else f" (in --config {flag_value(out, '--config')})"
+            raise LaunchError(f"the trainer is set to --async_generation{where}, which needs a vLLM server, but this "
+                              "launch starts none: " + hints.async_no_server)
+        if parsed.vllm_mode == "server" and not external:
+            raise LaunchError("the trainer is set to --vllm_mode server but no GPU runs a server: " + hints.no_server)
     return out
 
 

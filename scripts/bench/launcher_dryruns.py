@@ -100,6 +100,10 @@ def cases(tmp: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
         "beaker_err_colocate_conflict": ([*BEAKER, *t, "--vllm-gpus", "1", "--", "--vllm_mode", "colocate"], {}),
         "beaker_err_server_no_gpu": ([*BEAKER, *t, "--gpus", "1", "--", *CFG], {}),
         "beaker_err_gpus_nan": ([*BEAKER, *t, "--gpus", "x"], {}),
+        "beaker_async_7_plus_1": ([*BEAKER, *t, "--name", "async", "--gpus", "8", "--vllm-gpus", "1", "--",
+                                   "--async_generation", "--max_staleness", "2"], {}),
+        "beaker_err_async_colocated": ([*BEAKER, *t, "--gpus", "8", "--vllm-gpus", "0", "--", "--async_generation"],
+                                       {}),
         "submit_vllm_node_spaces": ([*SUBMIT, "--nodes", "3", "--gpus-per-node", "8", "--partition", "gpu", "--time",
                                      "2-00:00:00", "--vllm-node", "--", "--reward_bench", "--wandb_run_name", "x y"], {}),
         "submit_options": ([*SUBMIT, "--nodes", "2", "--account", "a", "--qos", "q", "--job-name", "jj",
@@ -126,6 +130,9 @@ def cases(tmp: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
         "sbatch_err_server_no_gpu": ([*SBATCH, "--", "--vllm_mode", "server"], slurm("gpu01", 1)),
         "sbatch_err_colocate_conflict": ([*SBATCH, "--vllm-gpus", "1", "--", "--vllm_mode", "colocate"],
                                          slurm("gpu01", 1)),
+        "sbatch_async_7_plus_1": ([*SBATCH, "--gpus-per-node", "8", "--vllm-gpus", "1", "--", "--async_generation",
+                                   "--max_staleness", "2"], slurm("gpu01", 1)),
+        "sbatch_err_async_colocated": ([*SBATCH, "--", "--async_generation"], slurm("gpu01", 1)),
     }
 
 

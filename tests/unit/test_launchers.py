@@ -187,6 +187,37 @@ def test_server_mode_conflicts():
          trainer_args=["--vllm_mode", "server", "--vllm_server_host", "10.0.0.9"])
 
 
+ASYNC = ["--async_generation", "--max_staleness", "2"]
+
+
+@pytest.mark.parametrize("given", [["--async_generation"], ["--async_generation", "true"],
+                                   ["--async_generation=true"], ["--vllm_mode", "server", "--async_generation"]])
+def test_async_generation_without_a_server_is_refused(given):
+    """--async_generation needs the server the layout starts; colocated (no --vllm-gpus/--vllm-node) is one error."""
+    with pytest.raises(LaunchError) as err:
+        plan(nodes=1, gpus_per_node=8, vllm_gpus=0, engine="zero2", trainer_args=given)
+    message = str(err.value)
+    assert "\n" not in message and "--async_generation" in message
+    assert message.endswith("add a server with --vllm-gpus K (one node) or --vllm-node, or drop --async_generation")
+
+
+def test_async_generation_off_or_with_a_server_is_launched(tmp_path):
+    for off in (["--async_generation", "false"], ["--no-async_generation"], ["--async_generation", "--no-async_generation"]):
+        plan(nodes=1, gpus_per_node=8, vllm_gpus=0, engine="zero2", trainer_args=off)
+    # A server the user runs elsewhere serves it too.
+    plan(nodes=1, gpus_per_node=1, vllm_gpus=0, engine="zero2",
+         trainer_args=["--vllm_mode", "server", "--vllm_server_host", "10.0.0.9", *ASYNC])
+    # Set in the --config file, like --vllm_mode: refused the same way, the file named; the command line wins.
+    config = tmp_path / "run.yaml"
+    config.write_text("async_generation: true\nmax_staleness: 2\n")
+    with pytest.raises(LaunchError, match=re.escape(f"--async_generation (in --config {config})")):
+        plan(nodes=1, gpus_per_node=8, vllm_gpus=0, engine="zero2", trainer_args=["--config", str(config)])
+    plan(nodes=1, gpus_per_node=8, vllm_gpus=0, engine="zero2",
+         trainer_args=["--config", str(config), "--no-async_generation"])
+    p = plan(nodes=1, gpus_per_node=8, vllm_gpus=1, engine="zero2", trainer_args=["--config", str(config)])
+    assert parse_args(trainer_args(p.trains[0].argv)).async_generation is True
+
+
 def test_server_settings_reach_server_and_trainer():
     s = ServerSettings(port="9000", gpu_memory_utilization="0.7", max_model_len="8192", health_timeout="60")
     p = plan(nodes=1, gpus_per_node=2, vllm_gpus=1, engine="zero2", trainer_args=["--vllm_server_port", "1"], server=s)
@@ -302,6 +333,16 @@ def test_slurm_single_node_job(capsys, in_repo):
     assert "--nodelist=gpu01" in srun and flag(srun, "--machine_rank") == RANK_PLACEHOLDER
 
 
+def test_slurm_dry_run_passes_async_generation_through(capsys, in_repo):
+    status, cmds, _, _ = slurm_dry_run(capsys, ["--gpus-per-node", "8", "--vllm-gpus", "1", "--", *ASYNC],
+                                       slurm_env("gpu01", 1))
+    assert status == 0 and len(only(cmds, "vllm")) == 1
+    (node0,) = only(cmds, "train node")
+    t = trainer_args(node0)
+    assert t.count("--async_generation") == 1 and flag(t, "--max_staleness") == "2"
+    assert flag(t, "--vllm_mode") == "server" and flag(t, "--vllm_server_host") == "gpu01"
+
+
 def test_slurm_rank_wrapper_swaps_the_placeholder():
     echoed = subprocess.run(["bash", "-c", slurm.NODE_WRAPPER, "grpo-node", "printf", "%s\\n", "a b", RANK_PLACEHOLDER],
                             env={**os.environ, "SLURM_NODEID": "1"}, capture_output=True, text=True, check=True)
@@ -314,6 +355,8 @@ def test_slurm_rank_wrapper_swaps_the_placeholder():
     ("gpu01", 1, ["--accelerate-config", "zero9"], "--accelerate-config zero9: no such file"),
     ("gpu01", 1, ["--", "--config", "configs/x.yaml"], "--config configs/x.yaml: no such file"),
     ("gpu01", 1, ["--", "--vllm_mode", "server"], "add --vllm-gpus K (one node) or --vllm-node"),
+    ("gpu01", 1, ["--", "--async_generation"], "or --vllm-node, or drop --async_generation"),
+    ("a,b", 2, ["--", *ASYNC], "--async_generation, which needs a vLLM server"),
     ("gpu[01-02]", 2, [], "scontrol is needed"),
     ("a,b", 3, [], "SLURM_NNODES=3 but the node list has 2 hosts"),
 ])
@@ -397,6 +440,9 @@ def test_beaker_accelerate_config_is_passed_relative_to_the_repository():
     (["--vllm-health-timeout=soon"], "--vllm-health-timeout 'soon': expected a whole number"),
     (["--vllm-gpus", "1", "--", "--vllm_mode", "colocate"], "--vllm_mode colocate; use --vllm-gpus 0"),
     (["--gpus", "1", "--", "--config", "configs/olmocr2-7b.yaml"], "add --vllm-gpus K to the launcher"),
+    (["--gpus", "8", "--vllm-gpus", "0", "--", *ASYNC], "add a server with --vllm-gpus K on the launcher, or drop "
+                                                         "--async_generation"),
+    (["--gpus", "1", "--", "--async_generation", "true"], "--async_generation, which needs a vLLM server"),
 ])
 def test_beaker_refuses_before_building(capsys, in_repo, tmp_path, fake_bin, monkeypatch, args, message):
     for tool in ("docker", "beaker"):
@@ -408,6 +454,19 @@ def test_beaker_refuses_before_building(capsys, in_repo, tmp_path, fake_bin, mon
     err = capsys.readouterr().err
     assert exc.value.code == 1 and err.startswith("[grpo-launch] error: ") and message in err and "Traceback" not in err
     assert not (tmp_path / "fake.log").exists()  # not even `beaker account whoami`
+
+
+def test_beaker_dry_run_passes_async_generation_through(capsys, in_repo):
+    assert beaker.main(["--dry-run", "--beaker-user", "t", "--name", "n", "--gpus", "8", "--vllm-gpus", "1",
+                        "--", *ASYNC]) == 0
+    cmds = commands(capsys.readouterr().out)
+    (vllm,) = only(cmds, "vllm")
+    assert visible_devices(vllm) == "7"
+    (train,) = only(cmds, "train rank")
+    assert visible_devices(train) == "0,1,2,3,4,5,6"
+    t = trainer_args(train)
+    assert t.count("--async_generation") == 1 and flag(t, "--max_staleness") == "2"
+    assert flag(t, "--vllm_mode") == "server" and flag(t, "--vllm_server_host") == "127.0.0.1"
 
 
 def test_dockerfile_workdir_matches_spec_and_pins():
