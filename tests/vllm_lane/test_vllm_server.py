@@ -194,6 +194,8 @@ def test_async_generation_sigterm_saves_the_step_and_the_resume_regenerates_the_
     """A SIGTERM in step 2 saves checkpoint-2 (exit 75) with the batch for step 3 in flight; the resume samples
     step 3 again from the checkpoint's weights (staleness 0), then prefetches again; pages as uninterrupted."""
     reference, out = tmp_path / "reference", tmp_path / "out"
+    for folder in ("r", "resume"):
+        (tmp_path / folder).mkdir()
     result, reference_records = run_recorded(tmp_path / "r", async_flags(sft_model_dir, reference, qwen25_server,
                                                                           steps=4, lr=1e-3))
     assert result.returncode == 0, failure(result)
