@@ -2,7 +2,7 @@
 without ``--async_generation``.
 
     .venv-vllm/bin/python scripts/bench/bench_server_phases.py [--lengths 64 256] [--steps 6] [--rounds 1]
-        [--arms sync async] [--model DIR] [--server-core 0] [--trainer-core 1]
+        [--arms sync async] [--model DIR] [--server-port PORT] [--server-core 0] [--trainer-core 1]
     .venv-vllm/bin/python scripts/bench/bench_server_phases.py --learning-signal [--steps 60] [--model DIR]
 
 The layout of olmOCR 2's recipe (one GPU serving vLLM, the others training) shrunk to two cores: ``trl vllm-serve``
@@ -140,8 +140,14 @@ def learning_signal(args, model: Path, port: int, env: dict, work: Path) -> list
         rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         rates = [r["bench_reward/overall_pass_rate"] for r in rows if "bench_reward/overall_pass_rate" in r]
         first, last = sum(rates[:10]) / len(rates[:10]), sum(rates[-10:]) / len(rates[-10:])
-        summary.append(f"{label}: pass rate first 10 steps {first:.3f}, last 10 steps {last:.3f}, change "
-                       f"{last - first:+.3f} ({len(rates)} steps, {time.time() - started:.0f} s)")
+        line = (f"{label}: pass rate first 10 steps {first:.3f}, last 10 steps {last:.3f}, change {last - first:+.3f} "
+                f"({len(rates)} steps, {time.time() - started:.0f} s")
+        steps = [r for r in rows if KEYS[0] in r]
+        for key in ("timing/step_s", *ASYNC_KEYS):
+            values = [r[key] for r in steps[1:] if key in r]
+            if values:
+                line += f"; {key.split('/')[1]} median {statistics.median(values):.2f}, max {max(values):.2f}"
+        summary.append(line + ")")
         print(summary[-1], flush=True)
     return summary
 
@@ -154,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
     parser.add_argument("--learning-signal", action="store_true")
     parser.add_argument("--model", type=Path)
+    parser.add_argument("--server-port", type=int, help="use the `trl vllm-serve` already on this loopback port "
+                        "(started with the gloo flags on --model) instead of starting one")
     parser.add_argument("--server-core", type=int, default=0)
     parser.add_argument("--trainer-core", type=int, default=1)
     args = parser.parse_args(argv)
@@ -164,13 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         model = args.model or _warm_model(work / "tiny-sft")
-        port = _free_port()
-        server = _start_server(model, port, args.server_core, env, work / "server.log")
+        port = args.server_port or _free_port()
+        server = None if args.server_port else _start_server(model, port, args.server_core, env, work / "server.log")
         try:
             summary = (learning_signal if args.learning_signal else phases)(args, model, port, env, work)
         finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(timeout=60)
+            if server is not None:
+                os.killpg(server.pid, signal.SIGTERM)
+                server.wait(timeout=60)
     print("\n".join(summary))
     return 0
 

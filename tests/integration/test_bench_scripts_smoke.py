@@ -57,7 +57,7 @@ SMOKE = {
     "bench_rewards.py": Smoke(("--bench_folder", "bench_data_sample", "--generations", "2", "--workers", "1"),
                               "workers=1"),
     # It pins its process to one CPU: its own process, not pytest's.
-    # The vLLM server on one core, the trainer on another: the vLLM lane's environment.
+    # The vLLM server on one core, the trainer on another: the vLLM lane runs it (test_vllm_server.py).
     "bench_server_phases.py": Smoke(("--model", "{model}", "--lengths", "4", "--steps", "2"), "generate",
                                     own_process=True, needs="vllm"),
     "bench_tests.py": Smoke(("--bench", "{shared}", "--copies", "1", "--passes", "1"), "whole-page evaluation",

@@ -170,12 +170,19 @@ def pages_by_step(records: list[dict]) -> dict[int, str]:
     return {r["step"] + 1: r["first_image_digest"] for r in records}
 
 
-def test_async_generation_samples_ahead_with_the_prompts_the_trainer_scores(sft_model_dir, qwen25_server, tmp_path):
+@pytest.fixture(scope="module")
+def async_reference(sft_model_dir, qwen25_server, tmp_path_factory):
+    """An uninterrupted --async_generation run of 4 steps at learning rate 1e-9: (output folder, rollout records)."""
+    tmp = tmp_path_factory.mktemp("async_reference")
+    result, records = run_recorded(tmp, async_flags(sft_model_dir, tmp / "out", qwen25_server, steps=4, lr=1e-9))
+    assert result.returncode == 0, failure(result)
+    return tmp / "out", records
+
+
+def test_async_generation_samples_ahead_with_the_prompts_the_trainer_scores(sft_model_dir, async_reference):
     """The weights barely move (learning rate 1e-9), so a batch sampled one step ahead must still score as the
     trainer scores it: every prefetched batch's prompt, image features and completions are paired right."""
-    out = tmp_path / "out"
-    result, records = run_recorded(tmp_path, async_flags(sft_model_dir, out, qwen25_server, steps=4, lr=1e-9))
-    assert result.returncode == 0, failure(result)
+    out, records = async_reference
     check_prompts_and_pads(records, vision_pad_ids(sft_model_dir), steps=4)
     metrics = per_step_metrics(out)
     assert [metrics[s]["async/prefetched"] for s in (1, 2, 3, 4)] == [0.0, 1.0, 1.0, 1.0]  # epoch 1's page too
@@ -190,18 +197,12 @@ def test_async_generation_samples_ahead_with_the_prompts_the_trainer_scores(sft_
 
 
 def test_async_generation_sigterm_saves_the_step_and_the_resume_regenerates_the_batch_in_flight(
-        sft_model_dir, qwen25_server, tmp_path):
-    """A SIGTERM in step 2 saves checkpoint-2 (exit 75) with the batch for step 3 in flight; the resume samples
-    step 3 again from the checkpoint's weights (staleness 0), then prefetches again; pages as uninterrupted."""
-    reference, out = tmp_path / "reference", tmp_path / "out"
-    for folder in ("r", "resume"):
-        (tmp_path / folder).mkdir()
-    result, reference_records = run_recorded(tmp_path / "r", async_flags(sft_model_dir, reference, qwen25_server,
-                                                                          steps=4, lr=1e-3))
-    assert result.returncode == 0, failure(result)
-    ref = per_step_metrics(reference)
-    masked = [ref[s]["sampling/is_masked_sequence_fraction"] for s in (1, 2, 3, 4)]
-    assert all(0.0 <= m <= 1.0 for m in masked)
+        sft_model_dir, qwen25_server, async_reference, tmp_path):
+    """A SIGTERM in step 2 saves that step (exit 75) with the next step's batch in flight; the resume samples that
+    batch again from the checkpoint's weights (staleness 0), then prefetches again; the pages are the uninterrupted
+    run's (its learning rate differs: the page order does not depend on it)."""
+    out = tmp_path / "out"
+    (tmp_path / "resume").mkdir()
 
     log = tmp_path / "first.log"
     command = [sys.executable, str(RECORDER), str(tmp_path / "first.jsonl"), "--",
@@ -231,5 +232,19 @@ def test_async_generation_sigterm_saves_the_step_and_the_resume_regenerates_the_
     assert resumed[step + 1]["async/prefetched"] == 0.0 and resumed[step + 1]["async/staleness"] == 0.0
     if step + 2 <= 4:
         assert resumed[step + 2]["async/prefetched"] == 1.0 and resumed[step + 2]["async/staleness"] == 1.0
-    expected = pages_by_step(reference_records)
-    assert {s: ids for s, ids in pages_by_step(records).items()} == {s: expected[s] for s in range(step + 1, 5)}
+    masked = [resumed[s]["sampling/is_masked_sequence_fraction"] for s in range(1, 5)]
+    assert all(0.0 <= m <= 1.0 for m in masked), masked
+    expected = pages_by_step(async_reference[1])
+    assert pages_by_step(records) == {s: expected[s] for s in range(step + 1, 5)}
+
+
+def test_the_server_phases_benchmark_runs_both_arms(sft_model_dir, qwen25_server, tmp_path):
+    """scripts/bench/bench_server_phases.py at a tiny size on the lane's server (the main lane's smoke table skips it:
+    it needs vLLM): both arms run and the ratio line is printed."""
+    script = REPO / "scripts" / "bench" / "bench_server_phases.py"
+    result = subprocess.run([sys.executable, str(script), "--model", str(sft_model_dir), "--server-port",
+                             str(qwen25_server), "--lengths", "8", "--steps", "3", "--trainer-core", "0"],
+                            cwd=REPO, env=lane_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "length 8: async/sync step time" in result.stdout, result.stdout[-2000:]
+    assert "prefetched 1.00" in result.stdout
