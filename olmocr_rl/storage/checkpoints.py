@@ -458,14 +458,22 @@ def restore_history(checkpoint: str | os.PathLike, output_dir: str | os.PathLike
     Failures are logged: the history is a convenience, the checkpoint is what matters.
     """
     metrics = Path(output_dir) / HISTORY_FILE
+    dropped_remote = 0
     try:
         last_step = int(json.loads((Path(checkpoint) / TRAINER_STATE).read_text())["global_step"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         logger.warning("cannot read the step of %s (%s); %s left as it is", checkpoint, exc, HISTORY_FILE)
         return
     if not metrics.exists() and s3_save_path:
-        _fetch_history(s3_save_path, metrics)
+        # fetched beside it and trimmed before it takes the file's name: the file never shows the records of the
+        # steps about to be trained again (a watcher of metrics.jsonl, or a test waiting for a step, would read them)
+        pulled = metrics.with_name(metrics.name + ".pulled")
+        _fetch_history(s3_save_path, pulled)
+        if pulled.is_file():
+            dropped_remote = trim_history(pulled, last_step)[1]
+            os.replace(pulled, metrics)
     kept, dropped = trim_history(metrics, last_step)
+    dropped += dropped_remote
     if dropped:
         logger.info("%s: dropped %d records after step %d (trained again now), kept %d",
                     HISTORY_FILE, dropped, last_step, kept)
@@ -474,12 +482,12 @@ def restore_history(checkpoint: str | os.PathLike, output_dir: str | os.PathLike
 def _fetch_history(s3_save_path: str, destination: Path) -> None:
     """Download the run's history beside the checkpoints on S3; a failure is a warning (the run goes on)."""
     bucket, prefix = parse_s3_uri(s3_save_path)
-    key = folder_prefix(prefix) + destination.name  # where S3SyncCallback's mirror put it
+    key = folder_prefix(prefix) + HISTORY_FILE  # where S3SyncCallback's mirror put it
     try:
         s3.download_object(s3.make_s3_client(), bucket, key, destination)
     except storage_errors() as exc:  # a missing object, a dead server: the run goes on with a shorter history
         logger.warning("could not restore the run history from s3://%s/%s (%s: %s); %s starts at the resumed "
-                       "step", bucket, key, type(exc).__name__, exc, destination.name)
+                       "step", bucket, key, type(exc).__name__, exc, HISTORY_FILE)
         return
     logger.info("restored the run history from s3://%s/%s", bucket, key)
 

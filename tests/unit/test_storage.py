@@ -823,3 +823,27 @@ def test_the_cpu_index_fix_is_scoped_to_the_one_load_and_thread(tmp_path):
     assert "don't know how to restore" in seen["other thread"]  # another thread, same moment: torch's own rules
     with pytest.raises(RuntimeError, match="don't know how to restore data location"):
         torch.load(path, map_location=cpu0, weights_only=True)  # and after the call
+
+
+def test_history_from_s3_never_shows_the_steps_trained_again(tmp_path, monkeypatch):
+    """A resume on a fresh machine fetches S3's metrics.jsonl (here with steps 1-4 of a run killed after saving
+    checkpoint-2): OUTPUT_DIR/metrics.jsonl appears already ending at step 2, never with steps 3-4 in it (a test or a
+    watcher waiting for step 3 would otherwise read the killed run's)."""
+    from olmocr_rl.storage import checkpoints
+
+    checkpoint = tmp_path / "out" / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    metrics = tmp_path / "out" / "metrics.jsonl"
+    seen = []
+
+    def fetch(uri, destination):
+        assert uri == "s3://bucket/run" and destination != metrics
+        destination.write_text("".join(json.dumps({"step": step, "reward": 0.5}) + "\n" for step in (1, 2, 3, 4)))
+        seen.append(metrics.exists())
+
+    monkeypatch.setattr(checkpoints, "_fetch_history", fetch)
+    checkpoints.restore_history(checkpoint, tmp_path / "out", "s3://bucket/run")
+    assert seen == [False]
+    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == [1, 2]
+    assert not list((tmp_path / "out").glob("*.pulled"))
