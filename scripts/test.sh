@@ -62,7 +62,7 @@ run_vllm_lane() {  # the vLLM lane, start to end (environment, then pytest), int
   cat "$log_dir/setup-vllm.log"
   vllm_python="$(tail -n 1 "$log_dir/setup-vllm.log")"
   echo "[test] vLLM lane: $vllm_python -m pytest ${vllm_paths[*]:-tests/vllm_lane} ${options[*]:-}"
-  OLMOCR_RL_VLLM_LANE=1 "$vllm_python" -m pytest "${vllm_paths[@]:-tests/vllm_lane}" "${options[@]}"
+  OLMOCR_RL_VLLM_LANE=1 "$vllm_python" -m pytest "${vllm_paths[@]:-tests/vllm_lane}" --durations=15 "${options[@]}"
 }
 run_main_lane() {  # the main lane, start to end, to the terminal (and $main_log)
   local python
@@ -73,7 +73,7 @@ run_main_lane() {  # the main lane, start to end, to the terminal (and $main_log
   python="$(tail -n 1 "$log_dir/setup-main.log")"
   (( ${#main_paths[@]} )) || main_paths=(tests/unit tests/integration)
   echo "[test] main lane: $python -m pytest ${main_paths[*]} ${options[*]:-}" >&2
-  "$python" -m pytest "${main_paths[@]}" "${options[@]}" 2>&1 | tee "$main_log"
+  "$python" -m pytest "${main_paths[@]}" --durations=25 "${options[@]}" 2>&1 | tee "$main_log"  # the slowest, for CI time
   return "${PIPESTATUS[0]}"
 }
 # pytest's closing line ("N passed, M skipped in 9.87s"), or the log's last line.
