@@ -88,13 +88,14 @@ def test_a_rewritten_call_site_is_found_even_though_the_name_still_exists(monkey
 def test_a_changed_signature_is_found(monkeypatch):
     from transformers import Trainer
 
-    def _run_epoch(self, epoch, model, train_dataloader, **kwargs):  # epoch and model swapped
-        return None
+    def _run_epoch(self, epoch, model, train_dataloader, steps_in_epoch, num_update_steps_per_epoch, **kwargs):
+        return None  # epoch and model swapped
 
     monkeypatch.setattr(Trainer, "_run_epoch", _run_epoch)
     problem = compat.problems()[0]  # the changed point first (others read its source)
-    assert "Trainer._run_epoch takes (epoch, model, train_dataloader), expected (model, epoch, train_dataloader, ...)" \
-        in problem and "pip install transformers==5.17.0" in problem
+    assert ("Trainer._run_epoch takes (epoch, model, train_dataloader, steps_in_epoch, num_update_steps_per_epoch), "
+            "expected (model, epoch, train_dataloader, steps_in_epoch, num_update_steps_per_epoch, ...)") in problem
+    assert "pip install transformers==5.17.0" in problem
 
 
 def test_a_batch_key_of_unknown_alignment_in_trls_source_is_found(monkeypatch):
