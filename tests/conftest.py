@@ -1,6 +1,8 @@
 """Shared fixtures: the tiny local models (Qwen2.5-VL and the other families, built once per session), the
-release-layout Qwen3-VL folders, and sample-data paths; and the session's last check: no olmocr_rl process the
-suite started is left running (an orphaned reward worker after a SIGKILL test, a trainer a test forgot)."""
+release-layout Qwen3-VL folders, and sample-data paths; the session's last check: no olmocr_rl process the
+suite started is left running (an orphaned reward worker after a SIGKILL test, a trainer a test forgot); and the
+session's reaper (tests/reaper.py), which stops every process the session started once pytest is gone, even when
+pytest itself is killed."""
 
 from __future__ import annotations
 
@@ -24,6 +26,35 @@ SESSION_MARK = "OLMOCR_RL_TEST_SESSION"
 os.environ.setdefault(SESSION_MARK, f"{os.getpid()}-{time.time_ns()}")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+_reaper = None
+
+
+def pytest_configure(config):
+    """Start the session's reaper before any test starts a process."""
+    global _reaper
+    import reaper
+
+    _reaper = reaper.start(SESSION_MARK)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How the session's command-line runs started: forked from the preloaded interpreter, or as processes of their
+    own (and why)."""
+    import warm_python
+
+    stats = warm_python.stats()
+    if stats["forked"] or stats["fallback"]:
+        terminalreporter.write_line(
+            f"warm_python: {stats['forked']} runs forked from {stats['servers_started']} preloaded interpreter(s), "
+            f"{stats['fallback']} started as processes of their own {stats['fallback_reasons']}")
+
+
+def pytest_unconfigure(config):
+    import reaper
+    import warm_python
+
+    warm_python.shutdown()
+    reaper.stop(_reaper)
 SHARED_SAMPLE = REPO_ROOT.parent / "shared" / "olmocr-bench-sample"
 BENCH_DATA_SAMPLE = REPO_ROOT / "bench_data_sample"
 
@@ -121,11 +152,16 @@ def pytest_sessionfinish(session, exitstatus):
     """Fail the run when an olmocr_rl process it started still runs (each one is killed, and named)."""
     if not Path("/proc").is_dir():
         return
+    import warm_python
+
+    forgotten = warm_python.live_runs()  # forked from the preloaded interpreter, so below pytest: named here
+    warm_python.shutdown()
     deadline = time.monotonic() + 10  # a process that is ending gets a moment
     left = leftover_processes()
     while left and time.monotonic() < deadline:
         time.sleep(0.5)
         left = leftover_processes()
+    left += forgotten
     if not left:
         return
     for pid, _command in left:

@@ -31,6 +31,7 @@ from test_olmorl_trainer import TracingTrainer, _page_image, _pad_cat  # noqa: E
 
 from olmocr_rl.olmorl import group_advantages, nonzero_signal_groups, olmorl_objective  # noqa: E402
 from olmocr_rl.trainer.olmorl import olmorl_config_overrides
+import warm_python
 
 G = 2
 PAGES = ["flat0", "alpha", "flat1", "beta", "flat2", "gamma", "flat3", "delta"]
@@ -329,7 +330,7 @@ def test_cli_on_a_half_zero_signal_bench_folder(tiny_model_dir, tmp_path):
 
     def run(name: str, *extra: str) -> list[dict]:
         out = tmp_path / name
-        proc = subprocess.run(
+        proc = warm_python.run(
             [sys.executable, "-m", "olmocr_rl.grpo_train", "--train_bench_data_folder", str(bench),
              "--model_name", str(tiny_model_dir), "--output_dir", str(out), "--reward_bench", "--olmorl",
              "--num_generations", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",

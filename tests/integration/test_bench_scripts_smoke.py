@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import warm_python
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = REPO / "scripts" / "bench"
@@ -134,7 +135,7 @@ def test_bench_script_runs_at_its_smallest_size(name, tmp_path, tiny_model_dir, 
     argv = [arg.format(tmp=tmp_path, shared=SHARED_SAMPLE, model=tiny_model_dir) for arg in entry.args]
     script = BENCH_DIR / name
     if entry.own_process:
-        done = subprocess.run([sys.executable, str(script), *argv], cwd=REPO, capture_output=True, text=True,
+        done = warm_python.run([sys.executable, str(script), *argv], cwd=REPO, capture_output=True, text=True,
                               timeout=600, env={**os.environ, "TMPDIR": str(tmp_path)})
         code, output = done.returncode, done.stdout + done.stderr
     else:

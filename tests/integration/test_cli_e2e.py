@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+import warm_python
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench_data_sample"
@@ -45,9 +46,11 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
 
 
 def run_cli(args: list, tmp_path: Path, timeout: int = 600, env: dict[str, str] | None = None,
-            cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, args)],
+            cwd: Path = REPO, fresh: bool = False) -> subprocess.CompletedProcess:
+    """The training CLI as a subprocess, forked from the preloaded interpreter (tests/warm_python.py); ``fresh``: a
+    process of its own, for a reference run that another process's run must equal bit for bit."""
+    return warm_python.run(
+        [sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, args)], fresh=fresh,
         cwd=cwd, env=env if env is not None else cli_env(tmp_path), capture_output=True, text=True, timeout=timeout,
     )
 

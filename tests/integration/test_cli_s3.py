@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from s3_server import moto_s3  # noqa: F401  (pytest fixture)
 from test_cli_e2e import REPO, cli_env, failure, read_metrics, run_cli, tiny_run_flags, training_steps
+import warm_python
 
 
 def upload_folder(server, folder: Path, prefix: str) -> set[str]:
@@ -97,7 +98,7 @@ def test_training_finishes_when_the_s3_server_goes_away_mid_run_and_exits_74(mot
     flags[flags.index("--save_steps") + 1] = 1
     log_path = tmp_path / "cli.log"
     with log_path.open("w") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, flags)], cwd=REPO,
+        proc = warm_python.popen([sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, flags)], cwd=REPO,
                                 env=cli_env(tmp_path), stdout=log_file, stderr=subprocess.STDOUT, text=True)
         try:
             # Stop the server as soon as checkpoint-1 is whole on S3 (trainer_state.json is uploaded last).

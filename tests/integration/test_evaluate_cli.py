@@ -14,6 +14,7 @@ import pytest
 
 from olmocr_rl import evaluate as evaluate_module
 from olmocr_rl.evaluate import main
+import warm_python
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = REPO_ROOT / "bench_data_sample"
@@ -44,7 +45,7 @@ def mini_bench(tmp_path_factory) -> Path:
 
 
 def run_cli(*argv) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *map(str, argv)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=600)
+    return warm_python.run([sys.executable, "-m", *map(str, argv)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=600)
 
 
 def run_main(capsys, *argv) -> tuple[int, str, str]:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+import warm_python
 from fault_helpers import descendants, survivors, wait_for_record
 from s3_server import moto_s3  # noqa: F401  (pytest fixture)
 from test_cli_e2e import BENCH, REPO, cli_env, failure, read_metrics, run_cli, tiny_run_flags
@@ -40,7 +41,7 @@ def flags(model: Path, out: Path, steps: int = 8, bench: Path = BENCH) -> list:
 
 def start_cli(args: list, tmp_path: Path, log: Path, env: dict | None = None, launcher: list | None = None):
     with log.open("w") as handle:
-        return subprocess.Popen([*(launcher or [sys.executable]), "-m", "olmocr_rl.grpo_train", *map(str, args)],
+        return warm_python.popen([*(launcher or [sys.executable]), "-m", "olmocr_rl.grpo_train", *map(str, args)],
                                 cwd=REPO, env=env or cli_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
 
 
@@ -63,7 +64,7 @@ def saved_step(log: str) -> int:
 def uninterrupted(tmp_path_factory, tiny_model_dir) -> Path:
     """The reference: 8 steps, never interrupted (checkpoints 4, 6 and 8 kept)."""
     tmp = tmp_path_factory.mktemp("uninterrupted")
-    result = run_cli(flags(tiny_model_dir, tmp / "out"), tmp)
+    result = run_cli(flags(tiny_model_dir, tmp / "out"), tmp, fresh=True)  # the reference: a process of its own
     assert result.returncode == 0, failure(result)
     return tmp / "out"
 
@@ -374,7 +375,7 @@ def assert_full_disk_line(result: subprocess.CompletedProcess, out: Path) -> Non
 
 def test_a_full_disk_at_a_save_is_one_line_and_the_checkpoint_before_is_intact(tmp_path, tiny_model_dir):
     out = tmp_path / "out"
-    result = subprocess.run([sys.executable, "-c", FULL_DISK_AT_CHECKPOINT_4, *map(str, flags(tiny_model_dir, out))],
+    result = warm_python.run([sys.executable, "-c", FULL_DISK_AT_CHECKPOINT_4, *map(str, flags(tiny_model_dir, out))],
                             cwd=REPO, env=cli_env(tmp_path), capture_output=True, text=True, timeout=600)
     assert_full_disk_line(result, out)
 

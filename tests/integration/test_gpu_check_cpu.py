@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_python
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -16,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_gpu_check_on_cpu_reports_the_mfu_columns(tmp_path):
     out = tmp_path / "gpu_check.json"
-    result = subprocess.run(
+    result = warm_python.run(
         [sys.executable, "-m", "olmocr_rl.gpu_check", "--steps", "2", "--arms", "grpo,lora", "--work_dir", str(tmp_path),
          "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600,
         env={**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"},
@@ -93,7 +94,7 @@ def test_bad_arms_are_one_error_line(tmp_path):
 def test_gpu_check_on_cpu_builds_and_measures_another_family(tmp_path):
     """--family qwen3_vl_moe: the tiny MoE preset, its FLOPs counted with the routed experts only."""
     out = tmp_path / "gpu_check.json"
-    result = subprocess.run(
+    result = warm_python.run(
         [sys.executable, "-m", "olmocr_rl.gpu_check", "--family", "qwen3_vl_moe", "--steps", "2", "--arms", "grpo",
          "--work_dir", str(tmp_path), "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600,
         env={**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"},

@@ -17,6 +17,7 @@ from s3_server import moto_s3  # noqa: F401  (pytest fixture)
 from test_cli_e2e import REPO, cli_env, failure, read_metrics, run_cli
 from test_cli_s3 import remote_files
 from test_preemption import COMPARED, exact_run_flags, per_step, wait_for_remote
+import warm_python
 
 LORA = ["--use_peft", "--lora_r", 8, "--learning_rate", 2e-3]
 
@@ -30,7 +31,7 @@ def _tensors(path):
 @pytest.mark.slow
 def test_lora_run_killed_after_checkpoint_4_resumes_from_s3_exactly(moto_s3, tmp_path, tiny_model_dir):
     run_a = tmp_path / "a"
-    a = run_cli([*exact_run_flags(tiny_model_dir, run_a), *LORA, "--report_to", "none"], tmp_path)
+    a = run_cli([*exact_run_flags(tiny_model_dir, run_a), *LORA, "--report_to", "none"], tmp_path, fresh=True)
     assert a.returncode == 0, failure(a)
     assert (run_a / "checkpoint-4" / "adapter_model.safetensors").is_file()
     assert not (run_a / "checkpoint-4" / "model.safetensors").exists()  # checkpoints hold the adapter only
@@ -41,7 +42,7 @@ def test_lora_run_killed_after_checkpoint_4_resumes_from_s3_exactly(moto_s3, tmp
                tmp_path / "cache", "--report_to", "none", "--resume_from_checkpoint"]
     log_path = tmp_path / "b1.log"
     with log_path.open("w") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, b_flags)], cwd=REPO,
+        proc = warm_python.popen([sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, b_flags)], cwd=REPO,
                                 env=cli_env(tmp_path), stdout=log_file, stderr=subprocess.STDOUT)
         try:
             on_s3 = wait_for_remote(moto_s3, "runs/lora", "checkpoint-4/trainer_state.json", proc)

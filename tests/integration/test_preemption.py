@@ -17,6 +17,7 @@ from fault_helpers import descendants, safetensors_bytes, survivors
 from s3_server import moto_s3  # noqa: F401  (pytest fixture)
 from test_cli_e2e import REPO, cli_env, failure, offline_runs, read_metrics, run_cli, tiny_run_flags
 from test_cli_s3 import remote_files
+import warm_python
 
 # Every per-step number that depends on the pages, the sampled completions and the weights.
 COMPARED = ("reward", "reward_std", "loss", "grad_norm", "entropy", "learning_rate", "completions/mean_length")
@@ -46,7 +47,7 @@ def per_step(records: list[dict]) -> dict[int, dict]:
 def test_sigkill_after_checkpoint_4_then_resume_from_s3_continues_exactly(moto_s3, tmp_path, tiny_model_dir):
     # Run A: 8 steps, uninterrupted, no S3, no W&B.
     run_a = tmp_path / "a"
-    a = run_cli([*exact_run_flags(tiny_model_dir, run_a), "--report_to", "none"], tmp_path)
+    a = run_cli([*exact_run_flags(tiny_model_dir, run_a), "--report_to", "none"], tmp_path, fresh=True)
     assert a.returncode == 0, failure(a)
 
     # Run B, first machine: the same run with S3 and W&B (offline), SIGKILLed once checkpoint-4 is on S3.
@@ -56,7 +57,7 @@ def test_sigkill_after_checkpoint_4_then_resume_from_s3_continues_exactly(moto_s
                tmp_path / "cache", "--report_to", "wandb", "--resume_from_checkpoint"]
     log_path = tmp_path / "b1.log"
     with log_path.open("w") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, b_flags)], cwd=REPO,
+        proc = warm_python.popen([sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, b_flags)], cwd=REPO,
                                 env=cli_env(tmp_path), stdout=log_file, stderr=subprocess.STDOUT)
         try:
             on_s3 = wait_for_remote(moto_s3, "runs/b", "checkpoint-4/trainer_state.json", proc)
@@ -360,7 +361,7 @@ def test_resume_in_the_second_epoch_sees_that_epochs_page_order(tmp_path, tiny_m
                 "--lr_schedule", "constant", "--warmup_steps", 0, "--report_to", "none"]
 
     run_a = tmp_path / "a"
-    a = run_cli(flags(run_a, 13), tmp_path)
+    a = run_cli(flags(run_a, 13), tmp_path, fresh=True)
     assert a.returncode == 0, failure(a)
     run_b = tmp_path / "b"
     first = run_cli(flags(run_b, 11), tmp_path)

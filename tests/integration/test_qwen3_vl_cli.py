@@ -21,6 +21,7 @@ from s3_server import moto_s3  # noqa: F401  (pytest fixture)
 from safetensors.torch import load_file
 from test_cli_e2e import BENCH, REPO, cli_env, failure, read_metrics, run_cli, tiny_run_flags, training_steps
 from test_cli_s3 import remote_files
+import warm_python
 
 pytestmark = pytest.mark.slow
 
@@ -111,7 +112,7 @@ def test_moe_resumes_from_s3_exactly_then_soups_evaluates_and_reports(release_fo
 
 
 def _run_module(tmp_path, module: str, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=REPO, env=cli_env(tmp_path),
+    return warm_python.run([sys.executable, "-m", module, *map(str, args)], cwd=REPO, env=cli_env(tmp_path),
                           capture_output=True, text=True, timeout=300)
 
 

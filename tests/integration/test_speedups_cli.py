@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_python
 
 REPO = Path(__file__).resolve().parents[2]
 STOCK = ["--no-padding_free", "--no-share_page_processing", "--gradient_checkpointing", "true",
@@ -38,7 +39,7 @@ def _run(model_dir, out: Path, *flags) -> tuple[list[dict], str]:
             "--target_longest_image_dim", 448, "--report_to", "none", "--seed", 5, *flags]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, args)], cwd=REPO, env=env,
+    result = warm_python.run([sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, args)], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

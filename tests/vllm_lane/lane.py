@@ -1,4 +1,5 @@
-"""Helpers of the vLLM lane's tests: run the training CLI with its rollouts recorded, read its metrics."""
+"""Helpers of the vLLM lane's tests: run the training CLI with its rollouts recorded (forked from the preloaded
+interpreter, tests/warm_python.py: vLLM, TRL and torch imported once for the lane), read its metrics."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import warm_python
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench_data_sample"
@@ -26,8 +29,8 @@ def run_recorded(tmp_path: Path, flags: list, *, timeout: int = 900, env: dict |
     """Run the training CLI through record_rollouts.py; return (process, rollout records)."""
     out = tmp_path / "rollouts.jsonl"
     command = [sys.executable, str(RECORDER), str(out), "--", *map(str, flags)]
-    result = subprocess.run(command, cwd=REPO, env={**lane_env(tmp_path), **(env or {})}, capture_output=True, text=True,
-                            timeout=timeout)
+    result = warm_python.run(command, cwd=REPO, env={**lane_env(tmp_path), **(env or {})}, capture_output=True,
+                             text=True, timeout=timeout)
     records = [json.loads(line) for line in out.read_text().splitlines()] if out.is_file() else []
     return result, records
 
