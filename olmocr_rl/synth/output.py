@@ -152,7 +152,7 @@ def merge_shards(out: Path) -> list[Path]:
     written = []
     for subset, files in sorted(parts.items()):
         lines = [line for k in sorted(files) for line in files[k].read_text(encoding="utf-8").splitlines() if line]
-        lines.sort(key=lambda line: (json.loads(line)["pdf"], json.loads(line)["id"]))
+        lines.sort(key=lambda line: json.loads(line)["pdf"])  # stable: each page keeps its tests' order
         path = out / f"{subset}.jsonl"
         _atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
         written.append(path)
