@@ -32,7 +32,7 @@ class Smoke:
     args: tuple[str, ...]  # {tmp}: the test's folder, {shared}: ../shared's sample, {model}: the session's tiny model
     expect: str  # text the script's output must contain
     own_process: bool = False
-    needs: str | None = None  # "vllm", "olmocr" (the reference package) or "shared"
+    needs: str | None = None  # "vllm", "olmocr" (the reference package), "shared" or "browser" (synth's set-up)
 
 
 SMOKE = {
@@ -60,6 +60,7 @@ SMOKE = {
     # The vLLM server on one core, the trainer on another: the vLLM lane runs it (test_vllm_server.py).
     "bench_server_phases.py": Smoke(("--model", "{model}", "--lengths", "4", "--steps", "2"), "generate",
                                     own_process=True, needs="vllm"),
+    "bench_synth.py": Smoke(("--pages", "2", "--jobs", "1", "--work", "{tmp}"), "pages/s", needs="browser"),
     "bench_tests.py": Smoke(("--bench", "{shared}", "--copies", "1", "--passes", "1"), "whole-page evaluation",
                             own_process=True, needs="shared"),
     "bench_vision.py": Smoke(("--depth", "2", "--hidden", "32", "--heads", "1", "--side", "224", "--copies", "2",
@@ -87,6 +88,13 @@ def _missing(needs: str | None) -> str | None:
         return "needs vLLM (the vLLM lane's environment)"
     if needs == "olmocr" and importlib.util.find_spec("olmocr") is None:
         return "needs olmOCR's own package (`olmocr`), which olmocr_rl's environments do not install"
+    if needs == "browser":
+        from olmocr_rl.synth.render import BrowserMissingError, check_setup
+
+        try:
+            check_setup()
+        except BrowserMissingError as error:
+            return str(error)
     if needs == "shared" and not (SHARED_SAMPLE / "olmocr_pipeline").is_dir():
         return f"needs the real olmOCR-bench sample with its pipeline outputs: {SHARED_SAMPLE} is absent"
     return None
