@@ -61,6 +61,8 @@ SMOKE = {
     "bench_server_phases.py": Smoke(("--model", "{model}", "--lengths", "4", "--steps", "2"), "generate",
                                     own_process=True, needs="vllm"),
     "bench_synth.py": Smoke(("--pages", "2", "--jobs", "1", "--work", "{tmp}"), "pages/s", needs="browser"),
+    # It runs under olmOCR's own package (another environment) with olmocr_rl on the path.
+    "compare_olmocr_synth.py": Smoke((), "total", own_process=True, needs="olmocr"),
     "bench_tests.py": Smoke(("--bench", "{shared}", "--copies", "1", "--passes", "1"), "whole-page evaluation",
                             own_process=True, needs="shared"),
     "bench_vision.py": Smoke(("--depth", "2", "--hidden", "32", "--heads", "1", "--side", "224", "--copies", "2",
@@ -71,6 +73,8 @@ SMOKE = {
     "learning_signal_continuous.py": Smoke(("--sft_steps", "1", "--steps", "2", "--seeds", "0", "--arms", "binary",
                                             "--eval_samples", "0", "--work_dir", "{tmp}", "--out", "{tmp}/r.jsonl"),
                                            '"arm": "binary"'),
+    "learning_signal_synth.py": Smoke(("--sft_steps", "1", "--steps", "2", "--arms", "plain", "--work_dir", "{tmp}"),
+                                      "first 10", needs="browser"),
     "learning_signal_family.py": Smoke(("--sft_steps", "1", "--steps", "2", "--arms", "plain", "--work_dir", "{tmp}"),
                                        "first 10"),
     # It runs under olmOCR's own package (another environment).
