@@ -145,7 +145,8 @@ def make_page(job: PageJob, options: PageOptions, renderer: Renderer | None) -> 
         pdf, scale, blocked, glyphs = printed
         layer = text_layer_of(pdf_text_layer(pdf)[1])
     checked = check_tests(candidates, job.pdf, job.key, reference, layer, glyphs)
-    if not any(t["type"] != "baseline" for t in checked.kept):
+    wanted_more = set(options.types) - {"baseline"}  # a page of a baseline test alone is kept only when asked for
+    if not checked.kept or (wanted_more and not any(t["type"] != "baseline" for t in checked.kept)):
         return PageSkip(job, f"no test survives the checks ({len(checked.dropped)} dropped)", "no_tests",
                         time.perf_counter() - start)
     return PageResult(job, reference, checked.kept, checked.dropped, pdf, scale, _notices(content, blocked),

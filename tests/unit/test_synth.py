@@ -116,6 +116,14 @@ def test_caps_and_type_filter():
     assert [t["type"] for t in capped] == ["table", "table", "baseline"]
 
 
+def test_a_page_without_tests_is_skipped_unless_only_baseline_was_asked(tmp_path):
+    job = _html(tmp_path, "<div><span>x</span></div>")
+    skip = make_page(job, PageOptions(), None)
+    assert isinstance(skip, PageSkip) and skip.kind == "no_tests"
+    kept = make_page(job, PageOptions(types=("baseline",)), None)
+    assert isinstance(kept, PageResult) and [t["type"] for t in kept.tests] == ["baseline"]
+
+
 def test_the_guarantee_names_each_reason(tmp_path):
     reference = "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\nis_table: False\n" \
                 "is_diagram: False\n---\nAlpha beta gamma delta. Epsilon zeta eta theta."
