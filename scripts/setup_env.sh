@@ -56,12 +56,14 @@ if [[ "$want" == "$have" ]]; then
   exit 0
 fi
 
-echo "[setup] installing olmocr_rl[dev] (+deepspeed in the CPU lane) into $venv ($lane lane; inputs changed or first install)" >&2
+echo "[setup] installing olmocr_rl[dev] (+deepspeed, synth in the CPU lane) into $venv ($lane lane; inputs changed or first install)" >&2
 "$venv/bin/python" -m pip install --quiet --upgrade pip >&2
 if [[ "$lane" == cpu ]]; then
   # torch is pinned to 2.13.0: on CPU machines pip takes the CPU wheel; torchvision is never installed here.
   # DeepSpeed (CPU: gloo, no CUDA) for the two-process ZeRO-3 test (tests/integration/test_sharded_cpu.py).
-  "$venv/bin/python" -m pip install --quiet -e "${repo_root}[dev,deepspeed]" >&2
+  # Playwright (the synth extra) for python -m olmocr_rl.synth and its browser tests; the browser, fonts and
+  # KaTeX come from scripts/setup_browser.sh, which scripts/test.sh runs.
+  "$venv/bin/python" -m pip install --quiet -e "${repo_root}[dev,deepspeed,synth]" >&2
   if "$venv/bin/python" -c 'import torchvision' >/dev/null 2>&1; then
     echo "[setup] warning: torchvision is importable in $venv; on CPU machines it breaks transformers" >&2
   fi

@@ -70,6 +70,7 @@ run_main_lane() {  # the main lane, start to end, to the terminal (and $main_log
     cat "$log_dir/setup-main.log" >&2; echo "[test] main lane: creating .venv failed" >&2; return 1
   fi
   grep -v '^/' "$log_dir/setup-main.log" >&2 || true
+  bash "$repo_root/scripts/setup_browser.sh"  # synth's browser tests: Chromium, fonts, KaTeX (never fatal)
   python="$(tail -n 1 "$log_dir/setup-main.log")"
   (( ${#main_paths[@]} )) || main_paths=(tests/unit tests/integration)
   echo "[test] main lane: $python -m pytest ${main_paths[*]} ${options[*]:-}" >&2

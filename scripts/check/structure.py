@@ -37,6 +37,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # olmorl's settings table (same layer), and imports nothing above itself.
     ("bench", "config", "olmorl", "storage"),
     ("data", "model"),
+    # synth makes bench folders from HTML pages: it reuses bench (loading, scoring) and data (references, front
+    # matter, the renderer's page size), and nothing above them.
+    ("synth",),
     ("rewards",),
     ("telemetry",),
     ("trainer", "launch"),

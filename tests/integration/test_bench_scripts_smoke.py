@@ -33,7 +33,7 @@ class Smoke:
     args: tuple[str, ...]  # {tmp}: the test's folder, {shared}: ../shared's sample, {model}: the session's tiny model
     expect: str  # text the script's output must contain
     own_process: bool = False
-    needs: str | None = None  # "vllm", "olmocr" (the reference package) or "shared"
+    needs: str | None = None  # "vllm", "olmocr" (the reference package), "shared" or "browser" (synth's set-up)
 
 
 SMOKE = {
@@ -61,6 +61,9 @@ SMOKE = {
     # The vLLM server on one core, the trainer on another: the vLLM lane runs it (test_vllm_server.py).
     "bench_server_phases.py": Smoke(("--model", "{model}", "--lengths", "4", "--steps", "2"), "generate",
                                     own_process=True, needs="vllm"),
+    "bench_synth.py": Smoke(("--pages", "2", "--jobs", "1", "--work", "{tmp}"), "pages/s", needs="browser"),
+    # It runs under olmOCR's own package (another environment) with olmocr_rl on the path.
+    "compare_olmocr_synth.py": Smoke((), "total", own_process=True, needs="olmocr"),
     "bench_tests.py": Smoke(("--bench", "{shared}", "--copies", "1", "--passes", "1"), "whole-page evaluation",
                             own_process=True, needs="shared"),
     "bench_vision.py": Smoke(("--depth", "2", "--hidden", "32", "--heads", "1", "--side", "224", "--copies", "2",
@@ -71,6 +74,8 @@ SMOKE = {
     "learning_signal_continuous.py": Smoke(("--sft_steps", "1", "--steps", "2", "--seeds", "0", "--arms", "binary",
                                             "--eval_samples", "0", "--work_dir", "{tmp}", "--out", "{tmp}/r.jsonl"),
                                            '"arm": "binary"'),
+    "learning_signal_synth.py": Smoke(("--sft_steps", "1", "--steps", "2", "--arms", "plain", "--work_dir", "{tmp}"),
+                                      "first 10", needs="browser"),
     "learning_signal_family.py": Smoke(("--sft_steps", "1", "--steps", "2", "--arms", "plain", "--work_dir", "{tmp}"),
                                        "first 10"),
     # It runs under olmOCR's own package (another environment).
@@ -88,6 +93,13 @@ def _missing(needs: str | None) -> str | None:
         return "needs vLLM (the vLLM lane's environment)"
     if needs == "olmocr" and importlib.util.find_spec("olmocr") is None:
         return "needs olmOCR's own package (`olmocr`), which olmocr_rl's environments do not install"
+    if needs == "browser":
+        from olmocr_rl.synth.render import BrowserMissingError, check_setup
+
+        try:
+            check_setup()
+        except BrowserMissingError as error:
+            return str(error)
     if needs == "shared" and not (SHARED_SAMPLE / "olmocr_pipeline").is_dir():
         return f"needs the real olmOCR-bench sample with its pipeline outputs: {SHARED_SAMPLE} is absent"
     return None

@@ -112,3 +112,12 @@ def test_limit_controls_follow_an_operator_as_in_katex():
     assert len(latex.layout(r"\sum\nolimits x").glyphs) == len(latex.layout(r"\sum x").glyphs)
     for invalid in (r"x\limits", r"x\nolimits", r"{x}\limits", r"x^2\limits_a"):
         assert latex.layout(invalid).error == "limit controls must follow a math operator", invalid
+
+
+def test_a_fraction_in_a_cramped_style_lays_out():
+    """A fraction under a root in display math is in the cramped display style D' (it raised KeyError once)."""
+    from olmocr_rl.bench import load_single_test
+
+    test = load_single_test({"pdf": "a.pdf", "page": 1, "id": "t", "type": "math", "math": r"T = 2 \pi \sqrt{\frac{m}{k}}"})
+    assert test.run(r"\[T = 2 \pi \sqrt{\frac{m}{k}}\]")[0]
+    assert not test.run(r"\[T = 2 \pi \sqrt{\frac{k}{m}}\]")[0]

@@ -307,7 +307,7 @@ class Typesetter:
 
     def frac(self, node: Frac, style: str) -> Box:
         """A fraction or binomial, numerator and denominator centred."""
-        outer = node.style or style
+        outer = base_style(node.style or style)  # a fraction inside a root or a denominator is cramped: D' etc.
         size = SIZE[outer]
         metrics = METRICS[METRIC_SET[outer]]
         inner_style = FRAC_STYLE[outer]

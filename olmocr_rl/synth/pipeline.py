@@ -1,0 +1,153 @@
+"""One HTML page → its PDF, reference and checked tests (or the one-line reason it is skipped).
+
+:func:`make_page` is the whole per-page path: read and size-check the file, parse it (:mod:`.tree`), read its
+content (:mod:`.content`), write its reference (:mod:`.reference`), derive candidate tests (:mod:`.derive`),
+typeset its math and print it (:mod:`.render`), read the PDF's text layer, keep the tests that pass the
+guarantee (:mod:`.guarantee`). With ``renderer=None`` nothing is printed and the text-layer check is skipped
+(the golden tests' mode, no browser). It raises nothing for a bad page: a :class:`PageSkip` says why.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .content import page_content
+from .derive import DEFAULT_CAPS, SYNTH_TYPES, derive_tests
+from .guarantee import check_tests, glyphs_of_html, text_layer_of
+from .reference import reference_text
+from .render import KatexError, PageTooLongError, Renderer
+from .tree import MATH, NotHTMLError, parse_html, serialize
+
+__all__ = ["PageJob", "PageResult", "PageSkip", "PageOptions", "make_page", "pdf_text_layer"]
+
+
+@dataclass(frozen=True)
+class PageJob:
+    source: str  # the HTML file
+    rel: str  # its path under --html, for messages
+    subset: str  # the JSONL name (without .jsonl) and the pdfs/ sub-folder
+    pdf: str  # the test's "pdf" field: <subset>/<stem>.pdf
+    key: str  # the page's id prefix
+
+
+@dataclass(frozen=True)
+class PageOptions:
+    seed: int = 0
+    caps: tuple[tuple[str, int], ...] = tuple(DEFAULT_CAPS.items())
+    types: tuple[str, ...] = SYNTH_TYPES
+    max_bytes: int = 5 * 1024 * 1024
+
+
+@dataclass
+class PageResult:
+    job: PageJob
+    reference: str
+    tests: list[dict]
+    dropped: list[dict]
+    pdf: bytes | None = None
+    scale: float = 1.0
+    notices: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class PageSkip:
+    job: PageJob
+    reason: str  # one line
+    kind: str  # not_html, empty, too_large, katex, too_long, render, no_tests, ...
+    seconds: float = 0.0
+
+
+def pdf_text_layer(pdf: bytes) -> tuple[int, str]:
+    """The PDF's page count and its first page's text layer (pypdfium2)."""
+    import pypdfium2 as pdfium
+
+    document = pdfium.PdfDocument(pdf)
+    try:
+        text_page = document[0].get_textpage()
+        return len(document), text_page.get_text_range()
+    finally:
+        document.close()
+
+
+def _read(job: PageJob, options: PageOptions) -> str | PageSkip:
+    path = Path(job.source)
+    size = path.stat().st_size
+    if size == 0:
+        return PageSkip(job, "the file is empty; give an HTML page", "empty")
+    if size > options.max_bytes:
+        return PageSkip(job, f"the file is {size / 2**20:.1f} MB, over --max_html_mb "
+                             f"{options.max_bytes / 2**20:g}; split the page or raise the limit", "too_large")
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        if b"\x00" in path.read_bytes()[:4096]:
+            return PageSkip(job, "the file is binary, not an HTML page", "not_html")
+        return PageSkip(job, f"not UTF-8 text (byte {error.start}); save the page as UTF-8", "not_html")
+
+
+def _notices(content, blocked: list[str]) -> list[str]:
+    notes = []
+    if content.scripts:
+        notes.append(f"{content.scripts} script(s) not run (JavaScript is off while printing)")
+    if blocked:
+        notes.append(f"{len(blocked)} network request(s) blocked (the network is off), first: {blocked[0]}")
+    for block in content.blocks:
+        if block.table is not None and len({len(r) for r in block.table.rows if r}) > 1 and not any(
+                c.rowspan > 1 or c.colspan > 1 for r in block.table.rows for c in r):
+            notes.append("a ragged table (rows of different lengths): its cells are placed as written")
+    return notes
+
+
+def _print_page(root, renderer: Renderer, allow_scaling: bool = True
+                ) -> tuple[bytes, float, list[str], dict[str, str]] | str:
+    """(pdf, scale, blocked requests, glyphs by TeX), or the reason KaTeX refuses an equation."""
+    math_html: dict[int, str] = {}
+    glyphs: dict[str, str] = {}
+    for node in root.walk():
+        if node.tag == MATH:
+            try:
+                markup = renderer.typeset(node.tex, node.attrs.get("display") == "1")
+            except KatexError as error:
+                return f"KaTeX refuses the equation {node.tex[:60]!r}: {error}; fix the LaTeX"
+            math_html[id(node)] = markup
+            glyphs[node.tex] = glyphs_of_html(markup)
+    printed = renderer.render(serialize(root, math_html), allow_scaling, math=bool(math_html))
+    return printed.pdf, printed.scale, printed.blocked, glyphs
+
+
+def make_page(job: PageJob, options: PageOptions, renderer: Renderer | None) -> PageResult | PageSkip:
+    """The page's result, or why it is skipped (every failure of one page is caught here, by kind)."""
+    start = time.perf_counter()
+    source = _read(job, options)
+    if isinstance(source, PageSkip):
+        return source
+    try:
+        root = parse_html(source)
+    except NotHTMLError as error:
+        return PageSkip(job, str(error), "not_html")
+    content = page_content(root)
+    reference = reference_text(content)
+    candidates = derive_tests(content, options.seed, job.key, dict(options.caps), options.types)
+    pdf, scale, blocked, layer, glyphs = None, 1.0, [], None, None
+    if renderer is not None:
+        try:
+            printed = _print_page(root, renderer)
+        except PageTooLongError as error:
+            return PageSkip(job, str(error), "too_long", time.perf_counter() - start)
+        except Exception as error:  # noqa: BLE001 - a timeout or a browser error on this page only
+            reason = f"the browser failed on it: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
+            return PageSkip(job, reason, "render", time.perf_counter() - start)
+        if isinstance(printed, str):
+            return PageSkip(job, printed, "katex", time.perf_counter() - start)
+        pdf, scale, blocked, glyphs = printed
+        layer = text_layer_of(pdf_text_layer(pdf)[1])
+    checked = check_tests(candidates, job.pdf, job.key, reference, layer, glyphs)
+    wanted_more = set(options.types) - {"baseline"}  # a page of a baseline test alone is kept only when asked for
+    if not checked.kept or (wanted_more and not any(t["type"] != "baseline" for t in checked.kept)):
+        return PageSkip(job, f"no test survives the checks ({len(checked.dropped)} dropped)", "no_tests",
+                        time.perf_counter() - start)
+    return PageResult(job, reference, checked.kept, checked.dropped, pdf, scale, _notices(content, blocked),
+                      time.perf_counter() - start)

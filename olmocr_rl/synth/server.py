@@ -1,0 +1,212 @@
+"""The page → HTML half: each page of your PDFs, as an image, to an OpenAI-compatible VLM server, its answer's HTML
+kept when it prints on one page (docs/synth.md, "From PDFs").
+
+    python -m olmocr_rl.synth --from_pdfs scans/ --server http://localhost:8000 --model Qwen/Qwen2.5-VL-7B-Instruct \
+        --out bench_mine/ [--refine] [--max_tokens 6000]
+
+Each page is rendered at 1288 px on its longest side (training's size, ``data.render.render_page``) and sent
+to ``<server>/v1/chat/completions`` with :data:`HTML_PROMPT`; the HTML is taken from the answer (a fenced
+``html`` block, else from ``<html``/``<body`` to its closing tag). The HTML is untrusted: it is printed as any
+page is (JavaScript off, network off, a time limit), and it must fit one page at scale 1. ``--refine`` sends the
+original and the rendering of the first answer back for one corrected answer. A page is skipped, counted and
+named with its reason when the server fails, the answer holds no HTML, stops at the length limit
+(``finish_reason == "length"``), or prints on more than one page. The kept pages' HTML goes to
+``<out>/synth_html/`` and continues as ``--html`` pages do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["add_server_flags", "check_server_args", "pages_from_pdfs", "extract_html", "HTML_PROMPT",
+           "REFINE_PROMPT", "ServerSkip", "HTML_FOLDER"]
+
+HTML_FOLDER = "synth_html"
+HTML_PROMPT = (
+    "Write this document page as one self-contained HTML file that prints on a single US Letter page and looks "
+    "like the image: the same text in the same reading order, headings, tables as <table> (with rowspan and "
+    "colspan), running headers in <header> and footers and page numbers in <footer>, footnote markers as <sup>. "
+    "Write math as LaTeX between \\( and \\) inline or \\[ and \\] for display. Inline CSS only; no scripts, no "
+    "external resources. Answer with the HTML in one ```html code block.")
+REFINE_PROMPT = (
+    "The first image is a document page; the second is how your HTML for it prints. Correct the HTML so that it "
+    "prints like the first image (same rules as before). Your HTML was:\n\n```html\n{html}\n```\n\nAnswer with "
+    "the corrected HTML in one ```html code block.")
+_FENCE = re.compile(r"```(?:html|HTML)?\s*\n(.*?)```", re.DOTALL)
+_DOCUMENT = re.compile(r"<(html|body)\b.*?</\1\s*>", re.DOTALL | re.IGNORECASE)
+
+
+@dataclass
+class ServerSkip:
+    source: str  # pdf:page
+    kind: str  # server_error, no_html, length, too_long, render
+    reason: str
+
+
+def add_server_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("page -> HTML (a VLM server writes the HTML)")
+    group.add_argument("--from_pdfs", metavar="PDF_DIR", default=None,
+                       help="folder of PDFs: each page goes to --server, the HTML it answers is made into a page")
+    group.add_argument("--server", metavar="URL", default=None,
+                       help="an OpenAI-compatible server (e.g. `vllm serve MODEL`): http://host:port")
+    group.add_argument("--model", default=None, help="the model name the server serves")
+    group.add_argument("--refine", action="store_true", help="one refinement round with both images")
+    group.add_argument("--max_tokens", type=int, default=6000, help="answer length limit (default %(default)s)")
+    group.add_argument("--request_timeout_s", type=float, default=300.0, help="per request (default 300)")
+
+
+def check_server_args(args: argparse.Namespace) -> None:
+    """Flags present, the folder holds PDFs, the server answers: OutputError (one line) otherwise."""
+    from .output import OutputError
+
+    if args.html:
+        raise OutputError("give --html or --from_pdfs, not both")
+    if not args.server or not args.model:
+        raise OutputError("--from_pdfs needs --server URL and --model NAME (an OpenAI-compatible server)")
+    if not Path(args.from_pdfs).is_dir() or not sorted(Path(args.from_pdfs).rglob("*.pdf")):
+        raise OutputError(f"--from_pdfs {args.from_pdfs}: not a folder holding *.pdf files")
+    if args.max_tokens < 1:
+        raise OutputError("--max_tokens must be positive")
+    url = args.server.rstrip("/") + "/v1/models"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            response.read()
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        reason = getattr(error, "reason", error)
+        raise OutputError(f"cannot reach --server {args.server} ({reason}); start it (`vllm serve {args.model}`) "
+                          "or fix the URL") from None
+
+
+def extract_html(answer: str) -> str | None:
+    """The HTML of an answer: the first fenced block holding a tag, else an <html>/<body> element; None if none."""
+    for block in _FENCE.findall(answer or ""):
+        if re.search(r"<[a-zA-Z][^>]*>", block):
+            return block.strip()
+    match = _DOCUMENT.search(answer or "")
+    return match.group(0) if match else None
+
+
+def _png_url(image) -> str:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _ask(args, images: list, prompt: str) -> tuple[str, str]:
+    """(content, finish_reason) of one chat completion; raises OSError/ValueError on a failed request."""
+    content = [{"type": "image_url", "image_url": {"url": _png_url(image)}} for image in images]
+    content.append({"type": "text", "text": prompt})
+    body = {"model": args.model, "messages": [{"role": "user", "content": content}],
+            "max_tokens": args.max_tokens, "temperature": 0.0, "seed": args.seed}
+    request = urllib.request.Request(args.server.rstrip("/") + "/v1/chat/completions",
+                                     data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=args.request_timeout_s) as response:
+        answer = json.loads(response.read())
+    choice = answer["choices"][0]
+    return choice["message"].get("content") or "", choice.get("finish_reason") or ""
+
+
+def _html_or_skip(args, source: str, images: list, prompt: str) -> str | ServerSkip:
+    try:
+        content, finish = _ask(args, images, prompt)
+    except (OSError, ValueError, KeyError, IndexError) as error:
+        return ServerSkip(source, "server_error", f"the server's answer failed: {type(error).__name__}: {error}")
+    if finish == "length":
+        return ServerSkip(source, "length", f"the answer stopped at the length limit (--max_tokens {args.max_tokens})")
+    markup = extract_html(content)
+    if markup is None:
+        return ServerSkip(source, "no_html", f"no HTML in the answer ({len(content)} characters)")
+    return markup
+
+
+def _printed(renderer, markup: str):
+    """(pdf bytes, None) when the HTML prints on one page at scale 1, else (None, ServerSkip kind, reason)."""
+    from .pipeline import _print_page
+    from .render import PageTooLongError
+    from .tree import NotHTMLError, parse_html
+
+    try:
+        result = _print_page(parse_html(markup), renderer, allow_scaling=False)
+    except NotHTMLError as error:
+        return None, ("no_html", str(error))
+    except PageTooLongError:
+        return None, ("too_long", "the HTML prints on more than one page")
+    except Exception as error:  # noqa: BLE001 - a timeout or browser failure on this answer only
+        return None, ("render", f"the browser failed on the HTML: {type(error).__name__}")
+    if isinstance(result, str):
+        return None, ("katex", result)
+    return result[0], None
+
+
+def _one_page(args, renderer, source: str, image) -> str | ServerSkip:
+    markup = _html_or_skip(args, source, [image], HTML_PROMPT)
+    if isinstance(markup, ServerSkip):
+        return markup
+    pdf, problem = _printed(renderer, markup)
+    if problem:
+        return ServerSkip(source, *problem)
+    if args.refine:
+        refined = _html_or_skip(args, source, [image, _pdf_image(pdf)], REFINE_PROMPT.format(html=markup))
+        if isinstance(refined, ServerSkip):
+            return refined
+        pdf, problem = _printed(renderer, refined)
+        if problem:
+            return ServerSkip(source, *problem)
+        markup = refined
+    return markup
+
+
+def _pdf_image(pdf: bytes):
+    import tempfile
+
+    from olmocr_rl.config.values import DEFAULT_TARGET_LONGEST_IMAGE_DIM
+    from olmocr_rl.data.render import render_page
+
+    with tempfile.NamedTemporaryFile(suffix=".pdf") as handle:
+        handle.write(pdf)
+        handle.flush()
+        return render_page(handle.name, 1, DEFAULT_TARGET_LONGEST_IMAGE_DIM)
+
+
+def pages_from_pdfs(args: argparse.Namespace) -> tuple[str, list[ServerSkip]]:
+    """Every page of ``--from_pdfs`` through the server; the folder of kept HTML pages, and the skipped ones."""
+    import sys
+
+    from olmocr_rl.config.values import DEFAULT_TARGET_LONGEST_IMAGE_DIM
+    from olmocr_rl.data.render import RenderError, pdf_page_count, render_page
+
+    from .render import Renderer
+
+    root = Path(args.from_pdfs)
+    folder = Path(args.out) / HTML_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    skips: list[ServerSkip] = []
+    with Renderer(args.timeout_s) as renderer:
+        for pdf in sorted(root.rglob("*.pdf")):
+            rel = pdf.relative_to(root)
+            try:
+                count = pdf_page_count(pdf)
+            except RenderError as error:
+                skips.append(ServerSkip(str(rel), "render", str(error)))
+                continue
+            for page in range(1, count + 1):
+                source = f"{rel}:{page}"
+                image = render_page(pdf, page, DEFAULT_TARGET_LONGEST_IMAGE_DIM)
+                result = _one_page(args, renderer, source, image)
+                if isinstance(result, ServerSkip):
+                    skips.append(result)
+                    print(f"[synth] {source}: skipped ({result.kind}): {result.reason}", file=sys.stderr)
+                    continue
+                name = "_".join(rel.with_suffix("").parts) + f"_pg{page}.html"
+                target = folder / name
+                target.write_text(result, encoding="utf-8")
+                print(f"[synth] {source}: HTML kept ({len(result)} characters)", file=sys.stderr)
+    return str(folder), skips

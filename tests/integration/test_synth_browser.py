@@ -1,0 +1,136 @@
+"""python -m olmocr_rl.synth with the real headless Chromium: the shipped pages printed in one browser session,
+one page each, the tests' strings on the PDFs' text layer, KaTeX's fonts in the PDF, validate_bench, the same
+bytes again from two shards (one with --jobs 2) merged, the bad-input list, and 2 GRPO steps of the CPU demo's
+config on the folder. Skips with the setup line when the machine has no browser, KaTeX or Playwright."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+from olmocr_rl.synth import cli
+from olmocr_rl.synth.guarantee import on_layer, text_layer_of
+from olmocr_rl.synth.pipeline import pdf_text_layer
+from olmocr_rl.synth.render import BrowserMissingError, check_setup
+
+PAGES = REPO_ROOT / "tests" / "fixtures" / "synth" / "pages"
+STRINGS = ("text", "before", "after", "cell", "up", "down", "left", "right", "top_heading", "left_heading",
+           "appears_before_marker")
+
+
+@pytest.fixture(scope="module")
+def browser_ready():
+    try:
+        check_setup()
+    except BrowserMissingError as error:
+        pytest.skip(str(error))
+
+
+@pytest.fixture(scope="module")
+def made(browser_ready, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("synth") / "bench"
+    assert cli.main(["--html", str(PAGES), "--out", str(out)]) == 0
+    return out
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and not p.name.startswith("synth_manifest")}
+
+
+def test_one_page_each_every_string_on_the_text_layer(made):
+    tests = [json.loads(line) for line in (made / "synth.jsonl").read_text().splitlines()]
+    pdfs = sorted((made / "pdfs" / "synth").glob("*.pdf"))
+    assert [p.stem for p in pdfs] == sorted(p.stem for p in PAGES.glob("*.html"))
+    layers = {}
+    for pdf in pdfs:
+        pages, raw = pdf_text_layer(pdf.read_bytes())
+        assert pages == 1
+        layers[f"synth/{pdf.name}"] = text_layer_of(raw)
+    for test in tests:
+        for name in STRINGS:
+            if test.get(name):
+                assert on_layer(test[name], layers[test["pdf"]]), (test["id"], name)
+    fonts = set(re.findall(rb"/BaseFont /[A-Z]+\+(KaTeX_[A-Za-z-]+)", (made / "pdfs/synth/math.pdf").read_bytes()))
+    assert {b"KaTeX_Main-Regular", b"KaTeX_Math-Italic"} <= fonts  # KaTeX's own fonts, not a fallback
+    manifest = json.loads((made / "synth_manifest.json").read_text())
+    assert manifest["versions"]["chromium"] and manifest["versions"]["katex"] != "unknown"
+    assert manifest["tests"] == len(tests) and sum(manifest["tests_by_type"].values()) == len(tests)
+    assert {"present", "absent", "order", "table", "math", "baseline", "format", "footnote"} == set(
+        manifest["tests_by_type"])
+    assert manifest["dropped_by_reason"].get("reference", 0) >= 1  # the page number "7" of header_footer
+
+
+def test_validate_bench_passes(made, capsys):
+    from olmocr_rl import validate_bench
+
+    assert validate_bench.main([str(made)]) == 0
+    assert "OK:" in capsys.readouterr().out
+
+
+def test_two_shards_merged_give_the_same_bytes(made, tmp_path):
+    out = tmp_path / "sharded"
+    assert cli.main(["--html", str(PAGES), "--out", str(out), "--shard", "1/2"]) == 0
+    assert cli.main(["--html", str(PAGES), "--out", str(out), "--shard", "2/2", "--jobs", "2"]) == 0
+    assert cli.main(["--out", str(out), "--merge"]) == 0
+    assert _files(out) == _files(made)  # PDFs, references and the JSONL, byte for byte
+    one = json.loads((made / "synth_manifest.json").read_text())
+    merged = json.loads((out / "synth_manifest.json").read_text())
+    assert merged["tests_by_type"] == one["tests_by_type"] and merged["dropped_by_reason"] == one["dropped_by_reason"]
+
+
+def test_bad_input_one_line_each_and_nothing_half_written(browser_ready, tmp_path, capsys):
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    shutil.copy(PAGES / "nested_header.html", pages / "good.html")
+    (pages / "empty.html").write_text("")
+    (pages / "notes.html").write_text("Shopping list: eggs, flour, milk.\n")
+    (pages / "binary.html").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00" * 50)
+    with open(pages / "huge.html", "wb") as handle:
+        handle.truncate(50 * 2**20)
+    (pages / "badmath.html").write_text("<p>The ratio \\(\\frac{a\\) is broken in this paragraph of text.</p>")
+    script = ("<script>fetch('http://example.com/data'); while (true) {}</script><img src='http://example.com/x.png'>"
+              + (PAGES / "two_columns.html").read_text())
+    (pages / "scripted.html").write_text(script)
+    (pages / "ragged.html").write_text(
+        "<p>The ledger lists the quarterly totals of each branch office in the northern region.</p><table>"
+        "<tr><th>Branch</th><th>Q1</th><th>Q2</th></tr><tr><td>Aberdeen</td><td>41</td></tr>"
+        "<tr><td>Dundee</td><td>17</td><td>29</td><td>late</td></tr><tr><td>Inverness</td><td>33</td><td>36</td></tr>"
+        "</table>")
+    out = tmp_path / "out"
+    assert cli.main(["--html", str(pages), "--out", str(out), "--timeout_s", "10"]) == 0
+    err = capsys.readouterr().err
+    manifest = json.loads((out / "synth_manifest.json").read_text())
+    kinds = {s["html"]: s["kind"] for s in manifest["skipped_pages"]}
+    assert kinds == {"empty.html": "empty", "notes.html": "not_html", "binary.html": "not_html",
+                     "huge.html": "too_large", "badmath.html": "katex"}
+    for name in kinds:
+        line = next(line for line in err.splitlines() if f" {name}: skipped" in line)
+        assert line.startswith("[synth] ")
+        assert not (out / "pdfs" / "synth" / f"{Path(name).stem}.pdf").exists()
+        assert not list((out / "claude_original").rglob(f"{Path(name).stem}_page1*"))
+    notices = {p["html"]: p["notices"] for p in manifest["pages"]}
+    assert set(notices) == {"good.html", "scripted.html", "ragged.html"}
+    assert any("script(s) not run" in n for n in notices["scripted.html"])
+    assert any("blocked" in n and "example.com" in n for n in notices["scripted.html"])
+    assert any("ragged" in n for n in notices["ragged.html"])
+
+
+def test_two_grpo_steps_of_the_cpu_demo_on_the_folder(made, tiny_model_dir, tmp_path):
+    from olmocr_rl import grpo_train
+
+    out = tmp_path / "run"
+    code = grpo_train.main([
+        "--config", str(REPO_ROOT / "configs" / "tiny-cpu.yaml"), "--train_bench_data_folder", str(made),
+        "--pages", "math", "--model_name", str(tiny_model_dir), "--output_dir", str(out), "--max_steps", "2",
+        "--save_steps", "100000", "--num_generations", "4", "--per_device_train_batch_size", "4",
+        "--max_completion_length", "16"])
+    assert code == 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rates = [r["bench_reward/overall_pass_rate"] for r in records if "bench_reward/overall_pass_rate" in r]
+    assert len(rates) == 2 and all(0.0 <= r <= 1.0 for r in rates)

@@ -1,0 +1,228 @@
+"""olmocr_rl.synth without a browser: the HTML tree, each test rule, references, the guarantee's checks, the golden
+files of the shipped pages, bad input, the output folder (plan, shards, merge, another bench), the missing-browser line.
+The browser half is tests/integration/test_synth_browser.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+from olmocr_rl.bench import evaluate_page, load_single_test
+from olmocr_rl.bench.prepared import SCORING_RULES
+from olmocr_rl.data.front_matter import split_front_matter
+from olmocr_rl.synth import cli
+from olmocr_rl.synth.content import page_content
+from olmocr_rl.synth.derive import DEFAULT_CAPS, derive_tests
+from olmocr_rl.synth.guarantee import check_tests, on_layer, text_layer_of
+from olmocr_rl.synth.output import (OutputError, check_out_dir, merge_shards, parse_shard, plan_pages, take_shard,
+                                    write_outputs)
+from olmocr_rl.synth.pipeline import PageJob, PageOptions, PageResult, PageSkip, make_page
+from olmocr_rl.synth.reference import reference_text
+from olmocr_rl.synth.render import fix_pdf_dates
+from olmocr_rl.synth.tree import parse_html
+
+PAGES = REPO_ROOT / "tests" / "fixtures" / "synth" / "pages"
+GOLDEN = REPO_ROOT / "tests" / "fixtures" / "synth" / "golden"
+
+
+def _page(name: str, seed: int = 0) -> PageResult:
+    job = next(j for j in plan_pages(PAGES, "synth") if j.rel == name)
+    result = make_page(job, PageOptions(seed=seed), None)
+    assert isinstance(result, PageResult), result
+    return result
+
+
+def _html(tmp_path: Path, body: str, name: str = "p.html") -> PageJob:
+    path = tmp_path / name
+    path.write_text(body, encoding="utf-8")
+    return PageJob(str(path), name, "t", f"t/{path.stem}.pdf", f"t_{path.stem}")
+
+
+def test_golden_files_match_the_shipped_pages():
+    spec = importlib.util.spec_from_file_location("synth_golden", REPO_ROOT / "scripts" / "synth_golden.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    made = module.golden_files()
+    assert sorted(made) == sorted(p.name for p in GOLDEN.iterdir()), "run python scripts/synth_golden.py"
+    for name, text in made.items():
+        assert text == (GOLDEN / name).read_text(encoding="utf-8"), f"{name} changed: python scripts/synth_golden.py"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in PAGES.glob("*.html")))
+def test_every_written_test_passes_on_its_reference_and_fails_on_an_empty_page(name):
+    result = _page(name)
+    body = split_front_matter(result.reference)[1]
+    for data in result.tests:
+        test = load_single_test(data)
+        for rule in SCORING_RULES:
+            assert evaluate_page([test], body, rule)[0][1], (data, rule)
+        if data["type"] not in ("absent",):
+            assert not evaluate_page([test], "")[0][1], data
+
+
+def test_a_header_nested_in_wrappers_is_furniture_and_becomes_absent_tests():
+    result = _page("nested_header.html")
+    absent = {t["text"] for t in result.tests if t["type"] == "absent"}
+    assert absent == {"The Meridian Gazette", "Volume XII, Issue 4", "Meridian Gazette · Page 2"}
+    assert "Meridian" not in result.reference and "Volume XII" not in result.reference
+    assert sum(t["type"] == "table" for t in result.tests) >= 3  # the page keeps its table tests
+
+
+def test_a_page_number_found_in_the_body_is_dropped_with_its_reason():
+    result = _page("header_footer.html")
+    assert "7" not in {t.get("text") for t in result.tests}
+    (drop,) = [d for d in result.dropped if d["test"].get("text") == "7"]
+    assert drop["reason"] == "reference" and "fails on the reference body" in drop["detail"]
+    assert {"Northwind Logistics", "Quarterly Operations Review"} <= {t.get("text") for t in result.tests}
+
+
+def test_table_tests_read_spans_on_the_grid():
+    result = _page("spans_table.html")
+    tables = {t["cell"]: t for t in result.tests if t["type"] == "table"}
+    humanities = tables["Humanities"]  # rowspan 2: the cell below it is two rows down
+    assert humanities["up"] == "Medicine" and humanities["down"] == "Law" and humanities["top_heading"] == "Faculty"
+    after_span = tables["205"]  # left of it a colspan-2 cell; above it, a column under a colspan-2 heading
+    assert after_span["left"] == "combined intake 2,996" and after_span["top_heading"] == "Postgraduate"
+    assert '<td colspan="2">combined intake 2,996</td>' in result.reference
+    assert '<th rowspan="2">Faculty</th>' in result.reference
+
+
+def test_math_footnote_format_and_order_rules():
+    math = _page("math.html")
+    assert {t["math"] for t in math.tests if t["type"] == "math"} >= {r"m \frac{d^2 x}{dt^2} + k x = 0",
+                                                                        r"T = 2 \pi \sqrt{\frac{m}{k}}"}
+    assert r"\[E = \frac{1}{2} m v^2 + \frac{1}{2} k x^2\]" in math.reference and r"\(\omega = \sqrt{k/m}\)" in math.reference
+    cols = _page("two_columns.html")
+    notes = {t["marker"]: t["appears_before_marker"] for t in cols.tests if t["type"] == "footnote"}
+    assert notes == {"1": "fell below a fixed threshold.", "2": "studies from the same institute."}
+    formats = {(t["format"], t["text"]) for t in cols.tests if t["type"] == "format"}
+    assert ("bold", "three experimental plots") in formats and ("italic", "earlier greenhouse studies") in formats
+    orders = [t for t in cols.tests if t["type"] == "order"]
+    assert orders and all(t["before"] != t["after"] for t in orders)
+
+
+def test_the_seed_picks_the_tests_and_the_same_seed_the_same_ones():
+    assert _page("nested_header.html", 0).tests == _page("nested_header.html", 0).tests
+    assert _page("nested_header.html", 0).tests != _page("nested_header.html", 1).tests
+
+
+def test_caps_and_type_filter():
+    content = page_content(parse_html((PAGES / "spans_table.html").read_text()))
+    capped = derive_tests(content, 0, "k", {**DEFAULT_CAPS, "table": 2}, ("table", "baseline"))
+    assert [t["type"] for t in capped] == ["table", "table", "baseline"]
+
+
+def test_a_page_without_tests_is_skipped_unless_only_baseline_was_asked(tmp_path):
+    job = _html(tmp_path, "<div><span>x</span></div>")
+    skip = make_page(job, PageOptions(), None)
+    assert isinstance(skip, PageSkip) and skip.kind == "no_tests"
+    kept = make_page(job, PageOptions(types=("baseline",)), None)
+    assert isinstance(kept, PageResult) and [t["type"] for t in kept.tests] == ["baseline"]
+
+
+def test_the_guarantee_names_each_reason(tmp_path):
+    reference = "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\nis_table: False\n" \
+                "is_diagram: False\n---\nAlpha beta gamma delta. Epsilon zeta eta theta."
+    candidates = [
+        {"type": "present", "text": "Alpha beta gamma delta."},
+        {"type": "present", "text": "Alpha beta gamma delta."},  # duplicate
+        {"type": "present", "text": ""},  # does not load
+        {"type": "present", "text": "Iota kappa"},  # not in the reference
+        {"type": "present", "text": "Epsilon zeta eta theta."},  # not on the (given) text layer
+        {"type": "math", "math": "x^2"},
+    ]
+    layer = text_layer_of("Alpha beta gam\ufffe\r\nma delta. x\r\n2")
+    result = check_tests(candidates, "t/p.pdf", "t_p", reference, layer, {"x^2": "x2"})
+    reasons = [d["reason"] for d in result.dropped]
+    assert [t["text"] for t in result.kept] == ["Alpha beta gamma delta."]
+    assert reasons == ["duplicate", "load", "reference", "text_layer", "reference"]
+    assert on_layer("gamma delta", layer) and not on_layer("Epsilon", layer)
+
+
+def test_pdf_dates_are_fixed_without_moving_offsets():
+    pdf = b"%PDF-1.4\n1 0 obj\n<</CreationDate (D:20261203174213+00'00') /ModDate (D:20261203174213+00'00')>>\n"
+    fixed = fix_pdf_dates(pdf)
+    assert len(fixed) == len(pdf) and b"20261203" not in fixed and fixed.count(b"D:20000101000000") == 2
+
+
+@pytest.mark.parametrize("content, kind", [
+    ("", "empty"),
+    ("just some words, no markup at all\n", "not_html"),
+    ("\x00\x01binary", "not_html"),
+])
+def test_bad_files_are_skipped_with_one_line(tmp_path, content, kind):
+    skip = make_page(_html(tmp_path, content), PageOptions(), None)
+    assert isinstance(skip, PageSkip) and skip.kind == kind and "\n" not in skip.reason
+
+
+def test_a_file_over_the_size_limit_is_skipped_unread(tmp_path):
+    job = _html(tmp_path, "<p>" + "word " * 400 + "</p>")
+    skip = make_page(job, PageOptions(max_bytes=1000), None)
+    assert isinstance(skip, PageSkip) and skip.kind == "too_large" and "--max_html_mb" in skip.reason
+
+
+def test_a_ragged_table_is_noted_and_still_used(tmp_path):
+    body = ("<p>The ledger below lists the quarterly totals of each branch office in the region.</p><table>"
+            "<tr><th>Branch</th><th>Q1</th><th>Q2</th></tr><tr><td>North</td><td>41</td></tr>"
+            "<tr><td>South</td><td>17</td><td>29</td><td>extra</td></tr><tr><td>East</td><td>33</td><td>36</td></tr>"
+            "</table>")
+    result = make_page(_html(tmp_path, body), PageOptions(), None)
+    assert isinstance(result, PageResult) and any("ragged" in n for n in result.notices)
+
+
+def test_plan_shards_and_subsets(tmp_path):
+    for rel in ("a.html", "b.html", "sub/c.html", "sub/deeper/d.html", "e.htm", "notes.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("<p>x</p>")
+    jobs = plan_pages(tmp_path, "mine")
+    assert [(j.subset, j.pdf) for j in jobs] == [
+        ("mine", "mine/a.pdf"), ("mine", "mine/b.pdf"), ("mine", "mine/e.pdf"), ("mine_sub", "mine_sub/c.pdf"),
+        ("mine_sub_deeper", "mine_sub_deeper/d.pdf")]
+    parts = [take_shard(jobs, (k, 3)) for k in (1, 2, 3)]
+    assert sorted(j.pdf for part in parts for j in part) == sorted(j.pdf for j in jobs)
+    assert all(not set(map(id, a)) & set(map(id, b)) for a in parts for b in parts if a is not b)
+    with pytest.raises(OutputError, match="1 <= K <= N"):
+        parse_shard("4/3")
+
+
+def test_an_output_folder_holding_another_bench_is_refused(tmp_path):
+    (tmp_path / "other.jsonl").write_text("{}\n")
+    with pytest.raises(OutputError, match="already holds another bench"):
+        check_out_dir(tmp_path)
+    assert cli.main(["--html", str(PAGES), "--out", str(tmp_path)]) == 2
+    assert not (tmp_path / "pdfs").exists()  # nothing written
+
+
+def test_merge_joins_shards_and_refuses_a_missing_one(tmp_path):
+    results = [_page("math.html"), _page("nested_header.html")]
+    write_outputs(tmp_path, results[:1], {"tests": 1, "tests_by_type": {"math": 1}, "pages": [1]}, (1, 2))
+    with pytest.raises(OutputError, match=r"shard\(s\) \[2\] of 2 missing"):
+        merge_shards(tmp_path)
+    write_outputs(tmp_path, results[1:], {"tests": 2, "tests_by_type": {"math": 2}, "pages": [2]}, (2, 2))
+    (merged,) = merge_shards(tmp_path)
+    lines = [json.loads(line) for line in merged.read_text().splitlines()]
+    assert len(lines) == sum(len(r.tests) for r in results) and merged.name == "synth.jsonl"
+    manifest = json.loads((tmp_path / "synth_manifest.json").read_text())
+    assert manifest["tests_by_type"] == {"math": 3} and manifest["pages"] == [1, 2]
+    assert not list(tmp_path.glob("*shard*"))
+
+
+def test_no_browser_is_one_line_naming_the_package(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("OLMOCR_RL_CHROMIUM", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert cli.main(["--html", str(PAGES), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: no headless Chromium") and "chromium-headless-shell" in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_reference_is_written_from_content_alone():
+    content = page_content(parse_html("<header>Running head</header><h2>Title here</h2><p>Body <b>bold words</b> "
+                                      "and <i>it</i> \\(x^2\\).</p><footer>3</footer>"))
+    text = reference_text(content)
+    assert text.startswith("---\nprimary_language: en\n") and "Running head" not in text and "\n3" not in text
+    assert "## Title here" in text and "**bold words**" in text and "*it*" in text and "\\(x^2\\)" in text
