@@ -24,6 +24,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import warm_python
+from fault_helpers import wait_for_record
 from safetensors.torch import load_file
 
 from olmocr_rl.trainer.gloo_push import server_flags
@@ -44,9 +46,8 @@ def vllm_server(model_dir: Path, folder: Path):
     """``trl vllm-serve`` with the gloo push's flags on a free loopback port; yields the port."""
     port, log_path = _free_port(), folder / "server.log"
     log = log_path.open("w")
-    trl = Path(sys.executable).with_name("trl")
-    process = subprocess.Popen(
-        [str(trl), "vllm-serve", "--model", str(model_dir), "--host", "127.0.0.1", "--port", str(port),
+    process = warm_python.popen(  # `trl vllm-serve`, forked from the lane's preloaded interpreter
+        [sys.executable, "-m", "trl.cli.main", "vllm-serve", "--model", str(model_dir), "--host", "127.0.0.1", "--port", str(port),
          "--dtype", "float32", "--max_model_len", "4096", "--gpu_memory_utilization", "0.2", *server_flags()],
         env=lane_env(folder), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
@@ -137,8 +138,8 @@ def test_a_server_without_the_gloo_flags_is_one_error_line_before_the_model_load
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         flags = server_flags_for("/nonexistent/model", tmp_path / "out", server.server_address[1], steps=1)
-        result = subprocess.run([sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, flags)], env=lane_env(tmp_path),
-                                capture_output=True, text=True, timeout=300)
+        result = warm_python.run([sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, flags)],
+                                 env=lane_env(tmp_path), capture_output=True, text=True, timeout=300)
     finally:
         server.shutdown()
         server.server_close()
@@ -208,13 +209,10 @@ def test_async_generation_sigterm_saves_the_step_and_the_resume_regenerates_the_
     command = [sys.executable, str(RECORDER), str(tmp_path / "first.jsonl"), "--",
                *map(str, async_flags(sft_model_dir, out, qwen25_server, steps=4, lr=1e-3))]
     with log.open("w") as handle:
-        process = subprocess.Popen(command, cwd=REPO, env=lane_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
+        process = warm_python.popen(command, cwd=REPO, env=lane_env(tmp_path), stdout=handle,
+                                    stderr=subprocess.STDOUT)
     try:
-        deadline = time.time() + 600
-        while process.poll() is None and time.time() < deadline:  # step 1 logged: the signal lands in step 2
-            if (out / "metrics.jsonl").is_file() and read_metrics(out):
-                break
-            time.sleep(0.05)
+        wait_for_record(process, out / "metrics.jsonl", 1, timeout=600)  # step 1 logged: the signal lands in step 2
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=300) == 75, log.read_text()[-4000:]
     finally:
@@ -242,9 +240,9 @@ def test_the_server_phases_benchmark_runs_both_arms(sft_model_dir, qwen25_server
     """scripts/bench/bench_server_phases.py at a tiny size on the lane's server (the main lane's smoke table skips it:
     it needs vLLM): both arms run and the ratio line is printed."""
     script = REPO / "scripts" / "bench" / "bench_server_phases.py"
-    result = subprocess.run([sys.executable, str(script), "--model", str(sft_model_dir), "--server-port",
-                             str(qwen25_server), "--lengths", "8", "--steps", "3", "--trainer-core", "0"],
-                            cwd=REPO, env=lane_env(tmp_path), capture_output=True, text=True, timeout=600)
+    result = warm_python.run([sys.executable, str(script), "--model", str(sft_model_dir), "--server-port",
+                              str(qwen25_server), "--lengths", "8", "--steps", "3", "--trainer-core", "0"],
+                             cwd=REPO, env=lane_env(tmp_path), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "length 8: async/sync step time" in result.stdout, result.stdout[-2000:]
     assert "prefetched 1.00" in result.stdout
