@@ -296,6 +296,7 @@ def acquire_lease(s3_save_path: str, *, keep_alive: bool = True) -> Lease:
     for held in _HELD:  # this process's earlier claim (a library caller starting twice) stops renewing
         held._stop.set()
     _HELD[:] = [lease]
+    _LOST.clear()  # an earlier run's lost lease is not this one's
     if keep_alive:
         lease.keep_alive(every)
     return lease
@@ -364,7 +365,8 @@ def renew_held() -> None:
 def release_held(timeout: float = 5.0) -> None:
     """Release this process's lease, if it holds one (at the run's end, whatever its status), waiting ``timeout``
     seconds at most: a hung S3 server must not keep a stopped run past its grace period (the lease then goes
-    stale on its own)."""
+    stale on its own). A lost lease is forgotten too: the run is over."""
+    _LOST.clear()
     while _HELD:
         lease = _HELD.pop()
         worker = threading.Thread(target=lease.release, name="olmocr_rl-s3-lease-release", daemon=True)

@@ -8,7 +8,9 @@
   callback saves the step it arrived in and stops. A second signal exits at once (status 128 + its number),
   without saving. A second SIGTERM or SIGUSR1 less than :data:`DUPLICATE_WINDOW_S` after the first counts as
   the same request: a cluster that signals every process of a job, and a launcher (torchrun) that forwards
-  the signal it got, deliver it twice.
+  the signal it got, deliver it twice. Once the run said its exit status (:attr:`StopRequest.said_status`), any
+  later SIGTERM or SIGUSR1 ends the process with it; after :func:`restore`, from the first exit handler on, they
+  are ignored (the interpreter's shutdown would put back death by the signal).
 """
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ def test_a_second_start_of_the_same_job_does_not_take_a_live_lease(moto_s3, tmp_
 
 
 def test_a_run_that_loses_its_lease_uploads_nothing_more_and_stops_at_the_next_step(moto_s3, tmp_path, clean_lease):
-    """Another run takes the lease over after checkpoint-4 went up: the pass of checkpoint-5 renews first, finds it
+    """Another run takes the lease over after checkpoint-2 went up: the pass of checkpoint-3 renews first, finds it
     lost and uploads nothing; every rank agrees at the next step's end, saves it locally and stops."""
     from test_storage import tiny_trainer
     from transformers import TrainerCallback
@@ -160,26 +160,26 @@ def test_a_run_that_loses_its_lease_uploads_nothing_more_and_stops_at_the_next_s
     out = tmp_path / "out"
     acquire_lease(uri, keep_alive=False)
 
-    class TakenOverAfter4(TrainerCallback):  # after checkpoint-4's pass (sync runs inline: background=False)
+    class TakenOverAfter2(TrainerCallback):  # after checkpoint-2's pass (sync runs inline: background=False)
         def on_save(self, args, state, control, **kwargs):
-            if state.global_step == 4:
+            if state.global_step == 2:
                 moto_s3.client().put_object(Bucket=moto_s3.bucket, Key=key, Body=json.dumps(OTHER).encode())
 
     sync = S3SyncCallback(uri, out, background=False, backoff_s=0.01)
     preemption = PreemptionCallback(uploads=[sync])
-    trainer = tiny_trainer(out, 8, [preemption, sync, TakenOverAfter4()])
+    trainer = tiny_trainer(out, 6, [preemption, sync, TakenOverAfter2()])
     trainer.train()
-    assert trainer.state.global_step == 6  # checkpoint-5's pass found it lost; step 6 ended the run
-    assert (out / "checkpoint-6" / "trainer_state.json").is_file()  # saved locally
+    assert trainer.state.global_step == 4  # checkpoint-3's pass found it lost; step 4 ended the run
+    assert (out / "checkpoint-4" / "trainer_state.json").is_file()  # saved locally
     remote = {k.split("/")[0] for k in keys(moto_s3, "runs/lost/")}
-    assert remote == {"checkpoint-3", "checkpoint-4", LEASE_NAME}  # nothing after the loss, nothing deleted
+    assert remote == {"checkpoint-1", "checkpoint-2", LEASE_NAME}  # nothing after the loss, nothing deleted
     assert json.loads(moto_s3.client().get_object(Bucket=moto_s3.bucket, Key=key)["Body"].read()) == OTHER
     lost = lease_lost_everywhere(trainer, preemption.request)
     assert lost.startswith(f"the S3 lease on {uri}/ is no longer this run's: it is held by run other: pid 4242 on "
                            "node7, started 2026-01-02 10:00:00: python -m olmocr_rl.grpo_train ... (renewed ")
     code, line = finish_lease_lost(trainer, lost, uri, 77)
-    assert code == 77 and line.startswith(f"{lost}: this run stopped after step 6 and wrote nothing more to {uri}; "
-                                          f"checkpoint-6 is saved in {out} (checkpoint-5, checkpoint-6 only there), "
+    assert code == 77 and line.startswith(f"{lost}: this run stopped after step 4 and wrote nothing more to {uri}; "
+                                          f"checkpoint-4 is saved in {out} (checkpoint-3, checkpoint-4 only there), "
                                           "no final model was written. If that run is live, leave the prefix to it")
     assert lost_lease() is not None and remote == {k.split("/")[0] for k in keys(moto_s3, "runs/lost/")}
 
@@ -281,6 +281,33 @@ def test_without_s3_a_requeue_writes_the_final_model_and_a_whole_one_is_left_alo
     assert grpo_train.main(cli(out, "--resume_from_checkpoint")) == 0
     assert "already finished at step 8" in capsys.readouterr().err
     assert {p: p.stat().st_mtime_ns for p in out.iterdir() if p.is_file()} == before
+
+
+def test_a_full_disk_during_an_s3_pull_is_one_line_with_sizes_and_advice(moto_s3, tmp_path, capsys, monkeypatch,
+                                                                         clean_lease):
+    import errno
+
+    from olmocr_rl.storage import s3
+    from olmocr_rl.storage.s3 import human_bytes
+
+    uri = f"s3://{moto_s3.bucket}/runs/pull"
+    source = tmp_path / "lost-disk"
+    checkpoint = real_checkpoint(source, 6)
+    sync_dir_to_s3(source, uri)
+    size = sum(p.stat().st_size for p in checkpoint.rglob("*") if p.is_file())
+
+    def full_disk(client, bucket, key, destination):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(s3, "download_object", full_disk)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 20, (1 << 20) - 100, 100))
+    fresh = tmp_path / "fresh"
+    assert grpo_train.main(cli(fresh, "--s3_save_path", uri, "--resume_from_checkpoint")) == 1
+    assert errors(capsys.readouterr().err) == [
+        f"error: --resume_from_checkpoint: pulling {uri}/checkpoint-6/ into {fresh / 'checkpoint-6'} failed: no "
+        f"space left on device: it needs about {human_bytes(size)}, 100 B free on the file system of {fresh}: make "
+        "room (or point --output_dir at a disk with room) and rerun; what was pulled is kept and not fetched again"]
 
 
 # ---- server mode without a server; a late second SIGTERM ---------------------------------------------------------
