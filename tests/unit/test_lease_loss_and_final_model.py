@@ -184,6 +184,50 @@ def test_a_run_that_loses_its_lease_uploads_nothing_more_and_stops_at_the_next_s
     assert lost_lease() is not None and remote == {k.split("/")[0] for k in keys(moto_s3, "runs/lost/")}
 
 
+def test_an_upload_cut_at_the_stop_deadline_releases_the_lease(moto_s3, tmp_path, monkeypatch, caplog, clean_lease):
+    """A run whose upload outlived --preempt_upload_timeout ends with os._exit (the upload thread would hold it):
+    the lease is released first, so the requeued start neither waits for it nor takes it over as stale."""
+    import threading
+
+    from olmocr_rl.storage import S3SyncCallback, SyncResult, mirror
+    from olmocr_rl.trainer import preemption
+    from olmocr_rl.trainer.stop_signals import StopRequest
+
+    uri = f"s3://{moto_s3.bucket}/runs/cut"
+    out = tmp_path / "out"
+    (out / "checkpoint-3").mkdir(parents=True)
+    acquire_lease(uri, keep_alive=False)
+    hung = threading.Event()
+    monkeypatch.setattr(mirror.S3Mirror, "sync", lambda self: (hung.wait(60), SyncResult())[1])  # outlives the deadline
+
+    class Exited(BaseException):
+        pass
+
+    def exit_now(code):
+        raise Exited(code)
+
+    monkeypatch.setattr(os, "_exit", exit_now)
+    monkeypatch.setattr(logging, "shutdown", lambda: None)
+    callback = S3SyncCallback(uri, out)
+    state = SimpleNamespace(is_local_process_zero=True, is_world_process_zero=True, global_step=3, max_steps=8)
+    trainer = SimpleNamespace(state=state, args=SimpleNamespace(output_dir=str(out)),
+                              callback_handler=SimpleNamespace(callbacks=[callback]))
+    request = StopRequest()
+    request.agreed_step, request.signal_name = 3, "SIGTERM"
+    callback.set_deadline(0.3)
+    try:
+        with caplog.at_level(logging.WARNING, logger="olmocr_rl.trainer.preemption"), pytest.raises(Exited) as exited:
+            preemption.finish_preempted(trainer, request, uri, 0.3, 75)
+        assert exited.value.args == (75,)
+        assert LEASE_NAME not in keys(moto_s3, "runs/cut/")  # released before the exit
+        assert "did not finish within --preempt_upload_timeout 0.3 s, so it is only on local disk; exiting with " \
+               "status 75" in caplog.text
+    finally:
+        hung.set()
+        callback._deadline = None
+        callback.wait()
+
+
 # ---- the final model -------------------------------------------------------------------------------------------
 
 
