@@ -19,13 +19,11 @@ SIGTERM, SIGUSR1 or SIGINT saved the step it arrived in; trainer.preemption).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 from olmocr_rl.config import ConfigError, ResolvedConfig, build_grpo_config, parse_args, validate
@@ -145,6 +143,14 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
         problem = wandb_credentials_problem()
         if problem:
             raise _Stop(problem)
+    if cfg.s3_save_path:  # OLMOCR_RL_S3_LEASE_SECONDS, read when the prefix is claimed: its one line now
+        from olmocr_rl.storage import StorageError
+        from olmocr_rl.storage.lease import lease_seconds
+
+        try:
+            lease_seconds()
+        except StorageError as exc:
+            raise _Stop(str(exc), code=status.BAD_FLAGS) from None
     from olmocr_rl.data.validation import validate_bench_folder
 
     folders = {cfg.train_bench_data_folder}
@@ -158,12 +164,8 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
             print(report.format(), file=sys.stderr)
             raise _Stop(f"bench folder {folder} has problems (listed above); fix them, or check them with "
                         f"`python -m olmocr_rl.validate_bench {folder}`")
-    if cfg.vllm_mode == "server" and is_main_process() and not cuda_available():  # weights go over gloo
-        from olmocr_rl.trainer.gloo_push import server_problem
-
-        problem = server_problem(cfg.vllm_server_host, cfg.vllm_server_port)
-        if problem:
-            raise _Stop(f"--vllm_server_host/--vllm_server_port: {problem}")
+    if cfg.vllm_mode == "server" and is_main_process():
+        _check_server(cfg)
     _make_output_dir(cfg.output_dir)
     resume = _resume_checkpoint(cfg)
     if resume:
@@ -181,6 +183,31 @@ def _check_before_loading(cfg: ResolvedConfig) -> tuple[str | None, dict]:
         except StorageError as exc:
             raise _Stop(f"--s3_save_path: {exc}") from None
     return resume, reports
+
+
+def _check_server(cfg: ResolvedConfig) -> None:
+    """--vllm_mode server: a server listens at --vllm_server_host:--vllm_server_port (else TRL would wait minutes for
+    it after the model loaded) and, without CUDA, takes the gloo weight push; _Stop in one line otherwise."""
+    from olmocr_rl.config.environment import server_not_listening
+
+    host, port = cfg.vllm_server_host, cfg.vllm_server_port
+    why = server_not_listening(host, port)
+    if why:
+        import shlex
+
+        from olmocr_rl.trainer.gloo_push import server_flags
+
+        gloo = "" if cuda_available() else " " + shlex.join(server_flags())
+        raise _Stop(f"--vllm_server_host/--vllm_server_port: no vLLM server at http://{host}:{port} ({why}): start "
+                    f"it first (`trl vllm-serve --model {cfg.model_name} --host {host} --port {port}{gloo}`, on GPUs "
+                    "of its own; scripts/slurm/grpo.sbatch and scripts/grpotrainer-beaker.sh start it and wait for "
+                    "it), or check the host and port")
+    if not cuda_available():  # weights go over gloo
+        from olmocr_rl.trainer.gloo_push import server_problem
+
+        problem = server_problem(host, port)
+        if problem:
+            raise _Stop(f"--vllm_server_host/--vllm_server_port: {problem}")
 
 
 def _make_output_dir(output_dir: str) -> None:
@@ -381,7 +408,7 @@ def _train_and_save(cfg: ResolvedConfig, trainer, processor, resume: str | None)
     from olmocr_rl.storage import CheckpointMismatchError, StorageError
     from olmocr_rl.trainer.build import preemption_of
     from olmocr_rl.trainer.compat import CompatError
-    from olmocr_rl.trainer.preemption import finish_preempted, save_after_failure
+    from olmocr_rl.trainer.preemption import finish_lease_lost, finish_preempted, lease_lost_everywhere, save_after_failure
 
     try:
         trainer.train(resume_from_checkpoint=resume)
@@ -394,122 +421,91 @@ def _train_and_save(cfg: ResolvedConfig, trainer, processor, resume: str | None)
     except RenderError as exc:
         raise _Stop(f"{exc}; {save_after_failure(trainer)}") from None
     request = preemption_of(trainer).request
+    lost = lease_lost_everywhere(trainer, request) if cfg.s3_save_path else None
+    if lost:  # another run holds the prefix now: nothing more goes there, no final model (storage.lease)
+        return _fail(*reversed(finish_lease_lost(trainer, lost, cfg.s3_save_path, status.LEASE_LOST)))
     if request.agreed_step is not None and trainer.state.global_step < trainer.state.max_steps:
         return finish_preempted(trainer, request, cfg.s3_save_path, cfg.preempt_upload_timeout, status.PREEMPTED)
+    from olmocr_rl.trainer.final_model import FinalSaveError, save_final
+
     try:
-        if cfg.use_peft:
-            _save_adapter_run(cfg, trainer, processor)
-        else:
-            trainer.save_model(cfg.output_dir)
-            if is_main_process(trainer.state):  # the processor beside the final model, whatever the Trainer saved
-                processor.save_pretrained(cfg.output_dir)
-    except OSError as exc:  # torch's writer reports a full disk as a bare RuntimeError: see _final_save_failure
-        raise _Stop(_final_save_failure(exc, cfg)) from exc
-    except RuntimeError as exc:
-        raise _Stop(_final_save_failure(exc, cfg)) from exc
+        save_final(cfg, trainer, processor)
+    except FinalSaveError as exc:  # the disk refused it: sizes and free space, and how the requeue finishes it
+        raise _Stop(str(exc)) from None
     return _finish(trainer, cfg)
-
-
-def _final_save_failure(exc: Exception, cfg: ResolvedConfig) -> str:
-    """The one line for a final save the disk refused; anything else is raised again as it was (a bug)."""
-    from olmocr_rl.storage import describe_write_failure
-
-    line = describe_write_failure(exc, Path(cfg.output_dir) / "model.safetensors", None)
-    if line is None:
-        raise exc
-    return f"saving the final model in {cfg.output_dir} failed: {line}; the checkpoints are intact"
-
-
-def _save_adapter_run(cfg: ResolvedConfig, trainer, processor) -> None:
-    """A LoRA run's final output: the adapter in OUTPUT_DIR/adapter/ and, merged onto a fresh copy of the base
-    model, the full model at the root (--save_merged); or the adapter alone at the root."""
-    from olmocr_rl.model.adapters import ADAPTER_DIR, portable_model_name, set_adapter_base_name, write_merged
-
-    adapter_dir = Path(cfg.output_dir) / ADAPTER_DIR if cfg.save_merged else Path(cfg.output_dir)
-    trainer.save_model(str(adapter_dir))
-    if not is_main_process(trainer.state):
-        return
-    processor.save_pretrained(adapter_dir)
-    set_adapter_base_name(adapter_dir, portable_model_name(cfg.model_name))  # where soup and evaluate find it
-    if cfg.save_merged:
-        with _outside_zero3_init(trainer):  # the main process alone loads the base: no collective may run
-            write_merged(adapter_dir, cfg.output_dir, cache_dir=cfg.cache_dir)
-        logger.info("LoRA: adapter in %s, merged model in %s", adapter_dir, cfg.output_dir)
-
-
-@contextlib.contextmanager
-def _outside_zero3_init(trainer):
-    """Under ZeRO-3, transformers builds every ``from_pretrained`` model inside ``deepspeed.zero.Init``, which
-    partitions it over all processes with a broadcast; a load on the main process alone would wait for the others
-    forever (or fail once they exit). Here the run's DeepSpeed config is set aside for the block, then restored."""
-    from transformers.integrations import deepspeed as hf_deepspeed
-
-    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
-    # the config object transformers consults: accelerate's (launched with a DeepSpeed config) or the Trainer's
-    config = getattr(plugin, "dschf", None) or getattr(trainer.args, "hf_deepspeed_config", None)
-    if config is None or not hf_deepspeed.is_deepspeed_zero3_enabled():
-        yield
-        return
-    hf_deepspeed.unset_hf_deepspeed_config()
-    try:
-        yield
-    finally:
-        hf_deepspeed.set_hf_deepspeed_config(config)
 
 
 def _resume_checkpoint(cfg: ResolvedConfig) -> str | None:
     """The checkpoint to resume from (pulled from S3 on a fresh machine), after the checks a run's start needs
-    (storage.resume.prepare_start): _Done when it already ends the run, _Stop for a start that cannot go on."""
-    from olmocr_rl.storage.resume import AlreadyFinished, StartError, prepare_start
+    (storage.resume.prepare_start): _Done when it already ends the run (its final model written from it first when
+    that was missing), _Stop for a start that cannot go on."""
+    from olmocr_rl.storage.resume import AlreadyFinished, FinalModelMissing, StartError, prepare_start
 
     try:
         return prepare_start(cfg.resume_from_checkpoint, cfg.output_dir, cfg.s3_save_path, max_steps=cfg.max_steps,
                              num_train_epochs=cfg.num_train_epochs, allow_partial_resume=cfg.allow_partial_resume,
                              overwrite_output_dir=cfg.overwrite_output_dir)
     except AlreadyFinished as done:
-        raise _Done(_complete_finished_mirror(cfg, done)) from None
+        raise _Done(_complete_finished_mirror(cfg, done.head, str(done))) from None
+    except FinalModelMissing as missing:
+        raise _Done(_write_final(cfg, missing)) from None
     except StartError as exc:
         raise _Stop(str(exc)) from None
 
 
-def _complete_finished_mirror(cfg: ResolvedConfig, finished) -> str:
+def _write_final(cfg: ResolvedConfig, missing) -> str:
+    """A run at its last step without a whole final model: written from that checkpoint (global main process), then
+    mirrored like a finished run's; the line to log."""
+    from olmocr_rl.trainer.final_model import FinalSaveError, write_from_checkpoint
+
+    line = f"{missing.head}: its final model was missing, written from {missing.checkpoint}"
+    if is_main_process():
+        logger.warning("%s: writing it from %s", missing, missing.checkpoint)
+        try:
+            written = write_from_checkpoint(cfg, missing.checkpoint, missing.step)
+        except FinalSaveError as exc:
+            raise _Stop(str(exc)) from None
+        line += f" ({len(written)} files)"
+    return _complete_finished_mirror(cfg, missing.head, line, written_now=True)
+
+
+def _complete_finished_mirror(cfg: ResolvedConfig, head: str, line: str, written_now: bool = False) -> str:
     """A finished run requeued (e.g. after exit 74): what S3 still lacks of this disk goes up first (each machine's
     local main process); the line to log, or _Stop with status 74 when S3 still refuses it."""
     from olmocr_rl.ranks import is_local_main_process
 
     if not cfg.s3_save_path or not is_local_main_process():
-        return str(finished)
+        return line
     from olmocr_rl.storage import StorageError
-    from olmocr_rl.storage.lease import LeaseHeldError, acquire_lease
+    from olmocr_rl.storage.lease import LeaseHeldError, LeaseUnreadableError, acquire_lease
     from olmocr_rl.storage.resume import complete_mirror
 
     if is_main_process():  # another live run on the prefix: do not upload into it (storage.lease)
         try:
             acquire_lease(cfg.s3_save_path)
-        except LeaseHeldError as exc:
+        except (LeaseHeldError, LeaseUnreadableError) as exc:
             raise _Stop(f"--s3_save_path {exc}") from None
         except StorageError:
             pass  # S3 down: the mirror below says so (status 74)
     try:
         result = complete_mirror(cfg.output_dir, cfg.s3_save_path)
     except StorageError as exc:
-        raise _Stop(f"{finished.head}, but completing its mirror to {cfg.s3_save_path} failed: {exc}; "
+        raise _Stop(f"{head}, but completing its mirror to {cfg.s3_save_path} failed: {exc}; "
                     f"rerun when S3 is back, or copy {cfg.output_dir} there (`aws s3 sync {cfg.output_dir} "
                     f"{cfg.s3_save_path}`) before this disk goes", status.UNSYNCED) from None
     if not result.uploaded:
-        return str(finished)
-    return (f"{finished.head}: nothing to train; completed its mirror to {cfg.s3_save_path}: "
-            f"{result.summary()}")
+        return line
+    if written_now:
+        return f"{line}; mirrored to {cfg.s3_save_path}: {result.summary()}"
+    return f"{head}: nothing to train; completed its mirror to {cfg.s3_save_path}: {result.summary()}"
 
 
 def _finish(trainer, cfg: ResolvedConfig) -> int:
     """The run summary, the final mirror and the last log line; the exit status (74 when the mirror failed)."""
-    from olmocr_rl.storage import write_json_atomic
+    from olmocr_rl.trainer.final_model import write_summary
 
-    summary = {"global_step": trainer.state.global_step, "output_dir": str(Path(cfg.output_dir).resolve()),
-               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     if is_main_process(trainer.state):
-        write_json_atomic(Path(cfg.output_dir) / "run_summary.json", summary, indent=2)
+        write_summary(cfg.output_dir, trainer.state.global_step)
     # on_train_end fired before the final save; mirror the final model (and the summary) too: every node's
     # own files. A mirror that still fails after its retries is the run's failure: the machine's disk may not
     # outlive the job.
@@ -519,7 +515,7 @@ def _finish(trainer, cfg: ResolvedConfig) -> int:
     for callback in uploads(trainer):
         callback.sync(wait=False)
         cut = not callback.wait() or cut  # False only past a stop signal's deadline
-        if callback.last_error or cut:
+        if callback.last_error or cut or callback.halted:
             failed.append(callback)
     if is_main_process(trainer.state):
         logger.info("done: %d steps, model and processor saved in %s", trainer.state.global_step, cfg.output_dir)
@@ -530,12 +526,21 @@ def _finish(trainer, cfg: ResolvedConfig) -> int:
                 wandb.finish()
     for callback in failed:
         only = callback.only_local()
+        if callback.halted:  # the lease was lost during the final mirror (storage.lease)
+            return _fail(f"{callback.halted}: this run wrote nothing more to {cfg.s3_save_path}; only in "
+                         f"{cfg.output_dir}: {_tops(only)} ({len(only)} files), the final model included: leave the "
+                         "prefix to that run if it is live, else rerun with --resume_from_checkpoint once its lease "
+                         "is gone, which completes the mirror", status.LEASE_LOST)
         why = ("was cut short by a stop signal (--preempt_upload_timeout)" if cut else
                f"failed after its retries ({callback.last_error})")
         code = _fail(f"the final mirror of {cfg.output_dir} to {cfg.s3_save_path} {why}; only on local disk: "
                      f"{_tops(only)} ({len(only)} files): copy them (e.g. `aws s3 sync {cfg.output_dir} "
                      f"{cfg.s3_save_path}`) before this disk goes", status.UNSYNCED)
         if cut:  # the upload thread would hold the process past the deadline
+            from olmocr_rl.storage.lease import release_held
+
+            callback.halt("the stop signal's upload deadline passed")  # nothing new starts while the lease goes
+            release_held()  # os._exit skips main's release: the next start must not find it live
             logging.shutdown()
             sys.stderr.flush()
             os._exit(code)

@@ -36,3 +36,21 @@ def probe_environment() -> Environment:
     """This process's environment: GPU, vLLM, and the process count accelerate/torchrun set."""
     return Environment(cuda=cuda_available(), vllm=vllm_available(),
                        num_processes=world_size())
+
+
+def server_not_listening(host: str, port: int, timeout_s: float = 3.0) -> str | None:
+    """Why nothing accepts connections at ``host:port`` (refused, no such host, no answer within ``timeout_s``), or
+    None when something listens there (a vLLM server still loading its model listens already; TRL waits for it)."""
+    import socket
+
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return None
+    except ConnectionRefusedError:
+        return "connection refused: nothing listens on that port"
+    except socket.gaierror as exc:
+        return f"the host name does not resolve ({exc.strerror or exc})"
+    except TimeoutError:
+        return f"no answer within {timeout_s:g} s"
+    except OSError as exc:
+        return exc.strerror or str(exc)

@@ -18,8 +18,8 @@ from transformers import TrainerCallback
 
 from olmocr_rl.ranks import barrier, is_local_main_process
 from olmocr_rl.storage.checkpoints import TRAINER_STATE, Topology, checkpoint_step, current_topology, manifest_name
-from olmocr_rl.storage.lease import renew_held
-from olmocr_rl.storage.mirror import DEFAULT_EXCLUDE, S3Mirror, SyncResult
+from olmocr_rl.storage.lease import check_held, lost_lease
+from olmocr_rl.storage.mirror import DEFAULT_EXCLUDE, HaltedError, S3Mirror, SyncResult
 from olmocr_rl.storage.s3 import StorageError, parse_s3_uri
 from olmocr_rl.storage.verify import write_manifest
 
@@ -49,6 +49,10 @@ class S3SyncCallback(TrainerCallback):
     objects this node never had locally (see ``S3Mirror.keep_remote_only``). ``last_result`` /
     ``last_error`` hold the outcome of the latest pass, :meth:`only_local` what is not known to be on S3.
     Call ``sync(wait=True)`` after a final ``save_model`` that happens after ``train()`` returns.
+
+    Nothing is written once the run's S3 lease is lost (storage.lease): each pass on the global main process first
+    renews it (:func:`check_held`), and a pass stops before its next write once it is lost or :meth:`halt` was
+    called (the other machines, told by the trainer's stop agreement); :attr:`halted` then says why.
     """
 
     def __init__(
@@ -69,7 +73,7 @@ class S3SyncCallback(TrainerCallback):
         self.topology = topology or current_topology()
         self.mirror = S3Mirror(
             self.output_dir, self.s3_save_path, delete=True, keep_remote_only=True,
-            exclude=exclude, retries=retries, backoff_s=backoff_s,
+            exclude=exclude, retries=retries, backoff_s=backoff_s, halted=self._halted_reason,
         )
         self.last_result: SyncResult | None = None
         self.last_error: str | None = None
@@ -77,6 +81,7 @@ class S3SyncCallback(TrainerCallback):
         self._pending = False
         self._worker: threading.Thread | None = None
         self._deadline: float | None = None  # time.monotonic() by which waiting ends (a stop signal's bound)
+        self.halted: str | None = None  # why nothing more may be uploaded (the run's S3 lease is lost)
 
     # Trainer events --------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
@@ -87,7 +92,6 @@ class S3SyncCallback(TrainerCallback):
         barrier()  # every rank's files of this checkpoint are written before any node lists them
         if not is_local_main_process(state):
             return
-        renew_held()  # the run's lease on the prefix (storage.lease; held by the global main process only)
         folder = self.output_dir / f"checkpoint-{state.global_step}"
         if folder.is_dir():
             if self.topology.node_rank > 0:
@@ -100,6 +104,18 @@ class S3SyncCallback(TrainerCallback):
         if is_local_main_process(state):
             self.sync(wait=False)
             self.wait()
+
+    def halt(self, reason: str) -> None:
+        """From now on nothing more is uploaded or deleted (a pass under way stops before its next write)."""
+        if self.halted is None:
+            self.halted = reason
+            logger.info("S3 sync of %s to %s stopped: %s", self.output_dir, self.s3_save_path, reason)
+
+    def _halted_reason(self) -> str | None:
+        lost = lost_lease()
+        if lost is not None and self.halted is None:
+            self.halt(lost.lost_message())
+        return self.halted
 
     def set_deadline(self, seconds: float) -> None:
         """From now on, waiting for uploads (``on_train_end``, :meth:`wait`) ends after ``seconds`` at most."""
@@ -171,8 +187,16 @@ class S3SyncCallback(TrainerCallback):
         if not self.output_dir.is_dir():  # training ended before its first save: nothing to mirror
             logger.info("S3 sync skipped: %s does not exist yet", self.output_dir)
             return
+        lost = check_held()  # the lease renewed before anything is written (global main process; storage.lease)
+        if lost is not None or self.halted:
+            self._halted_reason()
+            logger.info("S3 sync of %s skipped: %s", self.output_dir, self.halted)
+            return
         try:
             result = self.mirror.sync()
+        except HaltedError as exc:  # the lease was lost during the pass: the rest stays local
+            logger.info("%s", exc)
+            return
         except StorageError as exc:  # never let S3 stop training
             self.last_error = str(exc)
             logger.error("S3 sync of %s to %s failed; training goes on, checkpoints stay on local disk: %s",

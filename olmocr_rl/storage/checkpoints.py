@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 
 from olmocr_rl.ranks import global_rank
 from olmocr_rl.storage import s3
-from olmocr_rl.storage.files import folder_lock
+from olmocr_rl.storage.files import describe_write_failure, folder_lock
 from olmocr_rl.storage.s3 import (
     PARTIAL_SUFFIX,
     RemoteObject,
@@ -382,6 +382,12 @@ def pull_checkpoint(remote: RemoteCheckpoint, output_dir: str | os.PathLike) -> 
             client = s3.make_s3_client()
             fetched = _download_checkpoint(client, remote, output / remote.name)
         except storage_errors() as exc:
+            size = sum(o.size for o in remote.files.values())
+            full = describe_write_failure(exc, output / remote.name, size)
+            if full:  # this disk, not S3: the sizes, and what to do
+                raise StorageError(f"pulling {remote.uri} into {output / remote.name} failed: {full}: make room (or "
+                                   "point --output_dir at a disk with room) and rerun; what was pulled is kept and "
+                                   "not fetched again") from exc
             raise explain(exc, "downloading checkpoint from", remote.uri, client) from exc
     logger.info(
         "pulled %s (%d files, %s; %d fetched) into %s in %.1f s", remote.uri, len(remote.files),

@@ -12,7 +12,7 @@ import fnmatch
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,6 +105,10 @@ def needs_upload(local: LocalFile, remote: RemoteObject | None) -> bool:
     return remote is None or remote.size != local.size or int(local.mtime) > remote.last_modified
 
 
+class HaltedError(StorageError):
+    """A mirror pass stopped before its next write: ``halted`` gave a reason (the run lost its S3 lease)."""
+
+
 class S3Mirror:
     """Mirror ``local_dir`` to ``s3_uri`` (a folder), like ``s5cmd sync --delete``, with retries.
 
@@ -113,7 +117,8 @@ class S3Mirror:
     (see ``remember_local``), so a run resumed on a fresh machine, which pulled only the newest
     checkpoint, does not wipe the older checkpoints already on S3. ``retries`` whole passes, waiting
     ``backoff_s * 2**k`` between them; each pass re-lists, so it resumes where the last one stopped.
-    Credential and missing-bucket errors are not retried.
+    Credential and missing-bucket errors are not retried. ``halted``, asked before each upload and delete,
+    stops the pass when it gives a reason (:class:`HaltedError`, not retried): the run lost its S3 lease.
     """
 
     def __init__(
@@ -126,6 +131,7 @@ class S3Mirror:
         exclude: Iterable[str] = DEFAULT_EXCLUDE,
         retries: int = 3,
         backoff_s: float = 2.0,
+        halted: Callable[[], str | None] | None = None,
     ):
         bucket, prefix = parse_s3_uri(s3_uri)
         if retries < 1:
@@ -136,6 +142,7 @@ class S3Mirror:
         self.delete, self.keep_remote_only = delete, keep_remote_only
         self.exclude = tuple(exclude)
         self.retries, self.backoff_s = retries, backoff_s
+        self.halted = halted  # asked before each upload and delete: a reason (nothing more may be written) or None
         self._seen: set[str] = set()
         # (size, mtime) of each file as this mirror uploaded it: immune to clock skew against S3.
         self._sent: dict[str, tuple[int, float]] = {}
@@ -172,6 +179,8 @@ class S3Mirror:
                 client = s3.make_s3_client()
                 self._sync_once(client, result)
                 break
+            except HaltedError:
+                raise
             except storage_errors() as exc:  # anything else is a bug: raised at once, not retried
                 error = explain(exc, f"mirroring {self.local_dir} to", self.s3_uri, client)
                 if attempt == self.retries or is_permanent(exc):
@@ -182,6 +191,11 @@ class S3Mirror:
                 time.sleep(wait)
         result.seconds = time.monotonic() - started
         return result
+
+    def _check_halted(self) -> None:
+        reason = self.halted() if self.halted is not None else None
+        if reason:
+            raise HaltedError(f"nothing more is written to {self.s3_uri}: {reason}")
 
     def _sync_once(self, client, result: SyncResult) -> None:
         local = scan_local(self.local_dir, self.exclude)
@@ -199,6 +213,7 @@ class S3Mirror:
                 result.unchanged += 1
                 self._sent[rel] = (file.size, file.mtime)  # on S3 as it is here
                 continue
+            self._check_halted()
             try:
                 client.upload_file(str(file.path), self.bucket, self.folder + rel)
             except (FileNotFoundError, OSError) as exc:
@@ -221,6 +236,7 @@ class S3Mirror:
         others = sorted(rel for rel in gone if not marks_whole(rel))
         for batch_source in (states, others):
             for start in range(0, len(batch_source), 1000):
+                self._check_halted()
                 batch = batch_source[start : start + 1000]
                 response = client.delete_objects(
                     Bucket=self.bucket,

@@ -6,6 +6,7 @@
 * ``finished_at(state, max_steps, num_train_epochs)`` -> whether that checkpoint already ends the run;
 * ``missing_state_problem(choice)`` -> a checkpoint without optimizer or scheduler state, said in one line;
 * ``previous_run(output_dir)`` / ``clear_previous_run(output_dir)`` -> another run's files in the folder;
+* ``final_model_problem(output_dir)`` / ``remote_final_model_problem(s3)`` -> whether the run's final model is whole;
 * ``prepare_start(...)`` -> all of it for the training CLI, in order, with the run's lock on its folder;
 * ``resolve_resume_checkpoint`` / ``resume_checkpoint``: the choice in one call (the library's API).
 
@@ -278,6 +279,59 @@ class AlreadyFinished(Exception):
         self.head = head
 
 
+class FinalModelMissing(Exception):
+    """The run trained to its last step (``checkpoint``, on this disk, pulled when it was on S3) but its final model
+    is missing or incomplete (``problem``): it is to be written from that checkpoint, then mirrored."""
+
+    def __init__(self, head: str, checkpoint: str, step: int, problem: str):
+        super().__init__(f"{head}, but {problem}")
+        self.head, self.checkpoint, self.step, self.problem = head, checkpoint, step, problem
+
+
+#: What the final save writes last (after the model and processor): a run whose summary is there finished.
+SUMMARY = "run_summary.json"
+
+
+def final_model_problem(output_dir: str | os.PathLike) -> str | None:
+    """Why ``output_dir`` holds no whole final model (None when it does): its summary, written last, missing or not
+    JSON; no weights at its top (a model, shards, or an adapter); a weights file that its own format says was cut
+    short."""
+    from olmocr_rl.storage.checkpoints import has_model_weights
+    from olmocr_rl.storage.verify import format_problem
+
+    output = Path(output_dir)
+    names = sorted(path.name for path in output.iterdir() if path.is_file()) if output.is_dir() else []
+    for name in names:
+        problem = format_problem(output / name, name) if name.endswith((".safetensors", ".json")) else None
+        if problem:
+            return f"its final model in {output} is incomplete ({problem})"
+    if SUMMARY not in names:
+        what = "its final model in {} is incomplete" if has_model_weights(names) else "{} has no final model"
+        return f"{what.format(output)} ({SUMMARY}, which the final save writes last, is missing)"
+    if not has_model_weights(names):
+        return f"its final model in {output} is incomplete (no weights beside {SUMMARY})"
+    return None
+
+
+def remote_final_model_problem(s3_save_path: str) -> str | None:
+    """The same on S3: ``s3_save_path`` holds the summary and whole weights at its top (None), or why not (S3 that
+    cannot be read is a reason too: the final model is then written here and mirrored)."""
+    from olmocr_rl.storage.checkpoints import has_model_weights
+
+    bucket, prefix = parse_s3_uri(s3_save_path)
+    folder = folder_prefix(prefix)
+    client = None
+    try:
+        client = s3.make_s3_client()
+        response = client.list_objects_v2(Bucket=bucket, Prefix=folder, Delimiter="/")
+    except storage_errors() as exc:
+        return f"S3 cannot be read ({explain(exc, 'listing', s3_save_path, client)})"
+    names = {entry["Key"][len(folder):] for entry in response.get("Contents", [])}
+    if SUMMARY not in names or not has_model_weights(names):
+        return f"{s3_save_path} has no whole final model"
+    return None
+
+
 class StartError(StorageError):
     """A run cannot start as asked; the message is the whole line (it names the flag and the fix)."""
 
@@ -288,7 +342,9 @@ def prepare_start(flag, output_dir: str | os.PathLike, s3_save_path: str | None 
     """Everything a training run checks before it loads anything, in order; the checkpoint to resume from or None.
 
     1. what ``--resume_from_checkpoint`` points at (:func:`plan_resume`); AlreadyFinished when that checkpoint
-       ends the run (:func:`finished_at`): nothing is written, locally or on S3;
+       ends the run (:func:`finished_at`) and its final model is whole (:func:`final_model_problem`, here or on
+       S3): nothing is written, locally or on S3. When the final model is not whole, the steps below run and
+       FinalModelMissing (with the checkpoint, pulled) comes at the end instead of the checkpoint;
     2. the run's lock on ``output_dir`` and, with ``s3_save_path``, its lease on that prefix (global main process,
        storage.lease): another live run in either is a StartError naming it;
     3. nothing to resume: a new run must find no earlier run's files (:func:`previous_run`), unless resuming
@@ -299,8 +355,11 @@ def prepare_start(flag, output_dir: str | os.PathLike, s3_save_path: str | None 
     """
     try:
         choice = plan_resume(flag, output_dir, s3_save_path)
+        unfinished = None  # the checkpoint is the run's last step, but its final model is not whole
         if choice is not None and finished_at(choice.state, max_steps, num_train_epochs):
-            raise AlreadyFinished(f"already finished at step {choice.step} ({choice.where()})")
+            unfinished = _final_problem(output_dir, s3_save_path)
+            if unfinished is None:
+                raise AlreadyFinished(f"already finished at step {choice.step} ({choice.where()})")
         if is_main_process():
             _lock(output_dir)
             if s3_save_path:
@@ -314,13 +373,29 @@ def prepare_start(flag, output_dir: str | os.PathLike, s3_save_path: str | None 
                              "anyway, or resume from another checkpoint (--resume_from_checkpoint PATH)")
         if problem:
             logger.warning("--allow_partial_resume: %s", problem)
-        return start(choice, output_dir, s3_save_path)
+        path = start(choice, output_dir, s3_save_path)
+        if unfinished:
+            raise FinalModelMissing(f"trained to its last step {choice.step} ({choice.where()})", path, choice.step,
+                                    unfinished)
+        return path
     except FolderInUseError as exc:
         raise StartError(f"--output_dir {exc}: wait for it to end, or choose another --output_dir") from None
     except StartError:
         raise
     except StorageError as exc:  # resuming was asked for and cannot be done as asked: starting over is wrong
         raise StartError(f"--resume_from_checkpoint: {exc}") from None
+
+
+def _final_problem(output_dir, s3_save_path: str | None) -> str | None:
+    """Why a run at its last step still lacks its final model, or None when it is whole: here, or on S3 when this
+    disk holds none of it (a fresh machine; one whose copy is incomplete writes it again and mirrors it)."""
+    local = final_model_problem(output_dir)
+    if local is None:
+        return None
+    fresh = not (Path(output_dir) / SUMMARY).exists() and not any(Path(output_dir).glob("*.safetensors"))
+    if s3_save_path and fresh and remote_final_model_problem(s3_save_path) is None:
+        return None
+    return local
 
 
 def _lock(output_dir) -> None:

@@ -8,11 +8,15 @@
   callback saves the step it arrived in and stops. A second signal exits at once (status 128 + its number),
   without saving. A second SIGTERM or SIGUSR1 less than :data:`DUPLICATE_WINDOW_S` after the first counts as
   the same request: a cluster that signals every process of a job, and a launcher (torchrun) that forwards
-  the signal it got, deliver it twice.
+  the signal it got, deliver it twice. Once the run said its exit status (:attr:`StopRequest.said_status`), any
+  later SIGTERM or SIGUSR1 ends the process with it; after :func:`restore`, from the first exit handler on, they
+  are ignored (the interpreter's shutdown would put back death by the signal).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
 import signal
@@ -62,11 +66,24 @@ def restore(previous: dict, exit_status: int | None = None) -> None:
     default (death by the signal) instead ends the process at once with that status: a second signal that comes
     while the process winds down (uploads joined, interpreter shutdown) must not turn a logged "exiting with
     status 75" into a signal death that a launcher reads otherwise."""
+    late = []
     for sig, handler in previous.items():
         if exit_status is not None and sig != signal.SIGINT and handler in (None, signal.SIG_DFL):
             signal.signal(sig, _exit_with(exit_status))
+            late.append(sig)
         else:
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    if late:
+        # The interpreter's own shutdown puts back the default action (death by the signal) for every signal with
+        # a Python handler, and native libraries tear down after it: from the first exit handler on, these
+        # signals are ignored (the status is decided; the process is about to end with it).
+        atexit.register(_ignore, late)
+
+
+def _ignore(signals) -> None:
+    for sig in signals:
+        with contextlib.suppress(ValueError, OSError):  # not the main thread / not settable: nothing to do
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def _exit_with(status: int):
@@ -91,6 +108,8 @@ class StopRequest:
         self.state = None  # the TrainerState, for the step a signal arrived in
         self.in_step = False  # between the Trainer's step begin and step end (else: logging, saving, evaluating)
         self.hooks: list = []  # called (no arguments) when the first signal arrives, in the signal handler
+        self.lease_lost: str | None = None  # why: the run's S3 lease was taken over or deleted (a stop, no upload)
+        self.said_status: int | None = None  # the exit status the run logged: a later SIGTERM/SIGUSR1 ends with it
 
     @property
     def asked(self) -> bool:
@@ -123,6 +142,8 @@ class StopRequest:
             for hook in self.hooks:
                 hook()
             return
+        if self.said_status is not None and signum != signal.SIGINT:  # the run said its status: it ends with it
+            _exit_with(self.said_status)(signum, frame)
         if signum != signal.SIGINT and time.monotonic() - self.received_at < DUPLICATE_WINDOW_S:
             return  # the same request delivered twice (the cluster and the launcher both forward it)
         sys.stdout.flush()

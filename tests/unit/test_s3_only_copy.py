@@ -245,18 +245,24 @@ def test_a_requeued_finished_run_does_not_upload_into_a_prefix_another_live_run_
 
 
 def test_a_requeued_jobs_own_earlier_lease_is_taken_over_and_another_jobs_is_not(moto_s3, monkeypatch):
-    """A job killed hard on another machine left its lease: the scheduler's requeue of that job (same job id) takes
-    it over at once; a duplicated submission (another job id) is refused."""
+    """A job killed hard on another machine left its lease: the scheduler's next attempt of that job (same job id, a
+    higher SLURM_RESTART_COUNT: Slurm starts it once the earlier one ended) takes it over at once; a duplicated
+    submission (another job id), or a start of the same attempt (the earlier one may be alive), is refused."""
     uri = f"s3://{moto_s3.bucket}/runs/r"
-    earlier = {"run": "killed", "job": "SLURM_JOB_ID=4242", "host": "node7", "pid": 99, "started": "then",
-               "command": "x"}
+    earlier = {"run": "killed", "job": "SLURM_JOB_ID=4242", "attempt": 0, "host": "node7", "pid": 99,
+               "started": "then", "command": "x"}
     moto_s3.client().put_object(Bucket=moto_s3.bucket, Key="runs/r/" + LEASE_NAME, Body=json.dumps(earlier).encode())
     monkeypatch.delenv("OLMOCR_RL_JOB_ID", raising=False)  # the scheduler's own id decides
+    monkeypatch.delenv("OLMOCR_RL_JOB_ATTEMPT", raising=False)
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
     monkeypatch.setenv("SLURM_JOB_ID", "4243")
     with pytest.raises(LeaseHeldError, match="run killed: pid 99 on node7"):
         acquire_lease(uri, keep_alive=False)
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    with pytest.raises(LeaseHeldError, match="an earlier start of this job .SLURM_JOB_ID=4242. that may still be "):
+        acquire_lease(uri, keep_alive=False)  # attempt 0 again: no proof that the holder is dead
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
     lease = acquire_lease(uri, keep_alive=False)
-    assert lease.body["job"] == "SLURM_JOB_ID=4242"
+    assert lease.body["job"] == "SLURM_JOB_ID=4242" and lease.body["attempt"] == 1
     lease.release()
     release_held()
