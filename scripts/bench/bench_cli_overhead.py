@@ -332,10 +332,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         # What `python -m olmocr_rl.grpo_train` runs (grpo_train.cli): the import decision before anything loads
         # transformers (the clock imports it), then main.
-        from olmocr_rl.grpo_train import keep_peft_out, main as cli_main
+        from olmocr_rl.grpo_train import keep_engines_out, keep_peft_out, main as cli_main
 
         flags = cli_flags(args.model, args.out / "run", **params)
         keep_peft_out(flags)
+        keep_engines_out(flags)
         install_step_clock(args.out / CLOCK_FILE)
         return cli_main(flags)
 
