@@ -60,6 +60,9 @@ SMOKE = {
     # The vLLM server on one core, the trainer on another: the vLLM lane runs it (test_vllm_server.py).
     "bench_server_phases.py": Smoke(("--model", "{model}", "--lengths", "4", "--steps", "2"), "generate",
                                     own_process=True, needs="vllm"),
+    # The peak-memory runs (a process per arm, 8 s of imports each) are left out here.
+    "bench_shared_prefix.py": Smoke(("--model_shape", "{model}", "--shapes", "demo", "--side", "224", "--generations", "2", "--completion", "4",
+                                     "--repeats", "1", "--skip_memory", "--work", "{tmp}"), "--shared_prefix"),
     "bench_tests.py": Smoke(("--bench", "{shared}", "--copies", "1", "--passes", "1"), "whole-page evaluation",
                             own_process=True, needs="shared"),
     "bench_vision.py": Smoke(("--depth", "2", "--hidden", "32", "--heads", "1", "--side", "224", "--copies", "2",
