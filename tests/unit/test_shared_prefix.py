@@ -179,3 +179,15 @@ def test_training_steps_equal_the_stock_path(tiny_model_dir, tmp_path):
         for key in ("loss", "grad_norm", "kl", "entropy"):
             assert float(mine[key]) == pytest.approx(float(theirs[key]), rel=1e-4, abs=1e-6), key
     assert any(float(e["kl"]) > 0 for e in shared) and any(abs(float(e["loss"])) > 0 for e in shared)
+
+
+def test_on_by_default_and_off_where_it_cannot_be_exact(models):
+    from olmocr_rl.config import build_parser
+
+    assert build_parser().get_default("shared_prefix") is True
+    stock, _, _ = models
+    other = copy.deepcopy(stock)
+    other.config.get_text_config()._attn_implementation = "flash_attention_2"
+    assert "attention implementation 'flash_attention_2'" in shared_prefix_problem(other)
+    other.config.model_type = "qwen3_vl"
+    assert "model type 'qwen3_vl'" in shared_prefix_problem(other)
