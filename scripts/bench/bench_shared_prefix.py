@@ -6,8 +6,9 @@
 
 The micro-batch is what TRL 1.16 scores for one page: G rows of the page prompt (the olmOCR v4 YAML prompt and
 a page of bench_data_sample/ rendered at --side px) and G completions whose lengths are spread evenly over
-[C/2, C] (shape ``demo``: the CPU demo's 16 x 64 tokens at 448 px; ``olmocr2``: olmOCR 2's token shape, a
-1288 px page, about 1,800 prompt tokens, C = 1,000). The training phase of a step is this forward with
+[C/2, C] (shape ``demo``: the CPU demo's 16 x 64 tokens at 448 px, the tiny processor's 16 image tokens a page;
+``olmocr2``: olmOCR 2's token shape, about 1,800 prompt tokens -- a 1400 px page under the released processor's
+pixel budget; bench_data_sample's 1288 px page gives 1,541 -- and C = 1,000). The training phase of a step is this forward with
 gradients and its backward (the loss), plus the same forward without gradients (the old-policy log-probs,
 and the reference model's when beta > 0). Arms, all through TRL's fused log-prob head, the page encoded once
 per group in each (``--share_page_encoding``, the default):
@@ -35,8 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from speed_common import interleaved, model_dir, page_image  # noqa: E402
 
-SHAPES = {"demo": {"side": 448, "generations": 16, "completion": 64},
-          "olmocr2": {"side": 1288, "generations": 8, "completion": 1000}}
+#: released: the page gets the released Qwen2.5-VL processor's pixel budget (2,560 image tokens at most) instead
+#: of the tiny model's (16 tokens, the CPU demo's), so a 1288 px page is about 1,600 image tokens as in olmOCR 2.
+SHAPES = {"demo": {"side": 448, "generations": 16, "completion": 64, "released": False},
+          "olmocr2": {"side": 1400, "generations": 8, "completion": 1000, "released": True}}
 ARMS = ("--padding_free", "--shared_prefix", "padded (TRL)")
 
 
@@ -64,7 +67,7 @@ def trl_block(processor, page, lengths: list[int], vocab: int):
                 image_grid_thw=vision["image_grid_thw"], mm_token_type_ids=mm, labels=labels, fused_lm_head=True)
 
 
-def setup(shape: str, side: int, generations: int, completion: int, work: str | None):
+def setup(shape: str, side: int, generations: int, completion: int, work: str | None, released: bool):
     """The model (pack-aware attention, page encoded once per group), the inputs, and each arm's phase."""
     import torch
     from trl.trainer.utils import add_fused_lm_head
@@ -75,6 +78,10 @@ def setup(shape: str, side: int, generations: int, completion: int, work: str | 
     from olmocr_rl.trainer.shared_prefix import SharedPrefixForward, SharedPrefixGuard, install_shared_prefix
 
     model, processor = load_model_and_processor(shape if Path(shape).is_dir() else str(model_dir(shape, work)))
+    if released:
+        from olmocr_rl.model.families import _RELEASED_PIXELS_14
+
+        processor.image_processor.size.longest_edge = _RELEASED_PIXELS_14
     share_page_encoding(model)
     assert install_shared_prefix(model) is not None  # also the pack-aware SDPA of --padding_free
     add_fused_lm_head(model, outputs=("log_probs", "entropy"))
@@ -107,7 +114,7 @@ def setup(shape: str, side: int, generations: int, completion: int, work: str | 
 def memory_child(args) -> None:
     """One arm's phase in this fresh process: the rise of peak RSS over the RSS before it (MiB), as JSON. The
     kernel's peak (VmHWM) is reset first (``/proc/self/clear_refs``), so loading and page processing do not count."""
-    phase, _, _ = setup(args.shape_name, args.side, args.generations, args.completion, args.work)
+    phase, _, _ = setup(args.shape_name, args.side, args.generations, args.completion, args.work, args.released)
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := the current RSS
     before = _status_kib("VmHWM")
     tokens = phase(args.memory_arm)
@@ -125,14 +132,14 @@ def measure(args, shape: str, arms: list[str]) -> None:
     params = {**SHAPES[shape], **{k: v for k, v in (("side", args.side), ("generations", args.generations),
                                                      ("completion", args.completion)) if v is not None}}
     phase, prompt, lengths = setup(args.model_shape, params["side"], params["generations"], params["completion"],
-                                   args.work)
+                                   args.work, params["released"])
     times = interleaved({arm: (lambda arm=arm: phase(arm)) for arm in arms}, args.repeats)
     tokens = {arm: phase(arm) for arm in arms}
     memory = {arm: float("nan") for arm in arms}
     for arm in arms if not args.skip_memory else ():
         command = [sys.executable, __file__, f"--memory_arm={arm}", "--shape_name", args.model_shape, "--work", args.work,
                    "--side", str(params["side"]), "--generations", str(params["generations"]),
-                   "--completion", str(params["completion"])]
+                   "--completion", str(params["completion"])] + (["--released"] if params["released"] else [])
         done = subprocess.run(command, capture_output=True, text=True, env={**os.environ})
         if done.returncode != 0:
             sys.exit(f"memory run of {arm} failed:\n{done.stderr[-3000:]}")
@@ -164,6 +171,7 @@ def main() -> None:
     parser.add_argument("--work", default=None, help="folder for the model (default: a temporary one)")
     parser.add_argument("--memory_arm", choices=ARMS, help=argparse.SUPPRESS)
     parser.add_argument("--shape_name", help=argparse.SUPPRESS)
+    parser.add_argument("--released", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_arm:
         return memory_child(args)
