@@ -133,8 +133,8 @@ def measure(args, shape: str, arms: list[str]) -> None:
                                                      ("completion", args.completion)) if v is not None}}
     phase, prompt, lengths = setup(args.model_shape, params["side"], params["generations"], params["completion"],
                                    args.work, params["released"])
-    times = interleaved({arm: (lambda arm=arm: phase(arm)) for arm in arms}, args.repeats)
-    tokens = {arm: phase(arm) for arm in arms}
+    tokens: dict[str, int] = {}
+    times = interleaved({arm: (lambda arm=arm: tokens.__setitem__(arm, phase(arm))) for arm in arms}, args.repeats)
     memory = {arm: float("nan") for arm in arms}
     for arm in arms if not args.skip_memory else ():
         command = [sys.executable, __file__, f"--memory_arm={arm}", "--shape_name", args.model_shape, "--work", args.work,
