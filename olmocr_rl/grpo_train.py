@@ -74,10 +74,34 @@ def keep_peft_out(argv: list[str]) -> None:
         sys.modules["peft"] = None
 
 
+def keep_engines_out(argv: list[str], environ=os.environ) -> None:
+    """Before transformers loads: DeepSpeed, and W&B's client without ``--report_to wandb``, marked absent.
+
+    accelerate imports DeepSpeed whenever it is installed (``extract_model_from_parallel``, called when the
+    Trainer is built: 0.3-0.6 s of start-up and about 15 MiB), although only ``accelerate launch`` with a DeepSpeed
+    config uses it -- the launcher then sets ``ACCELERATE_USE_DEEPSPEED=true`` in this process's environment (FSDP
+    is torch's own). transformers and TRL import ``wandb`` whenever it is installed (another 0.6 s), used only with
+    ``--report_to wandb``. Same mark and same rules as :func:`keep_peft_out`; a bad ``--report_to`` is left to
+    :func:`main` to report."""
+    if "transformers" in sys.modules:
+        return
+    if "deepspeed" not in sys.modules and environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() != "true":
+        sys.modules["deepspeed"] = None
+    from olmocr_rl.config.checks import resolve_report_to
+
+    try:
+        report_to = resolve_report_to(parse_args(argv))
+    except ConfigError:
+        return
+    if "wandb" not in sys.modules and "wandb" not in report_to:
+        sys.modules["wandb"] = None
+
+
 def cli(argv: list[str] | None = None) -> int:
     """The command line (``python -m olmocr_rl.grpo_train``, ``olmocr-rl-train``): :func:`main` in a fresh process."""
     argv = sys.argv[1:] if argv is None else list(argv)
     keep_peft_out(argv)
+    keep_engines_out(argv)
     return main(argv)
 
 

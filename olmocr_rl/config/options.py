@@ -177,6 +177,12 @@ class ResolvedConfig:
         "forwards, attention kept inside each sequence (SDPA per sequence, or flash attention's variable-length "
         "path), so padding costs no compute (sequence packing without cross-contamination, Krell et al. 2021); other "
         "attention implementations and model families run the padded forward")
+    shared_prefix: bool = flag(SPEED, True, "forward each group's page prompt (the same tokens and pixels) once in "
+        "the training log-prob forwards and backward (old-policy and reference log-probs included): one row per "
+        "micro-batch holding each prompt once, each completion attending to its prompt and to itself, with the "
+        "stock M-RoPE positions, so the page's tokens go through the language model once instead of G times. "
+        "Exact (Qwen2.5-VL with SDPA); it checks itself against the stock forward on first use and falls back with "
+        "one warning line; other families, flash or eager attention and rows without a partner run the stock forward")
     # resolved: auto = on with a CUDA GPU, off with vLLM (HF generation only)
     compiled_generation: bool = flag(SPEED, None, "HF generation with a static KV cache and torch.compile'd decoding "
         "steps, the cache sized by prompt lengths bucketed to 256 tokens so the compiled step is reused (TRL turns "

@@ -42,12 +42,12 @@ def trainer_class(cfg):
     return PlainGRPOTrainer, {}
 
 
-def trainer_switches(cfg, padding_free: bool) -> dict:
+def trainer_switches(cfg, padding_free: bool, shared_prefix: bool = False) -> dict:
     """The trainer's own constructor switches (``trainer/plain.py``) from the resolved config."""
     from olmocr_rl.config.resume_flags import saved_flags
 
     return {
-        "padding_free": padding_free, "compiled_generation": cfg.compiled_generation,
+        "padding_free": padding_free, "shared_prefix": shared_prefix, "compiled_generation": cfg.compiled_generation,
         "cache_vision_features": cfg.cache_vision_features,
         "saved_flags": saved_flags(cfg.flags),  # kept in each checkpoint (trainer.checkpoint_save)
         "apply_learning_rate_on_resume": cfg.apply_learning_rate_on_resume,  # trainer.checkpoint_load
@@ -71,13 +71,17 @@ def build_trainer(cfg, grpo_config, model, processor, reward_funcs, reward_names
     ``peft_config`` (``--use_peft``) goes to TRL, which wraps the model with the LoRA adapters; then, with the
     vision tower frozen (by LoRA or --freeze_vision_tower), the trainer installs its per-step feature cache."""
     trainer_cls, extra = trainer_class(cfg)
-    packing = None
+    packing = sharing = None
     if cfg.padding_free:
         from olmocr_rl.trainer.padding_free import install_padding_free
 
         packing = install_padding_free(model)  # before the trainer wraps the model
+    if cfg.shared_prefix:
+        from olmocr_rl.trainer.shared_prefix import install_shared_prefix
+
+        sharing = install_shared_prefix(model)  # the pack-aware attention too, if --padding_free did not
     trainer = trainer_cls(
-        **extra, **trainer_switches(cfg, padding_free=packing is not None),
+        **extra, **trainer_switches(cfg, padding_free=packing is not None, shared_prefix=sharing is not None),
         model=model, args=grpo_config, processing_class=processor, reward_funcs=reward_funcs,
         train_dataset=train_dataset.to_trl_dataset(),
         eval_dataset=eval_dataset.to_trl_dataset() if eval_dataset is not None else None,
@@ -85,6 +89,8 @@ def build_trainer(cfg, grpo_config, model, processor, reward_funcs, reward_names
     )
     if packing:
         logger.info("training forwards: %s", packing)
+    if sharing:
+        logger.info("training forwards: %s", sharing)
     add_callbacks(trainer, cfg, reward_names, reward_logger)
     return trainer
 

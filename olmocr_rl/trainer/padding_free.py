@@ -47,6 +47,8 @@ __all__ = [
 PACKED_SDPA = "olmocr_rl_packed_sdpa"
 #: The forward keyword that carries the packed sequences' lengths down to the attention function.
 SEGMENTS = "olmocr_rl_segments"
+#: The forward keyword that carries a shared-prefix layout (trainer/shared_prefix.py) down to the attention function.
+SHARED_PREFIX = "olmocr_rl_shared_prefix"
 #: Model families whose position ids PackedForward reproduces (their ``compute_3d_position_ids``).
 PACKABLE_MODEL_TYPES = ("qwen2_5_vl", "qwen2_vl")
 _FLASH = ("flash_attention_2", "flash_attention_3", "flash_attention_4")
@@ -88,12 +90,15 @@ def padding_free_problem(model) -> str | None:
 def packed_sdpa_attention(module, query, key, value, attention_mask, **kwargs):
     """SDPA that keeps attention inside each packed sequence when the forward carries their lengths.
 
-    query/key/value: (1, heads, T, head_dim) with ``olmocr_rl_segments`` = the sequence lengths (sum T),
-    or any ordinary call (generation, a padded forward), which goes to transformers' SDPA unchanged.
+    query/key/value: (1, heads, T, head_dim) with ``olmocr_rl_segments`` = the sequence lengths (sum T), with
+    ``olmocr_rl_shared_prefix`` = a shared-prefix layout (trainer/shared_prefix.py), or any ordinary call (generation, a padded forward), which goes to transformers' SDPA unchanged.
     Returns (1, T, heads, head_dim) like transformers' attention functions.
     """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    layout = kwargs.pop(SHARED_PREFIX, None)
+    if layout is not None and attention_mask is None and query.shape[0] == 1 and query.shape[2] == key.shape[2]:
+        return layout.attend(module, query, key, value, **kwargs)  # trainer/shared_prefix.py's layout
     lengths = kwargs.pop(SEGMENTS, None)
     if lengths is None or attention_mask is not None or query.shape[0] != 1 or query.shape[2] != key.shape[2]:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)

@@ -15,7 +15,8 @@ each override calls a helper of its own module and then the parent (nothing of T
                                      (``active_sampling``, ``active_sampling=``: pages from its own seeded
                                      sampler) on the subclass's keep mask; the ``async/*`` numbers of
                                      ``async_generation=`` (``async_rollouts``)
-``_get_per_token_logps_and_entropies`` padding count (timing) and the packed forward, ``padding_free=``
+``_get_per_token_logps_and_entropies`` padding count (timing), the packed forward (``padding_free=``) and the
+                                     shared-prefix forward (``shared_prefix=``)
 ``_load_from_checkpoint``, ``_load_optimizer_and_scheduler``   resume (``checkpoint_load``)
 ``_save_checkpoint``                 whole checkpoints with flags and manifest (``checkpoint_save``)
 ``log``                              the completions table as text
@@ -42,6 +43,7 @@ from olmocr_rl.trainer.compat import check_trainer_surface
 from olmocr_rl.trainer.is_telemetry import ImportanceSamplingTelemetry
 from olmocr_rl.trainer.padding_free import PackedForward
 from olmocr_rl.trainer.page_order import epoch_seeded
+from olmocr_rl.trainer.shared_prefix import SharedPrefixForward, SharedPrefixGuard
 
 __all__ = ["PlainGRPOTrainer"]
 
@@ -51,6 +53,7 @@ class PlainGRPOTrainer(GRPOTrainer):
 
     Keyword arguments beyond ``GRPOTrainer``'s (all default off):
     ``padding_free`` (the model's attention already pack-aware: ``padding_free.install_padding_free``),
+    ``shared_prefix`` (likewise: ``shared_prefix.install_shared_prefix``; each group's prompt forwarded once),
     ``compiled_generation`` (HF generation only), ``cache_vision_features`` (a frozen vision tower's per-step
     cache), ``saved_flags`` (kept in each checkpoint), ``apply_learning_rate_on_resume``, ``vllm_engine_kwargs``
     (vLLM rollouts through ``vllm_generation``'s backend with these engine arguments), ``label_phases``
@@ -59,7 +62,8 @@ class PlainGRPOTrainer(GRPOTrainer):
     ``max_staleness`` (server mode: the next batch is generated while this one trains, ``async_rollouts``).
     """
 
-    def __init__(self, *args: Any, padding_free: bool = False, compiled_generation: bool = False,
+    def __init__(self, *args: Any, padding_free: bool = False, shared_prefix: bool = False,
+                 compiled_generation: bool = False,
                  cache_vision_features: bool = False, saved_flags: dict | None = None,
                  apply_learning_rate_on_resume: bool = False, vllm_engine_kwargs: dict | None = None,
                  label_phases: bool = False, active_sampling: bool = False,
@@ -68,6 +72,7 @@ class PlainGRPOTrainer(GRPOTrainer):
         check_trainer_surface(args, kwargs)  # CompatError (one line naming the point and the pin) before TRL runs
         config = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments.get("args")
         self.padding_free = padding_free
+        self.shared_prefix = SharedPrefixGuard() if shared_prefix else None  # its first-use check and fallback
         self.olmocr_rl_flags = saved_flags
         self.apply_learning_rate_on_resume = apply_learning_rate_on_resume
         self.compiled_generation = self.compiled_generation_checked = False
@@ -83,6 +88,10 @@ class PlainGRPOTrainer(GRPOTrainer):
                              "vllm_engine_kwargs: the server generates while the trainer trains")
         with _rollout_backend(vllm_engine_kwargs, self._rollouts):
             super().__init__(*args, **kwargs)
+        if self.shared_prefix is not None and getattr(self, "ref_model", None) is not None:
+            from olmocr_rl.trainer.shared_prefix import install_shared_prefix
+
+            install_shared_prefix(self.ref_model)  # TRL loaded it again: its log-probs share prompts too
         self.step_clock = StepClock(self, label_phases=label_phases,
                                     log_refill=self._active_sampler is not None)
         self.callback_handler.callbacks.insert(0, self.step_clock.callback)  # timing/* keys, before the reporters
@@ -157,8 +166,8 @@ class PlainGRPOTrainer(GRPOTrainer):
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         self.step_clock.forward(attention_mask)
-        if self.padding_free:
-            model = PackedForward(model)
+        stock = PackedForward(model) if self.padding_free else model
+        model = SharedPrefixForward(model, stock, logits_to_keep, self.shared_prefix) if self.shared_prefix else stock
         return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, *args,
                                                           **kwargs)
 

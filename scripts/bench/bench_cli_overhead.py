@@ -44,6 +44,11 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BENCH = REPO_ROOT / "bench_data_sample"
 TARGET_RATIO = 1.15
 CLOCK_FILE = "step_clock.json"
+#: GRPOTrainer methods timed in both arms (wall, summed per step); TRL 1.16 calls them nested:
+#: training_step > _generate_and_score_completions > (_generate, _calculate_rewards), and
+#: _get_per_token_logps_and_entropies inside both the scoring (old/ref log-probs) and the loss.
+PHASE_METHODS = ("training_step", "_generate_and_score_completions", "_generate", "_calculate_rewards",
+                 "_get_per_token_logps_and_entropies", "compute_loss")
 
 
 # ---- the clock (both arms) -----------------------------------------------------------------------------
@@ -82,9 +87,31 @@ def install_step_clock(path: Path) -> None:
                 self.epoch.append(time.time())
                 self.cpu.append(cpu_seconds(process))
                 self.rewards.append(float(logs["reward"]))
+                phases.append(dict(current))
+                current.clear()
 
         def on_train_end(self, args, state, control, **kwargs):
-            path.write_text(json.dumps({"wall": self.wall, "epoch": self.epoch, "cpu": self.cpu, "rewards": self.rewards}))
+            path.write_text(json.dumps({"wall": self.wall, "epoch": self.epoch, "cpu": self.cpu, "rewards": self.rewards,
+                                        "phases": phases}))
+
+    phases: list[dict[str, float]] = []  # per logged step: wall seconds in each timed GRPOTrainer method
+    current: dict[str, float] = {}
+
+    def timed(name: str):
+        original = getattr(GRPOTrainer, name)
+
+        @functools.wraps(original)
+        def wrapper(self, *args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                current[name] = current.get(name, 0.0) + time.perf_counter() - start
+
+        setattr(GRPOTrainer, name, wrapper)
+
+    for name in PHASE_METHODS:  # the CLI's trainer subclasses GRPOTrainer and calls each of these through super()
+        timed(name)
 
     original_init = GRPOTrainer.__init__
 
@@ -196,7 +223,42 @@ def run_arm(arm: str, model_dir: str, work: Path, rep: int, params: dict, env: d
     return {"arm": arm, "rep": rep, "wall_s": time.time() - started, "wall": wall, "cpu": cpu,
             "first_step_s": clock["epoch"][0] - started, "first_step_cpu_s": clock["cpu"][0],
             "rewards": clock["rewards"], "median_wall": statistics.median(wall), "median_cpu": statistics.median(cpu),
-            "load": os.getloadavg()[0], "cli_timing": cli_timing(out_dir / "run") if arm == "cli" else {}}
+            "load": os.getloadavg()[0], "cli_timing": cli_timing(out_dir / "run") if arm == "cli" else {},
+            "phases": step_phases(clock["phases"][1:], wall)}
+
+
+def step_phases(per_step: list[dict[str, float]], wall: list[float]) -> dict[str, list[float]]:
+    """Each measured step split into disjoint phases (wall seconds) from the timed methods. Pure."""
+    out: dict[str, list[float]] = {key: [] for key in PHASES}
+    for timed, step in zip(per_step, wall):
+        t = {name: timed.get(name, 0.0) for name in PHASE_METHODS}
+        parts = {
+            "generate": t["_generate"],
+            "rewards": t["_calculate_rewards"],
+            "scoring rest (old log-probs, advantages, collation)": (t["_generate_and_score_completions"]
+                                                                    - t["_generate"] - t["_calculate_rewards"]),
+            "loss forward": t["compute_loss"],
+            "backward + rest of training_step": t["training_step"] - t["_generate_and_score_completions"]
+                                                - t["compute_loss"],
+            "outside training_step (optimizer, scheduler, logging, callbacks, data)": step - t["training_step"],
+        }
+        for key, value in parts.items():
+            out[key].append(value)
+    return out
+
+
+PHASES = ("generate", "rewards", "scoring rest (old log-probs, advantages, collation)", "loss forward",
+          "backward + rest of training_step", "outside training_step (optimizer, scheduler, logging, callbacks, data)")
+
+
+def phase_table(runs: list[dict]) -> list[str]:
+    """Markdown rows: per phase, the median wall seconds per step of each arm and the difference."""
+    lines = ["| phase (wall, median per step) | CLI ms | bare ms | CLI - bare ms |", "|---|---|---|---|"]
+    for key in PHASES:
+        m = {arm: statistics.median([x for r in runs if r["arm"] == arm for x in r["phases"][key]] or [0.0])
+             for arm in ("cli", "bare")}
+        lines.append(f"| {key} | {1000 * m['cli']:.1f} | {1000 * m['bare']:.1f} | {1000 * (m['cli'] - m['bare']):+.1f} |")
+    return lines
 
 
 def cli_timing(run_dir: Path) -> dict[str, list[float]]:
@@ -291,6 +353,10 @@ def format_report(runs: list[dict], summary: dict, params: dict, command: str, m
         "",
         cli_breakdown(runs),
         "",
+        "Per phase, timed by the same wrappers of GRPOTrainer's methods in both arms (the step clock above):",
+        "",
+        *phase_table(runs),
+        "",
         "Notes. CPU time is the headline clock because this machine is shared: wall time there moves with "
         "other people's load (and psutil reads CPU time in 10 ms ticks, so single steps are +-0.01 s). "
         "`OMP_NUM_THREADS=1` because with torch's default of one thread per core, on a loaded 2-core machine, "
@@ -332,10 +398,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         # What `python -m olmocr_rl.grpo_train` runs (grpo_train.cli): the import decision before anything loads
         # transformers (the clock imports it), then main.
-        from olmocr_rl.grpo_train import keep_peft_out, main as cli_main
+        from olmocr_rl.grpo_train import keep_engines_out, keep_peft_out, main as cli_main
 
         flags = cli_flags(args.model, args.out / "run", **params)
         keep_peft_out(flags)
+        keep_engines_out(flags)
         install_step_clock(args.out / CLOCK_FILE)
         return cli_main(flags)
 

@@ -64,6 +64,9 @@ SMOKE = {
     "bench_synth.py": Smoke(("--pages", "2", "--jobs", "1", "--work", "{tmp}"), "pages/s", needs="browser"),
     # It runs under olmOCR's own package (another environment) with olmocr_rl on the path.
     "compare_olmocr_synth.py": Smoke((), "total", own_process=True, needs="olmocr"),
+    # The peak-memory runs (a process per arm, 8 s of imports each) are left out here.
+    "bench_shared_prefix.py": Smoke(("--model_shape", "{model}", "--shapes", "demo", "--side", "224", "--generations", "2", "--completion", "4",
+                                     "--repeats", "1", "--skip_memory", "--work", "{tmp}"), "--shared_prefix"),
     "bench_tests.py": Smoke(("--bench", "{shared}", "--copies", "1", "--passes", "1"), "whole-page evaluation",
                             own_process=True, needs="shared"),
     "bench_vision.py": Smoke(("--depth", "2", "--hidden", "32", "--heads", "1", "--side", "224", "--copies", "2",

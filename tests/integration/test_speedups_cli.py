@@ -5,7 +5,7 @@ Three runs of ``python -m olmocr_rl.grpo_train`` on the warm-started tiny model 
 loss and gradients are not zero) with the same seed, 3 steps of 2 pages x
 G = 4 completions in micro-batches of 2 (so completions of different lengths share a padded block):
 
-* defaults: ``--padding_free``, ``--share_page_processing``, ``--gradient_checkpointing auto`` (nothing
+* defaults: ``--padding_free``, ``--shared_prefix``, ``--share_page_processing``, ``--gradient_checkpointing auto`` (nothing
   recomputes here) and ``--compiled_generation`` auto (off on CPU);
 * stock: all of them off, checkpointing as TRL does it (every layer);
 * compiled: the stock run with ``--compiled_generation true`` (static cache, inductor on CPU), 2 steps.
@@ -26,7 +26,7 @@ import pytest
 import warm_python
 
 REPO = Path(__file__).resolve().parents[2]
-STOCK = ["--no-padding_free", "--no-share_page_processing", "--gradient_checkpointing", "true",
+STOCK = ["--no-padding_free", "--no-shared_prefix", "--no-share_page_processing", "--gradient_checkpointing", "true",
          "--compiled_generation", "false"]
 
 
@@ -65,6 +65,7 @@ def test_default_speedups_train_the_stock_numbers(warm_tiny_model_dir, tmp_path,
     records, log = _run(warm_tiny_model_dir, tmp_path / "run")
     assert "gradient checkpointing off (--gradient_checkpointing auto: nothing recomputes" in log
     assert "training forwards: micro-batches packed into one row (SDPA per sequence)" in log
+    assert "shared prefix: the first forward (2 rows, 1 prompts) matches the stock forward" in log
     assert "processor: each distinct page image processed once per step" in log
     assert "HF generation: static KV cache" not in log  # auto: off on CPU
     assert _completions(tmp_path / "run") == _completions(stock_out)

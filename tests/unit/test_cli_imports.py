@@ -4,6 +4,7 @@ the cost. Each case runs in a fresh interpreter, as the command line does."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +52,32 @@ def test_a_bad_flag_exits_as_the_command_line_does():
     code = "from olmocr_rl.grpo_train import cli\ncli(['--no_such_flag'])"
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "--no_such_flag" in done.stderr and "Traceback" not in done.stderr
+
+
+def _engines_after(flags: list[str], env: dict[str, str], then: str = "") -> str:
+    """After keep_engines_out(flags) in a fresh interpreter with ``env`` added: each of deepspeed and wandb
+    absent / blocked / loaded, after running ``then``."""
+    code = (f"import sys\nfrom olmocr_rl.grpo_train import keep_engines_out\nkeep_engines_out({flags!r})\n{then}\n"
+            "print(*('absent' if n not in sys.modules else ('blocked' if sys.modules[n] is None else 'loaded')"
+            " for n in ('deepspeed', 'wandb')))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "ACCELERATE_USE_DEEPSPEED": "false", **env})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_a_plain_run_does_not_import_deepspeed_or_an_unused_wandb():
+    # What building the trainer does: transformers' Trainer unwraps the model through accelerate, which imports
+    # DeepSpeed whenever it is installed (accelerate.utils.other.extract_model_from_parallel). transformers' and
+    # TRL's is_wandb_available() import wandb when importlib.util.find_spec finds it (importing TRL's trainer
+    # here would cost 10 s of CPU, so the test stops at the check they make).
+    then = ("import importlib.util, torch\nfrom accelerate.utils import extract_model_from_parallel\n"
+            "extract_model_from_parallel(torch.nn.Linear(1, 1))\nassert importlib.util.find_spec('wandb') is None")
+    assert _engines_after(["--model_name", "m", "--report_to", "none"], {}, then) == "blocked blocked"
+
+
+def test_deepspeed_and_wandb_stay_importable_when_the_run_uses_them():
+    # accelerate launch with a DeepSpeed config sets ACCELERATE_USE_DEEPSPEED=true; --report_to wandb is the default
+    assert _engines_after(["--model_name", "m"], {"ACCELERATE_USE_DEEPSPEED": "true"}) == "absent absent"
+    assert _engines_after(["--model_name", "m", "--report_to", "tensorboard,wandb"], {}) == "blocked absent"
+    assert _engines_after(["--model_name", "m", "--report_to", "all"], {}) == "blocked absent"  # main reports it

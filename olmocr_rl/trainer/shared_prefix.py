@@ -1,0 +1,313 @@
+"""Shared-prefix training forward (``--shared_prefix``): each group's page prompt goes through the language model once.
+
+TRL 1.16 forwards ``prompt + completion`` for every one of a group's G completions, in the log-probs of the
+loss (forward and backward) and in the old-policy and reference log-probs (the same function,
+``_get_per_token_logps_and_entropies``). Causal attention makes the prompt's states identical in every row, so
+:class:`SharedPrefixForward`, which stands in for the model there (``trainer/plain.py``), packs a micro-batch
+into one row of ``P - 1 + sum(n_j + 1)`` tokens per group instead of ``G * (P + n)``:
+
+1. rows whose prompts are identical -- the same tokens, the same image grid and the same pixels -- form a group
+   (a row without a partner is a group of one: its own causal sequence, the stock result);
+2. a group's row holds its prompt without the last token once (the prefix), then for each completion a
+   segment: the prompt's last token again and the completion. The copy sees the prefix and itself, as the
+   prompt's last token does in the stock row, so its state is the same; it is what predicts the completion's
+   first token, so the labels of each segment stay its own (the model's fused log-prob head shifts by one);
+3. positions are the stock forward's: Qwen2.5-VL's M-RoPE ids of each padded row (``compute_3d_position_ids``,
+   as in ``padding_free.PackedForward``), the prefix taking the first row's, each segment its own row's;
+4. the text attention (SDPA, the pack-aware function of ``padding_free.install_padding_free``) reads the layout
+   from the ``olmocr_rl_shared_prefix`` forward keyword and runs :func:`shared_prefix_attention`: the prefix
+   causally, then each group's segments in one call, each attending to the whole prefix and causally to itself;
+5. the vision tower gets one image per group; the per-token log-probs and entropies are scattered back into
+   TRL's (rows, completion) layout, zeros where the stock path has none.
+
+The result equals the stock forward up to float rounding (tests/unit/test_shared_prefix.py: log-probs,
+entropies and gradients of the tiny Qwen2.5-VL in fp32, and training steps). The first call checks itself
+against the stock forward (olmocr_rl.model.fallback: relative difference within the dtype's tolerance); a
+failure, then or later, turns it off for the run with one warning line. Calls it cannot make exact (another
+family, flash or eager attention, several images in a row, MoE router logits, a prompt ending in an image
+token) take the stock path.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from olmocr_rl.trainer.padding_free import (
+    _PACKABLE_INPUTS,
+    PACKABLE_MODEL_TYPES,
+    PACKED_SDPA,
+    SHARED_PREFIX,
+    _inner,
+    _unwrapped,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SharedPrefixForward", "SharedPrefixGuard", "install_shared_prefix", "shared_prefix_attention",
+           "shared_prefix_problem"]
+
+
+def shared_prefix_problem(model) -> str | None:
+    """Why the shared-prefix forward cannot be exact for ``model`` (None: it can, once its attention is pack-aware)."""
+    base = _unwrapped(model)
+    model_type = getattr(base.config, "model_type", None)
+    if model_type not in PACKABLE_MODEL_TYPES or _inner(model) is None:
+        return f"model type {model_type!r} (it reproduces the position ids of {', '.join(PACKABLE_MODEL_TYPES)})"
+    implementation = base.config.get_text_config()._attn_implementation
+    if implementation not in ("sdpa", PACKED_SDPA):
+        return f"attention implementation {implementation!r} (the shared prefix needs sdpa)"
+    return None
+
+
+def install_shared_prefix(model) -> str | None:
+    """Make ``model``'s text attention able to run the shared layout (padding_free's pack-aware SDPA, which runs any
+    other call as transformers' SDPA); returns what was done, or None (with the reason logged) where it cannot be
+    exact."""
+    from olmocr_rl.trainer.padding_free import install_padding_free
+
+    problem = shared_prefix_problem(model)
+    if problem is None and install_padding_free(model) is None:
+        problem = "the pack-aware attention could not be installed"
+    if problem:
+        logger.info("shared-prefix forward off: %s", problem)
+        return None
+    return "each group's prompt forwarded once (shared prefix, checked against the stock forward on first use)"
+
+
+def shared_prefix_attention(module, query, key, value, layout, **kwargs):
+    """Attention over a packed row laid out as ``layout``: per group ``(prefix, (n_1, ..., n_k))``, the prefix's
+    tokens then k segments of n_j tokens. The prefix attends causally to itself; segment j to the whole prefix
+    and causally to itself. query/key/value (1, heads, T, head_dim); returns (1, T, heads, head_dim)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    kwargs.pop("is_causal", None)
+    device = query.device
+    pieces, start = [], 0
+    for prefix, segments in layout:
+        head = slice(start, start + prefix)
+        k_prefix, v_prefix = key[:, :, head], value[:, :, head]
+        out, _ = sdpa_attention_forward(module, query[:, :, head], k_prefix, v_prefix, None, is_causal=True, **kwargs)
+        pieces.append(out[0])
+        start += prefix
+        longest = max(segments)
+        lengths = torch.tensor(segments, device=device)
+        starts = start + torch.cumsum(lengths, 0) - lengths
+        steps = torch.arange(longest, device=device)
+        index = starts[:, None] + torch.minimum(steps[None, :], lengths[:, None] - 1)  # padding repeats the last
+
+        def take(states):  # (1, heads, T, d) -> (segments, heads, longest, d)
+            return states[0][:, index.reshape(-1)].reshape(
+                states.shape[1], len(segments), longest, states.shape[3]).transpose(0, 1)
+
+        count = len(segments)
+        keys = torch.cat([k_prefix.expand(count, -1, -1, -1), take(key)], dim=2)
+        values = torch.cat([v_prefix.expand(count, -1, -1, -1), take(value)], dim=2)
+        # One additive mask for every segment: the prefix visible, the segment's own tokens causally. A segment's
+        # padding (its last token repeated up to the longest) is hidden from its real tokens by causality, and the
+        # padded queries' outputs are dropped. Additive, not boolean: SDPA's CPU kernel then keeps no weights.
+        mask = query.new_zeros(1, 1, longest, prefix + longest)
+        mask[..., prefix:] = torch.full((longest, longest), torch.finfo(query.dtype).min, dtype=query.dtype,
+                                        device=device).triu(1)
+        out, _ = sdpa_attention_forward(module, take(query), keys, values, mask, is_causal=False, **kwargs)
+        for j, n in enumerate(segments):
+            pieces.append(out[j, :n])
+        start += int(lengths.sum())
+    return torch.cat(pieces, dim=0).unsqueeze(0), None
+
+
+class _Layout:
+    """The ``olmocr_rl_shared_prefix`` forward keyword: the groups' layout, and the attention that reads it (so the
+    pack-aware attention of padding_free.py needs nothing of this module)."""
+
+    def __init__(self, groups: tuple):
+        self.groups = groups
+
+    def attend(self, module, query, key, value, **kwargs):
+        return shared_prefix_attention(module, query, key, value, self.groups, **kwargs)
+
+
+class SharedPrefixGuard:
+    """The run's state of ``--shared_prefix``: whether the first call's check passed, or the speed-up is off."""
+
+    def __init__(self):
+        self.checked = False
+        self.off = False
+        self.shared_calls = 0  # forwards that shared at least one prompt (read by the tests and the bench)
+
+    def fall_back(self, reason: str) -> None:
+        from olmocr_rl.model.fallback import fall_back
+
+        self.off = True
+        fall_back("--shared_prefix", reason, "the stock forward (one row per completion)")
+
+
+class SharedPrefixForward:
+    """Stands in for the model in TRL's log-prob function: one forward per group prompt, or ``stock`` unchanged.
+
+    ``model`` is the trainer's model (its text attention pack-aware), ``stock`` what would be called otherwise
+    (the model, or padding_free.PackedForward around it), ``width`` TRL's ``logits_to_keep`` (the completion
+    columns of the padded block)."""
+
+    def __init__(self, model, stock, width: int, guard: SharedPrefixGuard):
+        self.model, self.stock, self.width, self.guard = model, stock, width, guard
+
+    def __call__(self, **inputs: Any):
+        if self.guard.off:
+            return self.stock(**inputs)
+        plan = _plan(self.model, inputs, self.width)
+        if plan is None:
+            return self.stock(**inputs)
+        if self.guard.checked:
+            return self._shared(inputs, plan)
+        from olmocr_rl.model.fallback import reason_of, relative_difference, tolerance
+
+        try:
+            with torch.no_grad():
+                trial = self._shared(inputs, plan)
+                reference = self.stock(**inputs)
+        except Exception as exc:  # noqa: BLE001 - any failure of the speed-up falls back to the stock forward
+            self.guard.fall_back(f"its first forward failed: {reason_of(exc)}")
+            return self.stock(**inputs)
+        columns = slice(-self.width, None)
+        difference = max(relative_difference(getattr(trial, name)[:, columns], getattr(reference, name)[:, columns])
+                         for name in ("log_probs", "entropy") if getattr(reference, name, None) is not None)
+        allowed = tolerance(reference.log_probs.dtype)
+        if difference > allowed:
+            self.guard.fall_back(f"its first result differs from the stock forward's by {difference:.2g} (relative), "
+                                 f"more than the {allowed:.0e} allowed in {reference.log_probs.dtype}")
+            return self.stock(**inputs) if torch.is_grad_enabled() else reference
+        self.guard.checked = True
+        logger.info("shared prefix: the first forward (%d rows, %d prompts) matches the stock forward (relative "
+                    "difference %.1e, %.0e allowed); %d tokens forwarded instead of %d", len(inputs["input_ids"]),
+                    len(plan.packed[SHARED_PREFIX].groups), difference, allowed, plan.packed["input_ids"].shape[1],
+                    int(inputs["attention_mask"].sum()))
+        return self._shared(inputs, plan) if torch.is_grad_enabled() else trial
+
+    def _shared(self, inputs: dict, plan: "_Plan"):
+        self.guard.shared_calls += 1
+        out = self.model(**plan.packed)
+        for name in ("log_probs", "entropy"):
+            value = getattr(out, name, None)
+            if value is not None:
+                setattr(out, name, plan.unpack(value))
+        return out
+
+
+class _Plan:
+    """One micro-batch's packed row: ``packed`` (the model's inputs) and where each completion's values land."""
+
+    def __init__(self, packed: dict, shape: tuple[int, int], rows: torch.Tensor, columns: torch.Tensor,
+                 sources: torch.Tensor):
+        self.packed, self.shape, self.rows, self.columns, self.sources = packed, shape, rows, columns, sources
+
+    def unpack(self, per_token: torch.Tensor) -> torch.Tensor:
+        """(1, T - 1) values of the packed row (value k scoring packed token k + 1) -> TRL's (rows, length - 1),
+        value j of a row scoring its token j + 1, zeros where no completion token is."""
+        shifted = torch.cat([per_token.new_zeros(1), per_token[0]])  # shifted[k] scores packed token k
+        out = per_token.new_zeros(self.shape)
+        out = out.index_put((self.rows, self.columns), shifted[self.sources])
+        return out[:, 1:]
+
+
+def _groups(prompts: list[torch.Tensor], images: list | None) -> list[list[int]]:
+    """Rows with identical prompts (tokens, and image grid and pixels where there are images), first seen first."""
+    groups: list[list[int]] = []
+    for row, tokens in enumerate(prompts):
+        for group in groups:
+            first = group[0]
+            if torch.equal(prompts[first], tokens) and (images is None or all(
+                    torch.equal(a, b) for a, b in zip(images[first], images[row]))):
+                group.append(row)
+                break
+        else:
+            groups.append([row])
+    return groups
+
+
+def _plan(model, inputs: dict, width: int) -> _Plan | None:
+    """The packed row for one call, or None where the stock forward must run (see the module docstring)."""
+    if not inputs.get("fused_lm_head") or set(inputs) - _PACKABLE_INPUTS or inputs.get("attention_mask") is None:
+        return None
+    if inputs.get("output_router_logits"):
+        return None
+    base = _unwrapped(model)
+    inner = _inner(model)
+    if inner is None or base.config.get_text_config()._attn_implementation != PACKED_SDPA:
+        return None
+    input_ids, attention_mask, labels = inputs["input_ids"], inputs["attention_mask"], inputs["labels"]
+    rows, length = input_ids.shape
+    prompt_width = length - width
+    mask = attention_mask.bool()
+    prompt_lengths = mask[:, :prompt_width].sum(1).tolist()
+    if prompt_width < 2 or min(prompt_lengths) < 2:
+        return None
+    pixel_values, grids = inputs.get("pixel_values"), inputs.get("image_grid_thw")
+    images = None
+    if pixel_values is not None:
+        if grids is None or len(grids) != rows:
+            return None  # one page image per row, or the stock forward
+        ends = torch.cumsum(grids.prod(-1), 0).tolist()
+        images = [(grids[r], pixel_values[(ends[r - 1] if r else 0):ends[r]]) for r in range(rows)]
+    image_token = getattr(base.config, "image_token_id", None)
+    if image_token is not None and bool((input_ids[:, prompt_width - 1] == image_token).any()):
+        return None
+    prompts = [input_ids[r, :prompt_width][mask[r, :prompt_width]] for r in range(rows)]
+    groups = _groups(prompts, images)
+    if all(len(group) == 1 for group in groups):
+        return None  # nothing to share: the stock forward
+    positions = inner.compute_3d_position_ids(
+        input_ids=input_ids, image_grid_thw=grids, video_grid_thw=None, inputs_embeds=None,
+        attention_mask=attention_mask, past_key_values=None, mm_token_type_ids=inputs.get("mm_token_type_ids"))
+    if positions is None:
+        positions = torch.arange(length, device=input_ids.device).view(1, 1, -1).expand(3, rows, -1)
+    layer_types = getattr(base.config.get_text_config(), "layer_types", None) or ["full_attention"]
+    return _pack(inputs, groups, images, positions, prompt_width, mask, labels, layer_types)
+
+
+def _pack(inputs, groups, images, positions, prompt_width, mask, labels, layer_types) -> _Plan:
+    """Lay the groups out (prefix, then each member's segment) and record where each completion's values go."""
+    input_ids = inputs["input_ids"]
+    device = input_ids.device
+    ids, labs, pos, text_pos, layout = [], [], [], [], []
+    rows_idx, cols_idx, src_idx = [], [], []
+    offset = 0
+    for group in groups:
+        first = group[0]
+        keep = mask[first]
+        prefix = int(keep[:prompt_width].sum()) - 1
+        ids.append(input_ids[first][keep][:prefix])
+        labs.append(labels[first][keep][:prefix])
+        pos.append(positions[:, first][:, keep][:, :prefix])
+        text_pos.append(torch.arange(prefix, device=device))
+        offset += prefix
+        segments = []
+        for row in group:
+            keep = mask[row]
+            segment_ids = input_ids[row][keep][prefix:]
+            n = len(segment_ids)  # the prompt's last token + the completion
+            ids.append(segment_ids)
+            labs.append(labels[row][keep][prefix:])
+            pos.append(positions[:, row][:, keep][:, prefix:])
+            text_pos.append(torch.arange(prefix, prefix + n, device=device))
+            completion_columns = torch.nonzero(keep[prompt_width:]).flatten() + prompt_width
+            rows_idx.append(torch.full((n - 1,), row, device=device))
+            cols_idx.append(completion_columns)
+            src_idx.append(torch.arange(offset + 1, offset + n, device=device))
+            segments.append(n)
+            offset += n
+        layout.append((prefix, tuple(segments)))
+    packed = {
+        "input_ids": torch.cat(ids).unsqueeze(0),
+        "attention_mask": {layer_type: None for layer_type in set(layer_types)},  # the layout is the attention's
+        "position_ids": torch.cat([torch.cat(text_pos)[None], torch.cat(pos, dim=1)]).unsqueeze(1),  # (4, 1, T)
+        "labels": torch.cat(labs).unsqueeze(0),
+        "fused_lm_head": True,
+        SHARED_PREFIX: _Layout(tuple(layout)),
+    }
+    if images is not None:
+        packed["pixel_values"] = torch.cat([images[g[0]][1] for g in groups])
+        packed["image_grid_thw"] = torch.stack([images[g[0]][0] for g in groups])
+    return _Plan(packed, tuple(mask.shape), torch.cat(rows_idx), torch.cat(cols_idx), torch.cat(src_idx))

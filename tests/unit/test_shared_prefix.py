@@ -1,0 +1,193 @@
+"""--shared_prefix: one forward per group prompt gives the stock forward's log-probs, entropies and gradients."""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import pytest
+import torch
+from PIL import Image
+
+from olmocr_rl.model import fallback
+from olmocr_rl.trainer.padding_free import PackedForward, install_padding_free
+from olmocr_rl.trainer.shared_prefix import SharedPrefixForward, SharedPrefixGuard, shared_prefix_problem
+
+
+def _page(height, width, seed):
+    generator = torch.Generator().manual_seed(seed)
+    return Image.fromarray((torch.rand(height, width, 3, generator=generator) * 255).byte().numpy())
+
+
+@pytest.fixture(scope="module")
+def models(tiny_model_dir):
+    from trl.trainer.utils import add_fused_lm_head
+
+    from olmocr_rl.model.loading import load_model_and_processor
+
+    stock, processor = load_model_and_processor(str(tiny_model_dir))
+    shared = copy.deepcopy(stock)
+    assert shared_prefix_problem(shared) is None
+    assert install_padding_free(shared) is not None  # the pack-aware SDPA the shared layout runs through
+    for model in (stock, shared):  # what GRPOTrainer does to the policy
+        add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    return stock, shared, processor
+
+
+def _trl_batch(processor, pages, completion_lengths, seed=2):
+    """A micro-batch as TRL 1.16 builds it: left-padded page prompts (pages of different sizes: different prompt
+    lengths), right-padded completions, labels on the completion tokens only. Returns (inputs, completion width)."""
+    from trl.trainer.utils import pad
+
+    messages = [[{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": "Read."}]}]
+                for image in pages]
+    prompts = [torch.tensor(ids) for ids in processor.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]]
+    generator = torch.Generator().manual_seed(seed)
+    completions = [torch.randint(20, 200, (n,), generator=generator) for n in completion_lengths]
+    prompt_ids, prompt_mask = pad(prompts, 0, "left"), pad([torch.ones_like(p) for p in prompts], 0, "left")
+    completion_ids = pad(completions, 0, "right")
+    completion_mask = pad([torch.ones_like(c) for c in completions], 0, "right")
+    texts = [processor.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in messages]
+    vision = processor(images=[[image] for image in pages], text=texts, padding=True, return_tensors="pt")
+    input_ids = torch.cat([prompt_ids, completion_ids], 1)
+    attention_mask = torch.cat([prompt_mask, completion_mask], 1)
+    labels = input_ids.masked_fill(attention_mask == 0, -100)
+    labels[:, :-completion_ids.shape[1]] = -100
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, pixel_values=vision["pixel_values"],
+                  image_grid_thw=vision["image_grid_thw"], labels=labels, fused_lm_head=True,
+                  mm_token_type_ids=torch.cat([vision["mm_token_type_ids"], torch.zeros_like(completion_ids)], 1))
+    return inputs, completion_ids.shape[1]
+
+
+def _run(call, parameters, inputs, width):
+    """Completion log-probs and entropies (TRL's slice) and the parameter gradients of their masked sum."""
+    parameters.zero_grad()
+    out = call(**inputs)
+    logps, entropy = out.log_probs[:, -width:], out.entropy[:, -width:]
+    completion_mask = inputs["attention_mask"][:, -width:]
+    (logps * completion_mask).sum().backward()
+    grads = {name: p.grad.clone() for name, p in parameters.named_parameters() if p.grad is not None}
+    return logps.detach(), entropy.detach(), grads
+
+
+def _assert_same(mine, theirs):
+    torch.testing.assert_close(mine[0], theirs[0], rtol=1e-5, atol=1e-5)  # log-probs, zeros at padding included
+    torch.testing.assert_close(mine[1], theirs[1], rtol=1e-5, atol=1e-5)  # entropies
+    assert mine[2].keys() == theirs[2].keys() and any("visual" in name for name in mine[2])
+    for name in theirs[2]:
+        # float32 sums in another order: the error scales with the gradient's size; a wrong layout is off by O(1)
+        scale = max(1.0, float(theirs[2][name].abs().max()))
+        torch.testing.assert_close(mine[2][name], theirs[2][name], rtol=1e-4, atol=2e-6 * scale, msg=name)
+
+
+GROUPS = [  # (pages as (height, width, seed), completion lengths): two pages of two different sizes
+    ([(56, 56, 0)] * 3 + [(112, 84, 1)] * 3, (5, 11, 2, 8, 1, 8)),
+    ([(56, 56, 0), (56, 56, 0), (56, 56, 3), (112, 84, 1)], (4, 9, 3, 6)),  # same size, other pixels: no partner
+]
+
+
+@pytest.mark.parametrize("case", range(len(GROUPS)))
+def test_shared_forward_equals_the_stock_forward(models, case):
+    stock, shared, processor = models
+    pages, lengths = GROUPS[case]
+    inputs, width = _trl_batch(processor, [_page(*p) for p in pages], lengths)
+    guard = SharedPrefixGuard()
+    guard.checked = True  # the forward itself (the first-use check has its own test)
+    call = SharedPrefixForward(shared, lambda **kw: pytest.fail("the stock path ran"), width, guard)
+    mine = _run(call, shared, inputs, width)
+    theirs = _run(stock, stock, inputs, width)
+    assert guard.shared_calls == 1
+    _assert_same(mine, theirs)
+
+
+def test_tokens_forwarded_once_per_group(models):
+    stock, shared, processor = models
+    inputs, width = _trl_batch(processor, [_page(56, 56, 0)] * 4, (5, 11, 2, 8))
+    seen = []
+    hook = shared.get_input_embeddings().register_forward_hook(lambda module, args, out: seen.append(args[0].shape))
+    guard = SharedPrefixGuard()
+    guard.checked = True
+    with torch.no_grad():
+        SharedPrefixForward(shared, None, width, guard)(**inputs)
+    hook.remove()
+    prompt = int(inputs["attention_mask"][0, :-width].sum())
+    assert seen == [torch.Size([1, prompt - 1 + (5 + 11 + 2 + 8) + 4])]  # the prompt once, not 4 times
+
+
+def test_first_use_checks_itself_and_falls_back_with_one_line(models, monkeypatch, caplog):
+    stock, shared, processor = models
+    inputs, width = _trl_batch(processor, [_page(56, 56, 0)] * 2, (3, 5))
+    guard = SharedPrefixGuard()
+    call = SharedPrefixForward(shared, shared, width, guard)
+    with torch.no_grad():
+        good = call(**inputs)
+    assert guard.checked and not guard.off and guard.shared_calls == 1  # no gradients: the check's trial is the result
+    # a broken layout: the check sees it, says so once, and the stock result is what the caller gets
+    from olmocr_rl.trainer import shared_prefix
+
+    monkeypatch.setattr(shared_prefix, "shared_prefix_attention",
+                        lambda module, q, k, v, layout, **kw: (torch.zeros_like(q).transpose(1, 2), None))
+    guard = SharedPrefixGuard()
+    caplog.set_level(logging.WARNING, logger="olmocr_rl.model.fallback")
+    before = len(fallback.fallbacks())
+    with torch.no_grad():
+        result = SharedPrefixForward(shared, stock, width, guard)(**inputs)
+        again = SharedPrefixForward(shared, stock, width, guard)(**inputs)
+    assert guard.off and fallback.fallbacks()[before:][0][0] == "--shared_prefix" and len(fallback.fallbacks()) == before + 1
+    torch.testing.assert_close(result.log_probs[:, -width:], good.log_probs[:, -width:], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(again.log_probs, result.log_probs)
+
+
+def _train(model_dir, tmp_path, shared: bool):
+    """3 GRPO steps of the tiny model (G = 4 completions of one page per step; two pages of different sizes; the
+    old-policy log-probs by num_iterations = 2, the reference model's by beta > 0): the log history and the guard."""
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from olmocr_rl.model.loading import load_model_and_processor
+    from olmocr_rl.trainer.plain import PlainGRPOTrainer
+    from olmocr_rl.trainer.shared_prefix import install_shared_prefix
+
+    model, processor = load_model_and_processor(str(model_dir))
+    assert install_padding_free(model) is not None
+    if shared:
+        assert install_shared_prefix(model) is not None
+    prompt = [{"role": "user", "content": [{"type": "text", "text": "Transcribe."}, {"type": "image"}]}]
+    dataset = Dataset.from_list([{"prompt": prompt, "image": _page(56, 56, 0)}, {"prompt": prompt, "image": _page(84, 112, 1)}])
+    args = GRPOConfig(output_dir=str(tmp_path / f"shared{shared}"), report_to="none", use_cpu=True, bf16=False,
+                      num_generations=4, per_device_train_batch_size=4, gradient_accumulation_steps=1,
+                      max_completion_length=8, num_iterations=2, beta=0.04, logging_steps=1, max_steps=3, seed=0,
+                      save_strategy="no", learning_rate=1e-3)
+    trainer = PlainGRPOTrainer(model=model, args=args, processing_class=processor, padding_free=True,
+                               shared_prefix=shared, train_dataset=dataset,
+                               reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"]) % 5) for c in completions]])
+    trainer.train()
+    return [entry for entry in trainer.state.log_history if "loss" in entry], trainer.shared_prefix
+
+
+def test_training_steps_equal_the_stock_path(tiny_model_dir, tmp_path):
+    stock, _ = _train(tiny_model_dir, tmp_path, shared=False)
+    shared, guard = _train(tiny_model_dir, tmp_path, shared=True)
+    # every forward shared its page's prompt: per generation batch (steps 1 and 3) the old-policy and the reference
+    # log-probs, and the loss of each of the 3 steps; the first one checked itself against the stock forward
+    assert guard.checked and not guard.off and guard.shared_calls == 2 * 2 + 3
+    assert len(stock) == len(shared) == 3
+    assert [e.get("reward") for e in shared] == [e.get("reward") for e in stock]  # generation is untouched
+    assert sum("reward" in e for e in stock) == 2  # steps 1 and 3 generate; step 2 is the second iteration
+    for mine, theirs in zip(shared, stock):
+        for key in ("loss", "grad_norm", "kl", "entropy"):
+            assert float(mine[key]) == pytest.approx(float(theirs[key]), rel=1e-4, abs=1e-6), key
+    assert any(float(e["kl"]) > 0 for e in shared) and any(abs(float(e["loss"])) > 0 for e in shared)
+
+
+def test_on_by_default_and_off_where_it_cannot_be_exact(models):
+    from olmocr_rl.config import build_parser
+
+    assert build_parser().get_default("shared_prefix") is True
+    stock, _, _ = models
+    other = copy.deepcopy(stock)
+    other.config.get_text_config()._attn_implementation = "flash_attention_2"
+    assert "attention implementation 'flash_attention_2'" in shared_prefix_problem(other)
+    other.config.model_type = "qwen3_vl"
+    assert "model type 'qwen3_vl'" in shared_prefix_problem(other)
