@@ -39,7 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("data", "model"),
     ("rewards",),
     ("telemetry",),
-    ("trainer", "launch"),
+    ("trainer", "launch", "evaluation"),
     (ROOT,),
 )
 #: The libraries whose private names must be listed in COMPAT (olmocr_rl.trainer.compat.private_names()).
