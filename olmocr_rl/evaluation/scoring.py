@@ -60,9 +60,10 @@ def score_outputs(bench: str | os.PathLike, outputs: str | os.PathLike, *, pages
 def format_result(result: dict) -> str:
     """The human report: what was run, pass rate per JSONL file and type, and the overall number."""
     sampling = result["sampling"]
-    how = "greedy" if not sampling["do_sample"] else f"temperature {sampling['temperature']:g}"
     if result.get("protocol") == "olmocr-pipeline":
         how = "olmOCR pipeline"
+    else:
+        how = "greedy" if not sampling["do_sample"] else f"temperature {sampling['temperature']:g}"
     lines = [
         f"model   {result['model']}",
         f"bench   {result['bench']}: {len(result['pages'])} page(s), {sampling['num_samples']} transcription(s) "
