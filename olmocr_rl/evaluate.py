@@ -192,6 +192,7 @@ class BackendFlags:
     vllm_dtype: str | None = None
     vllm_max_model_len: int = MODEL_MAX_CONTEXT
     vllm_gpu_memory_utilization: float = 0.9
+    vllm_enforce_eager: bool = False
     max_attempts: int | None = None
     device: str | None = None
     batch_size: int | None = None
@@ -208,7 +209,8 @@ def check_backend_flags(flags: BackendFlags, temperature: float | None) -> None:
         raise EvaluateError(f"--protocol {flags.protocol!r}: choose one of {', '.join(PROTOCOLS)}")
     only = {"server": (("--server_url", flags.server_url), ("--server_model", flags.server_model)),
             "vllm": (("--tensor_parallel_size", flags.tensor_parallel_size),
-                     ("--data_parallel_size", flags.data_parallel_size), ("--vllm_dtype", flags.vllm_dtype)),
+                     ("--data_parallel_size", flags.data_parallel_size), ("--vllm_dtype", flags.vllm_dtype),
+                     ("--vllm_enforce_eager", True if flags.vllm_enforce_eager else None)),
             "hf": (("--device", flags.device), ("--batch_size", flags.batch_size))}
     for backend, pairs in only.items():
         for flag, value in pairs:
@@ -250,7 +252,8 @@ def build_backend(model: str, flags: BackendFlags, seed: int):
         dtype = flags.vllm_dtype or ("bfloat16" if torch.cuda.is_available() else "float32")
         return VLLMBackend(model, dtype=dtype, tensor_parallel_size=flags.tensor_parallel_size or 1,
                            data_parallel_size=flags.data_parallel_size or 1, max_model_len=flags.vllm_max_model_len,
-                           gpu_memory_utilization=flags.vllm_gpu_memory_utilization, seed=seed)
+                           gpu_memory_utilization=flags.vllm_gpu_memory_utilization, seed=seed,
+                           enforce_eager=flags.vllm_enforce_eager)
     policy, processor = load_model(model, flags.device)
     return HFBackend(policy, processor, batch_size=flags.batch_size or 1)
 
@@ -470,6 +473,8 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
                         help="--backend vllm: context length (default %(default)s, olmOCR's MODEL_MAX_CONTEXT)")
     parser.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.9,
                         help="--backend vllm: share of GPU memory the engine may take (default %(default)s)")
+    parser.add_argument("--vllm_enforce_eager", action="store_true",
+                        help="--backend vllm: no torch.compile or graph capture (starts in seconds; slower decoding)")
     parser.add_argument("--server_url", default=None,
                         help="--backend server: the endpoint's base URL, e.g. http://127.0.0.1:8000 (POST "
                              "/v1/chat/completions; an API key goes in OLMOCR_RL_SERVER_API_KEY)")
@@ -491,6 +496,7 @@ def flags_from_args(args) -> BackendFlags:
         server_retries=args.server_retries, tensor_parallel_size=args.tensor_parallel_size,
         data_parallel_size=args.data_parallel_size, vllm_dtype=args.vllm_dtype,
         vllm_max_model_len=args.vllm_max_model_len, vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization,
+        vllm_enforce_eager=args.vllm_enforce_eager,
         max_attempts=args.max_attempts, device=args.device, batch_size=args.batch_size)
 
 

@@ -145,7 +145,8 @@ class VLLMBackend:
     name = "vllm"
 
     def __init__(self, model: str, *, dtype: str, tensor_parallel_size: int = 1, data_parallel_size: int = 1,
-                 max_model_len: int = 16384, gpu_memory_utilization: float = 0.9, seed: int = 0, llm=None):
+                 max_model_len: int = 16384, gpu_memory_utilization: float = 0.9, seed: int = 0,
+                 enforce_eager: bool = False, llm=None):
         from transformers import AutoProcessor
 
         from olmocr_rl.config.grpo import vision_pad_tokens
@@ -155,7 +156,8 @@ class VLLMBackend:
 
             llm = LLM(model=model, dtype=dtype, tensor_parallel_size=tensor_parallel_size,
                       data_parallel_size=data_parallel_size, max_model_len=max_model_len,
-                      gpu_memory_utilization=gpu_memory_utilization, seed=seed, limit_mm_per_prompt={"image": 1})
+                      gpu_memory_utilization=gpu_memory_utilization, seed=seed, enforce_eager=enforce_eager,
+                      limit_mm_per_prompt={"image": 1})
         self.llm = llm
         self.processor = AutoProcessor.from_pretrained(model)
         self.bad_words = vision_pad_tokens(self.processor.tokenizer)
