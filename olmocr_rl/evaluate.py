@@ -4,11 +4,16 @@
     python -m olmocr_rl.evaluate --model models/tiny-sft --bench bench_data_sample --num_samples 3 --json
     python -m olmocr_rl.evaluate --model out/run --bench bench_data_sample --pages '^(table|equations)\\.pdf:'
     python -m olmocr_rl.evaluate --model out/lora-run/checkpoint-100 --bench bench_data_sample   # a LoRA adapter
+    python -m olmocr_rl.evaluate --model out/run --bench bench_data --backend vllm --protocol olmocr-pipeline
+    python -m olmocr_rl.evaluate --model out/run --bench bench_data --backend server --server_url http://127.0.0.1:8000
+    python -m olmocr_rl.evaluate --compare outputs/eval/base__bench_data outputs/eval/run__bench_data
 
 Every selected page of the bench folder is rendered and prompted exactly as in training
-(:class:`~olmocr_rl.data.dataset.OlmOCRBenchDataset`), transcribed K times with Hugging Face
-``generate`` (CPU or GPU; vLLM is not wired here), and each transcription is written, YAML front matter
-removed, in olmOCR-bench's candidate layout::
+(:class:`~olmocr_rl.data.dataset.OlmOCRBenchDataset`), transcribed K times by a backend (``--backend hf``:
+Hugging Face ``generate``; ``vllm``: vLLM's offline engine; ``server``: an OpenAI-compatible endpoint) under a
+protocol (``--protocol single``: one pass; ``olmocr-pipeline``: olmOCR's retries, rotation correction and
+text-layer fallback; :mod:`olmocr_rl.evaluation`), and each transcription is written, YAML front matter
+removed, in olmOCR-bench's candidate layout, beside ``scores.json`` and ``evaluation.json``::
 
     OUTPUTS/<pdf stem>_pg<page>_repeat<k>.md          k = 1..K
     OUTPUTS/<sub>/<pdf stem>_pg<page>_repeat<k>.md    for pdfs/<sub>/<stem>.pdf
@@ -42,7 +47,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from olmocr_rl.bench.prepared import PROJECT_RULE, SCORING_RULES
+from olmocr_rl.bench.prepared import PROJECT_RULE
 from olmocr_rl.bench.score import output_files
 from olmocr_rl.data.dataset import page_key, select_pages
 from olmocr_rl.evaluation.backends import BACKENDS, HFBackend, ServerBackend, VLLMBackend
