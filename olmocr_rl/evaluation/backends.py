@@ -184,8 +184,10 @@ class VLLMBackend:
         out = []
         for i, output in enumerate(outputs):
             prompt_tokens = len(output.prompt_token_ids or [])
-            out.append([Completion(c.text, len(c.token_ids), "length" if c.finish_reason == "length" else "stop",
-                                   prompt_tokens) for c in output.outputs])
+            # tokens before the end token, as hf counts them (vLLM's token_ids end with the EOS it stopped on)
+            out.append([Completion(c.text, len(c.token_ids) - (c.finish_reason == "stop" and c.stop_reason is None),
+                                   "length" if c.finish_reason == "length" else "stop", prompt_tokens)
+                        for c in output.outputs])
             if done:
                 done(i, out[-1])
         return out
@@ -307,7 +309,9 @@ class ServerBackend:
             raise ValueError(f"{len(data['choices'])} choices for n={n}")
         usage = data.get("usage") or {}
         choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
-        per_choice = (usage.get("completion_tokens") or 0) // max(1, len(choices))
+        # tokens before the end token, as hf counts them (a server's usage counts the EOS it stopped on)
+        stops = sum(c.get("finish_reason") == "stop" for c in choices)
+        per_choice = max(0, (usage.get("completion_tokens") or 0) - stops) // max(1, len(choices))
         return [Completion(c["message"].get("content") or "", per_choice,
                            "length" if c.get("finish_reason") == "length" else "stop",
                            usage.get("prompt_tokens") or 0) for c in choices]

@@ -33,7 +33,7 @@ from olmocr_rl.evaluation.common import output_path  # noqa: E402
 
 
 @contextlib.contextmanager
-def vllm_serve(model: str, max_model_len: int, log: Path):
+def vllm_serve(model: str, max_model_len: int, log: Path, enforce_eager: bool = False):
     """``vllm serve MODEL`` on a free loopback port; yields its base URL."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -41,7 +41,8 @@ def vllm_serve(model: str, max_model_len: int, log: Path):
     handle = log.open("w")
     process = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--host", "127.0.0.1",
                                 "--port", str(port), "--max-model-len", str(max_model_len), "--gpu-memory-utilization",
-                                "0.3"], stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+                                "0.3", "--dtype", "float32" if not _cuda() else "auto",
+                                *(["--enforce-eager"] if enforce_eager else [])], stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.time() + 900
         while True:
@@ -62,6 +63,12 @@ def vllm_serve(model: str, max_model_len: int, log: Path):
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
         handle.close()
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def texts(result: dict, outputs: Path) -> dict:
@@ -87,7 +94,8 @@ def main() -> int:
     parser.add_argument("--hf_batch_sizes", default="1", help="hf arms, e.g. 1,10")
     parser.add_argument("--server_url", default=None, help="an OpenAI-compatible server already serving --model")
     parser.add_argument("--max_model_len", type=int, default=8192, help="vllm and the started server")
-    parser.add_argument("--enforce_eager", action="store_true", help="vllm arm: no compilation (faster start)")
+    parser.add_argument("--enforce_eager", action="store_true",
+                        help="vllm arm and the started server: no compilation (faster start, slower decoding)")
     parser.add_argument("--work", default=None, help="folder for the evaluation folders (default a temporary one)")
     args = parser.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="bench_evaluate-"))
@@ -108,7 +116,8 @@ def main() -> int:
             if name == "server":
                 with contextlib.ExitStack() as stack:
                     started = time.perf_counter()
-                    url = url or stack.enter_context(vllm_serve(args.model, args.max_model_len, work / "server.log"))
+                    url = url or stack.enter_context(vllm_serve(args.model, args.max_model_len, work / "server.log",
+                                                                args.enforce_eager))
                     startup = time.perf_counter() - started
                     flags = BackendFlags(backend="server", server_url=url, server_model=args.model)
                     result, pages, wall = run_arm(label, args, work, flags)
