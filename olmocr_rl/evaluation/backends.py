@@ -100,7 +100,10 @@ def transcribe_batch(model, processor, items: Sequence[dict], config, seed: int)
         stops = torch.isin(row, stop_ids).nonzero()
         tokens = int(stops[0]) if len(stops) else len(row)
         capped = not len(stops) and len(row) >= config.max_new_tokens
-        results.append((processor.tokenizer.decode(row[:tokens], skip_special_tokens=True), tokens, capped))
+        text = processor.tokenizer.decode(row[:tokens], skip_special_tokens=True)
+        # Cut at the cap inside a multi-byte character, the last token decodes to U+FFFD; vLLM's incremental
+        # detokenizer withholds such an unfinished character, so drop it here too (same text on every backend).
+        results.append((text.rstrip("\ufffd") if capped else text, tokens, capped))
     k = config.num_return_sequences
     return [results[i * k : (i + 1) * k] for i in range(len(items))]
 
