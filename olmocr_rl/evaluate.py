@@ -309,7 +309,19 @@ def evaluate(
     outputs = Path(outputs) if outputs is not None else default_outputs_dir(model, str(bench))
 
     # 2. Backend, then transcriptions, scores and summary, staged and published whole.
+    owned = backend is None  # built here: closed here (the vLLM engine's memory is freed at the end)
     backend = backend or build_backend(model, flags, seed)
+    try:
+        return _run(backend, model, bench, outputs, flags, dataset, selected, sampling, max_new_tokens, seed, scoring)
+    finally:
+        if owned:
+            backend.close()
+
+
+def _run(backend, model, bench, outputs: Path, flags: BackendFlags, dataset, selected, sampling: Sampling,
+         max_new_tokens: int, seed: int, scoring: str) -> dict:
+    """Transcribe, write, score and publish the evaluation folder (staged: all or nothing)."""
+    pipeline = flags.protocol == "olmocr-pipeline"
     _progress(f"[evaluate] {model} on {len(selected)}/{len(dataset)} pages of {bench} with --backend {backend.name} "
               f"--protocol {flags.protocol}, {sampling.describe() if not pipeline else 'olmOCR pipeline'}, "
               f"max {max_new_tokens} new tokens -> {outputs}")

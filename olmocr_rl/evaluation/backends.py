@@ -196,7 +196,11 @@ class VLLMBackend:
         return out
 
     def close(self) -> None:
+        """Free the engine (its KV cache and weights) now rather than at the next garbage collection."""
+        import gc
+
         self.llm = None
+        gc.collect()
 
 
 # --- an OpenAI-compatible server -------------------------------------------------------------------
