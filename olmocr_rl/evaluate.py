@@ -4,11 +4,16 @@
     python -m olmocr_rl.evaluate --model models/tiny-sft --bench bench_data_sample --num_samples 3 --json
     python -m olmocr_rl.evaluate --model out/run --bench bench_data_sample --pages '^(table|equations)\\.pdf:'
     python -m olmocr_rl.evaluate --model out/lora-run/checkpoint-100 --bench bench_data_sample   # a LoRA adapter
+    python -m olmocr_rl.evaluate --model out/run --bench bench_data --backend vllm --protocol olmocr-pipeline
+    python -m olmocr_rl.evaluate --model out/run --bench bench_data --backend server --server_url http://127.0.0.1:8000
+    python -m olmocr_rl.evaluate --compare outputs/eval/base__bench_data outputs/eval/run__bench_data
 
 Every selected page of the bench folder is rendered and prompted exactly as in training
-(:class:`~olmocr_rl.data.dataset.OlmOCRBenchDataset`), transcribed K times with Hugging Face
-``generate`` (CPU or GPU; vLLM is not wired here), and each transcription is written, YAML front matter
-removed, in olmOCR-bench's candidate layout::
+(:class:`~olmocr_rl.data.dataset.OlmOCRBenchDataset`), transcribed K times by a backend (``--backend hf``:
+Hugging Face ``generate``; ``vllm``: vLLM's offline engine; ``server``: an OpenAI-compatible endpoint) under a
+protocol (``--protocol single``: one pass; ``olmocr-pipeline``: olmOCR's retries, rotation correction and
+text-layer fallback; :mod:`olmocr_rl.evaluation`), and each transcription is written, YAML front matter
+removed, in olmOCR-bench's candidate layout, beside ``scores.json`` and ``evaluation.json``::
 
     OUTPUTS/<pdf stem>_pg<page>_repeat<k>.md          k = 1..K
     OUTPUTS/<sub>/<pdf stem>_pg<page>_repeat<k>.md    for pdfs/<sub>/<stem>.pdf
@@ -38,22 +43,27 @@ import os
 import re
 import sys
 import time
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from olmocr_rl.bench.prepared import PROJECT_RULE, SCORING_RULES
+from olmocr_rl.bench.prepared import PROJECT_RULE
+from olmocr_rl.bench.score import output_files
 from olmocr_rl.data.dataset import page_key, select_pages
+from olmocr_rl.evaluation.backends import BACKENDS, HFBackend, ServerBackend, VLLMBackend
+from olmocr_rl.evaluation.backends import generation_config, transcribe_batch  # noqa: F401  (public here too)
+from olmocr_rl.evaluation.common import EvaluateError, Sampling, batch_seed, output_path, strip_front_matter  # noqa: F401
+from olmocr_rl.evaluation.folder import SCORES, SUMMARY, Progress, publish, staged, test_set_digest, versions, write_json
+from olmocr_rl.evaluation.scoring import check_scoring, format_pipeline, format_result, score_outputs  # noqa: F401
+from olmocr_rl.evaluation.protocol import (DEFAULT_MAX_ATTEMPTS, MODEL_MAX_CONTEXT, PIPELINE_MAX_TOKENS, PROTOCOLS,
+                                           TEMPERATURE_BY_ATTEMPT, protocol_counts, run_pipeline, run_single)
 
 #: Temperature used when sampling K > 1 transcriptions and none is given (the training CLI's default).
 DEFAULT_SAMPLING_TEMPERATURE = 0.8
-#: Default cap on new tokens: a dense page of olmOCR-bench runs to ~2-3k tokens.
+#: Default cap on new tokens (--protocol single): a dense page of olmOCR-bench runs to ~2-3k tokens.
 DEFAULT_MAX_NEW_TOKENS = 3000
-
-
-class EvaluateError(ValueError):
-    """A problem the user can fix (flag, folder, model path); the message is one line naming it."""
+#: Pages per call to the vLLM engine or per round of server requests (the hf backend uses --batch_size).
+ENGINE_CHUNK_PAGES = 64
 
 
 # --- pages -----------------------------------------------------------------------------------------
@@ -69,32 +79,7 @@ def compile_page_regex(flag: str, pattern: str | None) -> re.Pattern | None:
         raise EvaluateError(f"{flag} {pattern!r} is not a valid regular expression ({exc})") from None
 
 
-def output_path(outputs: str | os.PathLike, pdf: str, page: int, repeat: int) -> Path:
-    """Where olmOCR-bench looks for transcription ``repeat`` (1-based) of ``pdf`` page ``page``.
-
-    ``pdf`` is relative to the bench's ``pdfs/`` and keeps its sub-folders: ``synth/doc.pdf`` page 1,
-    repeat 2 -> ``OUTPUTS/synth/doc_pg1_repeat2.md``.
-    """
-    if repeat < 1:
-        raise ValueError(f"repeat is 1-based, got {repeat}")
-    stem = os.path.splitext(pdf)[0]
-    return Path(outputs) / f"{stem}_pg{page}_repeat{repeat}.md"
-
-
 # --- sampling --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How each page is transcribed: ``num_samples`` sequences, greedy or at ``temperature``."""
-
-    num_samples: int
-    do_sample: bool
-    temperature: float  # 0.0 when greedy
-
-    def describe(self) -> str:
-        how = "greedy" if not self.do_sample else f"sampled at temperature {self.temperature:g}"
-        return f"{self.num_samples} transcription(s) per page, {how}"
 
 
 def resolve_sampling(num_samples: int, temperature: float | None) -> Sampling:
@@ -115,72 +100,6 @@ def resolve_sampling(num_samples: int, temperature: float | None) -> Sampling:
             "transcriptions; give a temperature > 0 (e.g. 0.8) or --num_samples 1"
         )
     return Sampling(num_samples, temperature > 0, float(temperature))
-
-
-def batch_seed(seed: int, first_page: str) -> int:
-    """The torch seed of a batch: from the run's seed and its first page's name, not its position."""
-    return (seed * 1_000_003 + zlib.crc32(first_page.encode("utf-8"))) % (2**32)
-
-
-def generation_config(model, processor, sampling: Sampling, max_new_tokens: int):
-    """A GenerationConfig with the checkpoint's special tokens and this run's decoding only.
-
-    Plain greedy or plain temperature sampling (top-p 1, no top-k, no repetition penalty), as the
-    trainer samples. The checkpoint's own defaults (Qwen2.5-VL ships top_k=1, top_p=0.001,
-    repetition_penalty=1.05) would otherwise turn sampling into near-greedy decoding.
-    """
-    from transformers import GenerationConfig
-
-    stored = model.generation_config
-    tokenizer = processor.tokenizer
-    eos = stored.eos_token_id if stored.eos_token_id is not None else tokenizer.eos_token_id
-    pad = stored.pad_token_id if stored.pad_token_id is not None else tokenizer.pad_token_id
-    if pad is None:
-        pad = eos[0] if isinstance(eos, list) else eos
-    # Every decoding knob is set: unset (None) ones would be filled from the checkpoint's config.
-    return GenerationConfig(
-        max_new_tokens=max_new_tokens,
-        num_return_sequences=sampling.num_samples,
-        do_sample=sampling.do_sample,
-        temperature=sampling.temperature if sampling.do_sample else 1.0,
-        top_p=1.0,
-        top_k=0 if sampling.do_sample else None,  # greedy ignores it (and warns when it is set)
-        repetition_penalty=1.0,
-        eos_token_id=eos,
-        pad_token_id=pad,
-        bos_token_id=stored.bos_token_id,
-    )
-
-
-def transcribe_batch(model, processor, items: Sequence[dict], config, seed: int) -> list[list[tuple[str, int, bool]]]:
-    """Transcribe dataset items in one ``generate`` call.
-
-    Returns, per item, ``config.num_return_sequences`` tuples ``(raw text, new tokens, hit the
-    max_new_tokens cap)``; the text is decoded without special tokens and keeps its front matter.
-    Prompts are padded on the left whatever the tokenizer's ``padding_side``.
-    """
-    import torch
-
-    texts = [processor.apply_chat_template(item["prompt"], add_generation_prompt=True, tokenize=False) for item in items]
-    # Left padding: every prompt must end where its generation starts (the tokenizer's default is right).
-    inputs = processor(text=texts, images=[item["image"] for item in items], return_tensors="pt", padding=True,
-                       padding_side="left")
-    inputs = inputs.to(model.device)
-    torch.manual_seed(seed)
-    with torch.inference_mode():
-        sequences = model.generate(**inputs, generation_config=config)
-    completions = sequences[:, inputs["input_ids"].shape[1] :].cpu()
-
-    eos = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
-    stop_ids = torch.tensor(sorted({t for t in [*eos, config.pad_token_id] if t is not None}))
-    results: list[tuple[str, int, bool]] = []
-    for row in completions:
-        stops = torch.isin(row, stop_ids).nonzero()
-        tokens = int(stops[0]) if len(stops) else len(row)
-        capped = not len(stops) and len(row) >= config.max_new_tokens
-        results.append((processor.tokenizer.decode(row[:tokens], skip_special_tokens=True), tokens, capped))
-    k = config.num_return_sequences
-    return [results[i * k : (i + 1) * k] for i in range(len(items))]
 
 
 # --- the run ---------------------------------------------------------------------------------------
@@ -262,40 +181,86 @@ def load_model(model: str, device: str | None):
     return policy.to(device).eval(), processor
 
 
-def write_transcriptions(policy, processor, dataset, selected: Sequence[int], config, outputs: Path, *,
-                         batch_size: int, seed: int) -> dict:
-    """Transcribe the ``selected`` pages in batches and write each in the bench layout under ``outputs``.
+@dataclass
+class BackendFlags:
+    """How pages are transcribed: the backend, the protocol and the flags only some backends take (None: not given)."""
 
-    A page's earlier repeat files are removed first (the scorer reads every repeat it finds). One
-    progress line per page goes to stderr. Returns ``generated_tokens``, ``capped_samples`` (stopped
-    by ``max_new_tokens``) and ``generate_s``.
-    """
-    from olmocr_rl.bench.score import output_files
+    backend: str = "hf"
+    protocol: str = "single"
+    server_url: str | None = None
+    server_model: str | None = None
+    server_concurrency: int = 8
+    server_timeout: float = 600.0
+    server_retries: int = 3
+    tensor_parallel_size: int | None = None
+    data_parallel_size: int | None = None
+    vllm_dtype: str | None = None
+    vllm_max_model_len: int = MODEL_MAX_CONTEXT
+    vllm_gpu_memory_utilization: float = 0.9
+    vllm_enforce_eager: bool = False
+    max_attempts: int | None = None
+    device: str | None = None
+    batch_size: int | None = None
 
-    stats = {"generated_tokens": 0, "capped_samples": 0, "generate_s": 0.0}
-    for start in range(0, len(selected), batch_size):
-        batch = selected[start : start + batch_size]
-        samples = [dataset.samples[i] for i in batch]
-        names = [page_key(sample["pdf"], sample["page"]) for sample in samples]
-        began = time.perf_counter()
-        transcriptions = transcribe_batch(policy, processor, [dataset[i] for i in batch], config, batch_seed(seed, names[0]))
-        seconds = time.perf_counter() - began
-        stats["generate_s"] += seconds
-        for position, (sample, name, repeats) in enumerate(zip(samples, names, transcriptions)):
-            for old in output_files(outputs, sample["pdf"], sample["page"]):
-                old.unlink()
-            for k, (text, _tokens, _capped) in enumerate(repeats, start=1):
-                path = output_path(outputs, sample["pdf"], sample["page"], k)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(strip_front_matter(text), encoding="utf-8")
-            capped = sum(hit_cap for *_, hit_cap in repeats)
-            stats["generated_tokens"] += sum(tokens for _, tokens, _ in repeats)
-            stats["capped_samples"] += capped
-            lengths = "+".join(str(tokens) for _, tokens, _ in repeats)
-            _progress(f"[{start + position + 1}/{len(selected)}] {name}: {lengths} tokens"
-                      f"{f', {capped} hit the cap' if capped else ''} ({seconds / len(batch):.1f}s)")
-    stats["generate_s"] = round(stats["generate_s"], 3)
-    return stats
+
+def check_backend_flags(flags: BackendFlags, temperature: float | None) -> None:
+    """EvaluateError (one line) for a backend or protocol flag the chosen backend or protocol cannot honour, and
+    for ``--backend vllm`` where vLLM is not installed; nothing is loaded or contacted."""
+    import importlib.util
+
+    if flags.backend not in BACKENDS:
+        raise EvaluateError(f"--backend {flags.backend!r}: choose one of {', '.join(BACKENDS)}")
+    if flags.protocol not in PROTOCOLS:
+        raise EvaluateError(f"--protocol {flags.protocol!r}: choose one of {', '.join(PROTOCOLS)}")
+    only = {"server": (("--server_url", flags.server_url), ("--server_model", flags.server_model)),
+            "vllm": (("--tensor_parallel_size", flags.tensor_parallel_size),
+                     ("--data_parallel_size", flags.data_parallel_size), ("--vllm_dtype", flags.vllm_dtype),
+                     ("--vllm_enforce_eager", True if flags.vllm_enforce_eager else None)),
+            "hf": (("--device", flags.device), ("--batch_size", flags.batch_size))}
+    for backend, pairs in only.items():
+        for flag, value in pairs:
+            if value is not None and flags.backend != backend:
+                raise EvaluateError(f"{flag} is for --backend {backend}, not --backend {flags.backend}; drop it "
+                                    f"or pass --backend {backend}")
+    if flags.backend == "server" and not flags.server_url:
+        raise EvaluateError("--backend server needs --server_url (e.g. http://127.0.0.1:8000 of `vllm serve MODEL`)")
+    if flags.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise EvaluateError("--backend vllm: vLLM is not installed in this environment; install it (pip install "
+                            "'olmocr_rl[gpu]', or `bash scripts/setup_env.sh --vllm` for the CPU build) or use "
+                            "--backend hf")
+    if flags.protocol == "olmocr-pipeline" and temperature is not None:
+        raise EvaluateError("--temperature cannot be honoured by --protocol olmocr-pipeline: it samples attempt a at "
+                            f"{list(TEMPERATURE_BY_ATTEMPT)}[a]; drop --temperature or use --protocol single")
+    if flags.protocol == "single" and flags.max_attempts is not None:
+        raise EvaluateError("--max_attempts is for --protocol olmocr-pipeline; drop it or pass that protocol")
+    positive = (("--server_concurrency", flags.server_concurrency), ("--tensor_parallel_size", flags.tensor_parallel_size),
+                ("--data_parallel_size", flags.data_parallel_size), ("--max_attempts", flags.max_attempts),
+                ("--batch_size", flags.batch_size), ("--vllm_max_model_len", flags.vllm_max_model_len))
+    for flag, value in positive:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise EvaluateError(f"{flag} must be a positive integer, got {value!r}")
+    if not flags.server_timeout > 0 or not flags.server_retries >= 0:
+        raise EvaluateError("--server_timeout must be > 0 seconds and --server_retries >= 0")
+
+
+def build_backend(model: str, flags: BackendFlags, seed: int):
+    """The backend, loaded (hf: the checkpoint; vllm: the engine) or checked (server: reachable, serves the model)."""
+    if flags.backend == "server":
+        backend = ServerBackend(flags.server_url, flags.server_model or model, concurrency=flags.server_concurrency,
+                                timeout=flags.server_timeout, retries=flags.server_retries,
+                                api_key=os.environ.get("OLMOCR_RL_SERVER_API_KEY"))
+        backend.check()
+        return backend
+    if flags.backend == "vllm":
+        import torch
+
+        dtype = flags.vllm_dtype or ("bfloat16" if torch.cuda.is_available() else "float32")
+        return VLLMBackend(model, dtype=dtype, tensor_parallel_size=flags.tensor_parallel_size or 1,
+                           data_parallel_size=flags.data_parallel_size or 1, max_model_len=flags.vllm_max_model_len,
+                           gpu_memory_utilization=flags.vllm_gpu_memory_utilization, seed=seed,
+                           enforce_eager=flags.vllm_enforce_eager)
+    policy, processor = load_model(model, flags.device)
+    return HFBackend(policy, processor, batch_size=flags.batch_size or 1)
 
 
 def evaluate(
@@ -305,141 +270,137 @@ def evaluate(
     outputs: str | os.PathLike | None = None,
     num_samples: int = 1,
     temperature: float | None = None,
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    max_new_tokens: int | None = None,
     jsonl_filter: str | None = None,
     pages: str | None = None,
     exclude_pages: str | None = None,
-    batch_size: int = 1,
+    batch_size: int | None = None,
     seed: int = 0,
     device: str | None = None,
     scoring: str = PROJECT_RULE,
+    flags: BackendFlags | None = None,
+    backend=None,
 ) -> dict:
     """Transcribe the selected pages of ``bench`` with ``model``, write them, score them under ``scoring``
     (``olmocr-rl``, the project's rule, or ``olmocr-bench``, olmocr's scorer's; docs/evaluate.md).
 
-    Returns a JSON-ready dict: the scorer's result (``overall_pass_rate``, ``per_jsonl``,
-    ``per_type``, ``missing_outputs``, ``tests``; see :func:`score_outputs`) plus ``model``,
-    ``bench``, ``outputs``, ``pages`` (the names transcribed and scored), ``sampling`` (settings),
-    ``generated_tokens``, ``capped_samples`` and ``generate_s``. Raises EvaluateError for anything
-    the user can fix; every cheap check runs before the model is loaded.
+    ``flags`` chooses the backend and protocol (default: Hugging Face ``generate``, one pass); ``backend`` (tests,
+    benchmarks) is an already built one to use instead of building it. The evaluation folder gets the
+    transcriptions, ``scores.json`` and ``evaluation.json``, all or nothing. Returns a JSON-ready dict: the
+    scorer's result (``overall_pass_rate``, ``per_jsonl``, ``per_type``, ``missing_outputs``, ``tests``) plus
+    ``evaluation.json``'s keys. Raises EvaluateError for anything the user can fix; every check that can runs
+    before the model is loaded.
     """
+    flags = flags or BackendFlags(device=device, batch_size=batch_size)
+    pipeline = flags.protocol == "olmocr-pipeline"
     # 1. Flags, model path, bench folder and page selection: fail before the slow model load.
-    sampling = resolve_sampling(num_samples, temperature)
+    check_backend_flags(flags, temperature)
+    sampling = resolve_sampling(num_samples, 1.0 if pipeline else temperature)
+    if max_new_tokens is None:
+        max_new_tokens = PIPELINE_MAX_TOKENS if pipeline else DEFAULT_MAX_NEW_TOKENS
     check_scoring(scoring)
-    for flag, value in (("--max_new_tokens", max_new_tokens), ("--batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise EvaluateError(f"{flag} must be a positive integer, got {value!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise EvaluateError(f"--max_new_tokens must be a positive integer, got {max_new_tokens!r}")
     keep = compile_page_regex("--pages", pages)
     drop = compile_page_regex("--exclude_pages", exclude_pages)
-    check_model_path(model)
+    if flags.backend != "server":
+        check_model_path(model)
     dataset, selected = load_bench_pages(bench, jsonl_filter, keep, drop)
     outputs = Path(outputs) if outputs is not None else default_outputs_dir(model, str(bench))
 
-    # 2. Model, then transcriptions in the bench layout.
-    policy, processor = load_model(model, device)
-    config = generation_config(policy, processor, sampling, max_new_tokens)
-    _progress(f"[evaluate] {model} on {len(selected)}/{len(dataset)} pages of {bench}, {sampling.describe()}, "
-              f"max {max_new_tokens} new tokens, batches of {batch_size} on {policy.device} -> {outputs}")
-    stats = write_transcriptions(policy, processor, dataset, selected, config, outputs, batch_size=batch_size, seed=seed)
-
-    # 3. The bench scorer, on the transcribed pages' tests only.
-    chosen = [dataset.samples[i] for i in selected]
-    result = score_outputs(bench, outputs, pages=chosen, scoring=scoring)
-    result.update(
-        model=model,
-        bench=str(bench),
-        outputs=str(outputs),
-        pages=[page_key(sample["pdf"], sample["page"]) for sample in chosen],
-        sampling={"num_samples": sampling.num_samples, "do_sample": sampling.do_sample,
-                  "temperature": sampling.temperature, "max_new_tokens": max_new_tokens,
-                  "batch_size": batch_size, "seed": seed},
-        **stats,
-    )
-    return result
-
-
-def strip_front_matter(text: str) -> str:
-    """The page text olmOCR-bench scores: the completion without its YAML front matter.
-
-    A completion without a parseable front-matter block is kept whole (stripped), as olmOCR treats
-    it as page text.
-    """
-    from olmocr_rl.data.front_matter import split_front_matter
-
-    return split_front_matter(text)[1]
-
-
-# --- scoring ---------------------------------------------------------------------------------------
-
-
-def check_scoring(scoring: str) -> None:
-    """EvaluateError naming ``--scoring`` for an unknown rule."""
-    if scoring not in SCORING_RULES:
-        raise EvaluateError(f"--scoring {scoring!r} is not a scoring rule; choose one of {', '.join(SCORING_RULES)}")
-
-
-def score_outputs(bench: str | os.PathLike, outputs: str | os.PathLike, *, pages: Sequence[dict] | None = None,
-                  scoring: str = PROJECT_RULE) -> dict:
-    """Score ``outputs`` with the bench scorer (:func:`olmocr_rl.bench.score.score_bench`) under the rule
-    ``scoring``; its JSON form, with ``scoring`` (the rule's name) and ``scoring_rule`` (a line describing it).
-
-    ``pages`` (dataset samples: ``pdf``, ``page``, ``test_ids``) restricts the score to those pages'
-    tests and to the ``baseline`` tests the scorer adds for their PDFs, so held-out pages and
-    ``--jsonl_filter`` runs are not charged for pages they did not transcribe. None scores the whole
-    bench exactly as ``python -m olmocr_rl.bench.score --bench BENCH --outputs OUTPUTS`` does.
-    Keys: ``overall_pass_rate`` (mean of per-JSONL pass rates), ``per_jsonl``, ``per_type``,
-    ``missing_outputs``, ``tests``.
-    """
-    from olmocr_rl.bench.score import BASELINE_GROUP, BenchScore, UsageError, describe_rule, score_bench
-
-    check_scoring(scoring)
+    # 2. Backend, then transcriptions, scores and summary, staged and published whole.
+    owned = backend is None  # built here: closed here (the vLLM engine's memory is freed at the end)
+    backend = backend or build_backend(model, flags, seed)
     try:
-        result = score_bench(Path(bench), Path(outputs), rule=scoring)
-    except UsageError as exc:
-        raise EvaluateError(f"scoring {outputs} against {bench}: {str(exc).splitlines()[0]}") from None
-    if pages is not None:
-        test_ids = {test_id for sample in pages for test_id in sample["test_ids"]}
-        names = {page_key(sample["pdf"], sample["page"]) for sample in pages}
-        prefixes = tuple(f"{os.path.splitext(sample['pdf'])[0]}_pg{sample['page']}_" for sample in pages)
-        result = BenchScore(
-            tests=[
-                score for score in result.tests
-                if score.test.id in test_ids
-                or (score.group == BASELINE_GROUP and page_key(score.test.pdf, score.test.page) in names)
-            ],
-            missing=[pattern for pattern in result.missing if pattern.startswith(prefixes)],
-        )
-    return {"scoring": scoring, "scoring_rule": describe_rule(scoring), **result.to_json()}
+        return _run(backend, model, bench, outputs, flags, dataset, selected, sampling, max_new_tokens, seed, scoring)
+    finally:
+        if owned:
+            backend.close()
 
 
-def format_result(result: dict) -> str:
-    """The human report: what was run, pass rate per JSONL file and type, and the overall number."""
-    sampling = result["sampling"]
-    how = "greedy" if not sampling["do_sample"] else f"temperature {sampling['temperature']:g}"
-    lines = [
-        f"model   {result['model']}",
-        f"bench   {result['bench']}: {len(result['pages'])} page(s), {sampling['num_samples']} transcription(s) "
-        f"each ({how}, max {sampling['max_new_tokens']} new tokens)",
-        f"outputs {result['outputs']}",
-        f"scoring {result['scoring_rule']}",
-        "",
-    ]
-    for title, table in (("JSONL", result["per_jsonl"]), ("type", result["per_type"])):
-        width = max([len(title), *(len(name) for name in table)])
-        lines.append(f"{title:<{width}}  pass rate  passed/total")
-        lines += [f"{name:<{width}}  {100 * row['pass_rate']:8.1f}%  {row['passed']}/{row['total']}"
-                  for name, row in table.items()]
-        lines.append("")
-    passed = sum(row["passed"] for row in result["per_jsonl"].values())
-    total = sum(row["total"] for row in result["per_jsonl"].values())
-    lines.append(f"overall pass rate (mean of per-JSONL pass rates): {100 * result['overall_pass_rate']:.1f}% "
-                 f"({passed}/{total} tests)")
-    if result["capped_samples"]:
-        lines.append(f"note: {result['capped_samples']} transcription(s) stopped at --max_new_tokens "
-                     f"{sampling['max_new_tokens']}; raise it if pages are cut off")
-    if result["missing_outputs"]:
-        lines.append(f"missing outputs (their tests fail): {', '.join(result['missing_outputs'])}")
-    return "\n".join(lines)
+def _run(backend, model, bench, outputs: Path, flags: BackendFlags, dataset, selected, sampling: Sampling,
+         max_new_tokens: int, seed: int, scoring: str) -> dict:
+    """Transcribe, write, score and publish the evaluation folder (staged: all or nothing)."""
+    pipeline = flags.protocol == "olmocr-pipeline"
+    _progress(f"[evaluate] {model} on {len(selected)}/{len(dataset)} pages of {bench} with --backend {backend.name} "
+              f"--protocol {flags.protocol}, {sampling.describe() if not pipeline else 'olmOCR pipeline'}, "
+              f"max {max_new_tokens} new tokens -> {outputs}")
+    chosen = [dataset.samples[i] for i in selected]
+    with staged(outputs) as staging:
+        began = time.perf_counter()
+        transcriptions = transcribe_pages(backend, dataset, selected, flags, sampling, max_new_tokens, seed)
+        seconds = time.perf_counter() - began
+        write_pages(staging, chosen, transcriptions)
+        result = score_outputs(bench, staging, pages=chosen, scoring=scoring)
+        summary = run_summary(model, bench, outputs, flags, backend.name, chosen, sampling, max_new_tokens, seed,
+                              transcriptions, seconds, result)
+        write_json(staging / SCORES, result)
+        write_json(staging / SUMMARY, summary)
+        replaced = [old for sample in chosen for old in output_files(outputs, sample["pdf"], sample["page"])]
+        publish(staging, outputs, replaced)
+    return {**result, **summary}
+
+
+def transcribe_pages(backend, dataset, selected: Sequence[int], flags: BackendFlags, sampling: Sampling,
+                     max_new_tokens: int, seed: int) -> list:
+    """Every selected page's K :class:`~olmocr_rl.evaluation.protocol.Transcription`, in chunks of pages (rendered
+    lazily), with the progress bar on stderr."""
+    chunk = (flags.batch_size or 1) if backend.name == "hf" else ENGINE_CHUNK_PAGES
+    progress = Progress(len(selected))
+    out: list = []
+    try:
+        for start in range(0, len(selected), chunk):
+            part = selected[start : start + chunk]
+            items = [dataset[i] for i in part]
+            keys = [page_key(item["pdf"], item["page"]) for item in items]
+            if flags.protocol == "olmocr-pipeline":
+                out += run_pipeline(backend, items, keys, num_samples=sampling.num_samples,
+                                    max_attempts=flags.max_attempts or DEFAULT_MAX_ATTEMPTS,
+                                    max_tokens=max_new_tokens, seed=seed,
+                                    page_done=lambda i, note, keys=keys: progress.update(f"{keys[i]}: {note}"))
+            else:
+                out += run_single(backend, items, keys, num_samples=sampling.num_samples,
+                                  temperature=sampling.temperature, max_tokens=max_new_tokens, seed=seed,
+                                  chunk=len(items),
+                                  page_done=lambda i, note, keys=keys: progress.update(f"{keys[i]}: {note}"))
+    finally:
+        progress.close()
+    return out
+
+
+def write_pages(folder: Path, chosen: Sequence[dict], transcriptions: Sequence[Sequence]) -> None:
+    """Each page's K transcriptions in the bench layout (front matter already removed); a failed request's
+    repeat is not written (its tests fail as missing)."""
+    for sample, repeats in zip(chosen, transcriptions):
+        for k, transcription in enumerate(repeats, start=1):
+            if transcription.outcome == "error":
+                continue
+            path = output_path(folder, sample["pdf"], sample["page"], k)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(transcription.text, encoding="utf-8")
+
+
+def run_summary(model, bench, outputs, flags: BackendFlags, backend_name: str, chosen, sampling: Sampling,
+                max_new_tokens: int, seed: int, transcriptions, seconds: float, result: dict) -> dict:
+    """``evaluation.json``: what ran (backend, protocol, model, seed, versions) and what it counted."""
+    flat = [t for page in transcriptions for t in page]
+    summary = {
+        "model": model, "bench": str(bench), "outputs": str(outputs), "backend": backend_name,
+        "protocol": flags.protocol, "server_model": (flags.server_model or model) if backend_name == "server" else None,
+        "pages": [page_key(sample["pdf"], sample["page"]) for sample in chosen],
+        "sampling": {"num_samples": sampling.num_samples, "do_sample": sampling.do_sample,
+                     "temperature": sampling.temperature if flags.protocol == "single" else None,
+                     "max_new_tokens": max_new_tokens, "batch_size": flags.batch_size or 1, "seed": seed},
+        "seed": seed, "scoring": result["scoring"], "test_set": test_set_digest(list(result["tests"])),
+        "generated_tokens": sum(t.tokens for t in flat),
+        "capped_samples": sum(t.finish == "length" and t.outcome == "answer" for t in flat),
+        "failed_requests": sum(t.outcome == "error" for t in flat),
+        "generate_s": round(seconds, 3), "pages_per_s": round(len(chosen) / seconds, 4) if seconds else None,
+        "versions": versions(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    if flags.protocol == "olmocr-pipeline":
+        summary["pipeline"] = protocol_counts(transcriptions, flags.max_attempts or DEFAULT_MAX_ATTEMPTS)
+    return summary
 
 
 # --- command line ----------------------------------------------------------------------------------
@@ -452,31 +413,46 @@ def build_parser() -> argparse.ArgumentParser:
             "Transcribe every page of an olmOCR-bench folder with a checkpoint, write the outputs in "
             "olmOCR-bench's layout (<pdf stem>_pg<page>_repeat<k>.md, front matter removed) and score "
             "them with the bench scorer (python -m olmocr_rl.bench.score): per-JSONL and overall pass "
-            "rates. Generation is Hugging Face generate on CPU or GPU; vLLM is not wired here."
+            "rates. Backends: Hugging Face generate, vLLM's offline engine, or any OpenAI-compatible server; "
+            "protocols: one pass, or olmOCR's pipeline. --compare EVAL_A EVAL_B compares two evaluation folders."
         ),
         epilog=(
             "Pages are named <pdf under pdfs/>:<page>, e.g. counting.pdf:2 or synth/doc0042_page3.pdf:1. "
             "Held-out evaluation: train on some pages, then score the others with --exclude_pages (or "
-            "--pages) and the same regex. Progress goes to stderr, the report (or --json) to stdout."
+            "--pages) and the same regex. The progress bar goes to stderr, the report (or --json) to stdout; "
+            "the folder gets the transcriptions, scores.json and evaluation.json (docs/evaluate.md)."
         ),
     )
-    parser.add_argument("--model", required=True,
+    parser.add_argument("--model", default=None,
                         help="checkpoint folder (or s3://bucket/prefix, or a hub id), or a LoRA adapter folder "
-                             "(a --use_peft checkpoint, or OUTPUT_DIR/adapter), merged onto its base model first")
-    parser.add_argument("--bench", required=True, help="olmOCR-bench folder: *.jsonl test files + pdfs/")
+                             "(a --use_peft checkpoint, or OUTPUT_DIR/adapter), merged onto its base model first; "
+                             "required except with --compare (with --backend server: the name the report uses)")
+    parser.add_argument("--bench", default=None,
+                        help="olmOCR-bench folder: *.jsonl test files + pdfs/ (required except with --compare)")
     parser.add_argument("--outputs", default=None,
-                        help="folder for the transcriptions (default outputs/eval/<model>__<bench>); "
-                             "the selected pages' earlier repeat files there are replaced")
+                        help="the evaluation folder (default outputs/eval/<model>__<bench>): transcriptions, "
+                             "scores.json, evaluation.json; the selected pages' earlier repeat files are replaced")
+    parser.add_argument("--backend", default="hf", choices=BACKENDS,
+                        help="hf (default): Hugging Face generate; vllm: vLLM's offline engine on this machine; "
+                             "server: an OpenAI-compatible endpoint (--server_url)")
+    parser.add_argument("--protocol", default="single", choices=PROTOCOLS,
+                        help="single (default): one pass per repeat, the quantity RL changes; olmocr-pipeline: "
+                             "olmOCR's process_page (temperature per attempt, retries, rotation correction, "
+                             "text-layer fallback), the protocol of the published leaderboard")
     parser.add_argument("--num_samples", type=int, default=1,
                         help="K transcriptions per page (repeat1..repeatK); a test passes when more than "
                              "half of its page's K transcriptions pass it, as in olmOCR-bench")
     parser.add_argument("--temperature", type=float, default=None,
-                        help="sampling temperature; default 0 (greedy) for K=1, "
+                        help="sampling temperature (--protocol single); default 0 (greedy) for K=1, "
                              f"{DEFAULT_SAMPLING_TEMPERATURE} for K>1")
-    parser.add_argument("--max_new_tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS,
-                        help="cap on tokens generated per transcription (default %(default)s)")
-    parser.add_argument("--batch_size", type=int, default=1,
-                        help="pages per generate call (each gives K sequences); left-padded")
+    parser.add_argument("--max_new_tokens", type=int, default=None,
+                        help=f"cap on tokens generated per transcription (default {DEFAULT_MAX_NEW_TOKENS}; "
+                             f"{PIPELINE_MAX_TOKENS} with --protocol olmocr-pipeline, olmOCR's MAX_TOKENS)")
+    parser.add_argument("--max_attempts", type=int, default=None,
+                        help=f"--protocol olmocr-pipeline: attempts per page (default {DEFAULT_MAX_ATTEMPTS}, "
+                             "olmOCR's --max_page_retries)")
+    parser.add_argument("--batch_size", type=int, default=None,
+                        help="--backend hf: pages per generate call (each gives K sequences), left-padded (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default %(default)s)")
     parser.add_argument("--jsonl_filter", default=None,
                         help="regex searched (case-insensitive) in JSONL file names; only their tests are used")
@@ -484,32 +460,79 @@ def build_parser() -> argparse.ArgumentParser:
                         help="only pages whose name (<pdf>:<page>) this regex searches into")
     parser.add_argument("--exclude_pages", default=None, metavar="REGEX",
                         help="leave out pages whose name (<pdf>:<page>) this regex searches into")
-    parser.add_argument("--device", default=None, help="torch device (default cuda when available, else cpu)")
+    parser.add_argument("--device", default=None,
+                        help="--backend hf: torch device (default cuda when available, else cpu)")
+    add_engine_flags(parser)
     parser.add_argument("--scoring", default=PROJECT_RULE, metavar="RULE",
                         help="olmocr-rl (default): olmOCR-bench's tests plus this project's near-empty guard on "
                              "present/absent; olmocr-bench: exactly as olmocr's scorer (no guard), comparable with "
                              "the published leaderboard (docs/evaluate.md)")
+    parser.add_argument("--compare", nargs=2, metavar=("EVAL_A", "EVAL_B"), default=None,
+                        help="compare two evaluation folders of the same tests: per-JSONL and per-type table, "
+                             "B - A with a bootstrap 95%% interval over pages (and repeats), and a PNG")
+    parser.add_argument("--compare_png", default=None,
+                        help="--compare: where the PNG goes (default EVAL_B/compare.png)")
+    parser.add_argument("--bootstrap", type=int, default=1000,
+                        help="--compare: bootstrap resamples (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     return parser
+
+
+def add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    """The vLLM engine's and the server's flags."""
+    parser.add_argument("--tensor_parallel_size", type=int, default=None,
+                        help="--backend vllm: GPUs per engine (tensor parallel, default 1)")
+    parser.add_argument("--data_parallel_size", type=int, default=None,
+                        help="--backend vllm: engine replicas (data parallel, default 1)")
+    parser.add_argument("--vllm_dtype", default=None,
+                        help="--backend vllm: the engine's dtype (default bfloat16 on CUDA, float32 on CPU: as hf)")
+    parser.add_argument("--vllm_max_model_len", type=int, default=MODEL_MAX_CONTEXT,
+                        help="--backend vllm: context length (default %(default)s, olmOCR's MODEL_MAX_CONTEXT)")
+    parser.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.9,
+                        help="--backend vllm: share of GPU memory the engine may take (default %(default)s)")
+    parser.add_argument("--vllm_enforce_eager", action="store_true",
+                        help="--backend vllm: no torch.compile or graph capture (starts in seconds; slower decoding)")
+    parser.add_argument("--server_url", default=None,
+                        help="--backend server: the endpoint's base URL, e.g. http://127.0.0.1:8000 (POST "
+                             "/v1/chat/completions; an API key goes in OLMOCR_RL_SERVER_API_KEY)")
+    parser.add_argument("--server_model", default=None,
+                        help="--backend server: the model name the server serves (default: --model)")
+    parser.add_argument("--server_concurrency", type=int, default=8,
+                        help="--backend server: requests in flight at most (default %(default)s)")
+    parser.add_argument("--server_timeout", type=float, default=600.0,
+                        help="--backend server: seconds per request before it counts as timed out (default %(default)s)")
+    parser.add_argument("--server_retries", type=int, default=3,
+                        help="--backend server: retries of a request after a connection error, a timeout, a 429 "
+                             "or a 5xx, waiting 2, 4, 8... s (default %(default)s); then the page is counted failed")
+
+
+def flags_from_args(args) -> BackendFlags:
+    return BackendFlags(
+        backend=args.backend, protocol=args.protocol, server_url=args.server_url, server_model=args.server_model,
+        server_concurrency=args.server_concurrency, server_timeout=args.server_timeout,
+        server_retries=args.server_retries, tensor_parallel_size=args.tensor_parallel_size,
+        data_parallel_size=args.data_parallel_size, vllm_dtype=args.vllm_dtype,
+        vllm_max_model_len=args.vllm_max_model_len, vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization,
+        vllm_enforce_eager=args.vllm_enforce_eager,
+        max_attempts=args.max_attempts, device=args.device, batch_size=args.batch_size)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.compare:
+            from olmocr_rl.evaluation.compare import compare_main
+
+            return compare_main(args.compare, png=args.compare_png, resamples=args.bootstrap, seed=args.seed,
+                                as_json=args.json)
+        for flag, value in (("--model", args.model), ("--bench", args.bench)):
+            if value is None:
+                raise EvaluateError(f"{flag} is required (unless --compare EVAL_A EVAL_B)")
         result = evaluate(
-            args.model,
-            args.bench,
-            outputs=args.outputs,
-            num_samples=args.num_samples,
-            temperature=args.temperature,
-            max_new_tokens=args.max_new_tokens,
-            jsonl_filter=args.jsonl_filter,
-            pages=args.pages,
-            exclude_pages=args.exclude_pages,
-            batch_size=args.batch_size,
-            seed=args.seed,
-            device=args.device,
-            scoring=args.scoring,
+            args.model, args.bench, outputs=args.outputs, num_samples=args.num_samples,
+            temperature=args.temperature, max_new_tokens=args.max_new_tokens, jsonl_filter=args.jsonl_filter,
+            pages=args.pages, exclude_pages=args.exclude_pages, seed=args.seed, scoring=args.scoring,
+            flags=flags_from_args(args),
         )
     except EvaluateError as exc:
         print(f"python -m olmocr_rl.evaluate: error: {exc}", file=sys.stderr)

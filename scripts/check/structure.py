@@ -42,7 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("synth",),
     ("rewards",),
     ("telemetry",),
-    ("trainer", "launch"),
+    ("trainer", "launch", "evaluation"),
     (ROOT,),
 )
 #: The libraries whose private names must be listed in COMPAT (olmocr_rl.trainer.compat.private_names()).

@@ -44,6 +44,9 @@ SMOKE = {
     "bench_cli_overhead.py": Smoke(("--model", "{model}", "--reps", "1", "--steps", "2", "--max_completion_length",
                                     "4", "--num_generations", "2", "--image_dim", "224", "--write-doc",
                                     "{tmp}/cli_overhead.md"), "Start-up, CPU time (launch"),
+    # The hf arm only here: the vLLM arms (engine and `vllm serve`) run where vLLM is installed.
+    "bench_evaluate.py": Smoke(("--model", "{model}", "--backends", "hf", "--pages", "^counting.pdf:1$",
+                                "--max_new_tokens", "4", "--work", "{tmp}"), "hf batch=1"),
     "bench_frozen_vision.py": Smoke(("--depth", "2", "--hidden", "32", "--heads", "1", "--side", "224",
                                      "--num_generations", "2", "--micro_batches", "1", "--completion", "2",
                                      "--steps", "2", "--rounds", "1"), "LoRA (tower frozen + cache)"),

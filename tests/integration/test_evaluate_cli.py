@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from olmocr_rl import evaluate as evaluate_module
+from olmocr_rl.evaluation import backends as backends_module
 from olmocr_rl.evaluate import main
 import warm_python
 
@@ -68,8 +69,16 @@ def test_cli_writes_layout_and_matches_bench_scorer(tiny_model_dir, mini_bench, 
     files = sorted(path.relative_to(outputs).as_posix() for path in outputs.rglob("*.md"))
     assert files == ["counting_pg1_repeat1.md", "counting_pg1_repeat2.md",
                      "synth/doc0042_page3_pg1_repeat1.md", "synth/doc0042_page3_pg1_repeat2.md"]
-    assert re.search(r"^\[1/2\] counting\.pdf:1: \d+\+\d+ tokens", run.stderr, re.M), run.stderr
-    assert re.search(r"^\[2/2\] synth/doc0042_page3\.pdf:1: ", run.stderr, re.M), run.stderr
+    # the progress bar: pages done, pages/s, each page's tokens per repeat
+    assert re.search(r"\| 1/2 pages, [\d.]+ pages/s.*  counting\.pdf:1: \d+\+\d+ tokens", run.stderr), run.stderr
+    assert re.search(r"\| 2/2 pages, [\d.]+ pages/s  synth/doc0042_page3\.pdf:1: ", run.stderr), run.stderr
+    # the evaluation folder: scores.json and evaluation.json beside the transcriptions, no staging folder left
+    summary = json.loads((outputs / "evaluation.json").read_text())
+    assert (summary["backend"], summary["protocol"], summary["seed"], summary["model"]) == (
+        "hf", "single", 0, str(tiny_model_dir))
+    assert summary["versions"]["torch"] and summary["versions"]["transformers"] and summary["pages_per_s"] > 0
+    assert json.loads((outputs / "scores.json").read_text())["tests"] == result["tests"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
     assert result["pages"] == ["counting.pdf:1", "synth/doc0042_page3.pdf:1"]
     assert result["sampling"]["num_samples"] == 2 and result["sampling"]["do_sample"] is True
@@ -82,7 +91,9 @@ def test_cli_writes_layout_and_matches_bench_scorer(tiny_model_dir, mini_bench, 
     reference = json.loads(scored.stdout)
     assert result["overall_pass_rate"] == reference["overall_pass_rate"]
     assert result["per_jsonl"] == reference["per_jsonl"]
-    assert result["tests"] == reference["tests"]
+    assert {test_id: {k: v for k, v in test.items() if k != "page"} for test_id, test in result["tests"].items()} \
+        == reference["tests"]
+    assert result["tests"]["counting_p1_present_00"]["page"] == "counting.pdf:1"
     # Garbage from a random model still passes the absent tests: the number is not a trivial 0.
     assert 0 < result["overall_pass_rate"] < 1
 
@@ -120,7 +131,7 @@ def test_front_matter_removed_and_perfect_transcriptions_score_one(tiny_model_di
         k = config.num_return_sequences
         return [[(item["claude_original"], 1, False)] + [("", 0, False)] * (k - 1) for item in items]
 
-    monkeypatch.setattr(evaluate_module, "transcribe_batch", references)
+    monkeypatch.setattr(backends_module, "transcribe_batch", references)
     pages = r"^(counting\.pdf:1|synth/.*)$"
     outputs = tmp_path / "one"
     code, out, err = run_main(capsys, "--model", tiny_model_dir, "--bench", SAMPLE, "--outputs", outputs,

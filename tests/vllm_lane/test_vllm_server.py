@@ -116,6 +116,31 @@ def test_server_mode_trains_a_tiny_moe(warm_qwen3_vl_moe_release_dir, tmp_path):
         check_server_run(warm_qwen3_vl_moe_release_dir, tmp_path, port, ["--reward_bench_edit_distance", 1.0], "moe")
 
 
+def test_evaluate_backends_give_hf_greedy_transcriptions_page_by_page(sft_model_dir, qwen25_server, tmp_path,
+                                                                     monkeypatch):
+    """``python -m olmocr_rl.evaluate``'s three backends, greedy, on the warm tiny model: the OpenAI-compatible
+    server (this module's ``trl vllm-serve``, before any training run pushes weights into it) and vLLM's offline
+    engine write, page by page, what Hugging Face ``generate`` writes. It sits before the gloo-push tests for that
+    reason (and after the MoE test, whose server must not share the machine with this one)."""
+    from olmocr_rl.evaluate import BackendFlags, evaluate
+
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process: no child to start
+    pages, texts, speed = r"^(counting\.pdf:1|table)", {}, {}
+    flags = {"hf": BackendFlags(),
+             "server": BackendFlags(backend="server", server_url=f"http://127.0.0.1:{qwen25_server}",
+                                    server_model=str(sft_model_dir)),
+             "vllm": BackendFlags(backend="vllm", vllm_max_model_len=4096, vllm_enforce_eager=True,
+                                  vllm_gpu_memory_utilization=0.2)}
+    for name, flag in flags.items():
+        out = tmp_path / name
+        result = evaluate(str(sft_model_dir), BENCH, outputs=out, pages=pages, max_new_tokens=48, flags=flag)
+        texts[name] = {p: (out / f"{p.split('.pdf')[0]}_pg1_repeat1.md").read_text() for p in result["pages"]}
+        speed[name] = (result["pages_per_s"], result["overall_pass_rate"])
+    assert list(texts["hf"]) == ["counting.pdf:1", "table.pdf:1"] and all(texts["hf"].values())
+    assert texts["server"] == texts["hf"] and texts["vllm"] == texts["hf"]
+    print(f"evaluate backends, greedy, 48 tokens: (pages/s, overall) {speed}")
+
+
 @pytest.mark.parametrize("arm", list(ARMS))
 def test_server_mode_trains_with_the_gloo_push(sft_model_dir, qwen25_server, tmp_path, arm):
     check_server_run(sft_model_dir, tmp_path, qwen25_server, ["--reward_bench_edit_distance", 1.0, *ARMS[arm]], arm)
