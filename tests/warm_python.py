@@ -362,6 +362,9 @@ def shutdown() -> None:
     with _lock:
         while _servers:
             _servers.pop().close()
+        for run in _runs:  # a run whose exit nobody read (killed and left): its connection is closed here
+            run._reader.close()
+            run._conn.close()
 
 
 def live_runs() -> list[tuple[int, str]]:
