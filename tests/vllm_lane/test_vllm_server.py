@@ -141,6 +141,27 @@ def test_evaluate_backends_give_hf_greedy_transcriptions_page_by_page(sft_model_
     print(f"evaluate backends, greedy, 48 tokens: (pages/s, overall) {speed}")
 
 
+def test_synth_from_pdfs_round_trip_rejects_the_noise_answer_and_counts_it(sft_model_dir, qwen25_server):
+    """``python -m olmocr_rl.synth --from_pdfs``'s page -> HTML half against this module's real server: the page goes
+    in as training renders it (1288 px), the tiny model answers noise, and the page is skipped with its reason (no
+    HTML, or the length limit) -- nothing is rendered from it (no browser in this lane: a kept answer would fail)."""
+    import argparse
+
+    from olmocr_rl.config.values import DEFAULT_TARGET_LONGEST_IMAGE_DIM
+    from olmocr_rl.data.render import render_page
+    from olmocr_rl.synth import server as synth_server
+
+    args = argparse.Namespace(html=None, from_pdfs=str(BENCH / "pdfs"), server=f"http://127.0.0.1:{qwen25_server}",
+                              model=str(sft_model_dir), max_tokens=64, request_timeout_s=300.0, seed=0, refine=False)
+    synth_server.check_server_args(args)  # the server answers /v1/models
+    image = render_page(BENCH / "pdfs" / "table.pdf", 1, DEFAULT_TARGET_LONGEST_IMAGE_DIM)
+    assert max(image.size) == DEFAULT_TARGET_LONGEST_IMAGE_DIM == 1288
+    skip = synth_server._one_page(args, None, "table.pdf:1", image)
+    assert isinstance(skip, synth_server.ServerSkip), skip
+    assert skip.source == "table.pdf:1" and skip.kind in ("no_html", "length") and skip.reason, skip
+    print(f"synth --from_pdfs on the real server: {skip.kind}: {skip.reason}")
+
+
 @pytest.mark.parametrize("arm", list(ARMS))
 def test_server_mode_trains_with_the_gloo_push(sft_model_dir, qwen25_server, tmp_path, arm):
     check_server_run(sft_model_dir, tmp_path, qwen25_server, ["--reward_bench_edit_distance", 1.0, *ARMS[arm]], arm)
