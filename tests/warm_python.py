@@ -8,8 +8,10 @@ What the forked run shares with a process started from scratch, and what it does
 - its own pid, a real process: signals, exit statuses (``-N`` when killed by signal N), process trees and
   ``/proc`` read the same; stdout/stderr are the pipes or files the test gave; stdin is ``/dev/null``;
 - ``sys.argv``, ``sys.path[0]`` (the working folder, as ``-m`` sets it), ``os.environ`` and the cwd are the
-  request's; Python's ``random`` and NumPy's global generator are reseeded from the OS, as at a fresh start;
-  what the preload printed (warnings included) is written to the run's stderr first, as a fresh start prints it;
+  request's, with the variables the preloaded imports set applied; Python's ``random`` and NumPy's global
+  generator are reseeded from the OS, as at a fresh start;
+- not printed: what the preloaded libraries print while they import (transformers' "[INFO] Running in WANDB offline
+  mode", their import-time warnings), as a fresh run that exits before importing them prints none of it;
 - not shared: the string-hash secret (PYTHONHASHSEED) is the server's, the same for every forked run. Tests that
   prove determinism *across processes* (bit-exact resume, one process against two) therefore keep at least one of
   their runs a process of its own (``fresh=True``), and so do tests about start-up itself (imports, start-up time).
@@ -101,8 +103,7 @@ def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
     return json.loads(data), fds
 
 
-def _child(request: dict, fds: list[int], preload_output: tuple[bytes, bytes],
-           preload_environ: dict[str, str | None]) -> None:
+def _child(request: dict, fds: list[int], preload_environ: dict[str, str | None]) -> None:
     """In the forked run: become the requested ``python -m MODULE ARGS`` and exit as it would. Never returns."""
     code = 1
     try:
@@ -132,15 +133,16 @@ def _child(request: dict, fds: list[int], preload_output: tuple[bytes, bytes],
         if request.get("unbuffered"):
             sys.stdout.reconfigure(write_through=True)
             sys.stderr.reconfigure(write_through=True)
-        for fd, printed in ((1, preload_output[0]), (2, preload_output[1])):
-            if printed:
-                os.write(fd, printed)
         import random
 
         random.seed()
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()
         code = _run_main(request["kind"], request["target"], request["args"])
+    except BaseException:  # noqa: BLE001 - the set-up failed: said, and the run ends with 1
+        import traceback
+
+        traceback.print_exc()
     finally:
         os._exit(code)
 
@@ -192,51 +194,44 @@ def _run_main(kind: str, target: str, args: list[str]) -> int:
     return code & 0xFF
 
 
-def _preload() -> tuple[tuple[bytes, bytes], dict[str, str | None]]:
-    """Import PRELOAD with stdout and stderr (warnings included) captured: returned, to be replayed at the start of
-    every run, as a fresh start would print them; and what the imports changed in os.environ (None: removed), to be
-    applied to every run's own environment, as the same imports would change it."""
+def _preload() -> dict[str, str | None]:
+    """Import PRELOAD, with what the imports print (transformers prints a line when WANDB_MODE=offline, libraries warn)
+    kept out of the server's own streams: a forked run prints none of it, as a fresh run that exits before those
+    imports prints none of it. Returns what the imports changed in os.environ (None: removed), to be applied to every
+    run's own environment, as the same imports would change it."""
     import importlib
     import warnings
 
     environ_before = dict(os.environ)
-
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        os.dup2(out.fileno(), 1)
-        os.dup2(err.fileno(), 2)
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("default")
-                for name in PRELOAD:
-                    try:
-                        importlib.import_module(name)
-                    except ImportError:
-                        pass  # not installed in this environment: the run imports (and fails on) it itself
-            for warning in caught:
-                sys.stderr.write(warnings.formatwarning(warning.message, warning.category, warning.filename,
-                                                        warning.lineno, warning.line))
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in saved:
-                os.close(fd)
-        out.seek(0)
-        err.seek(0)
-        printed = out.read(), err.read()
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    try:
+        with warnings.catch_warnings(record=True):  # the filters as they are; what they let through is dropped
+            for name in PRELOAD:
+                try:
+                    importlib.import_module(name)
+                except ImportError:
+                    pass  # not installed in this environment: the run imports (and fails on) it itself
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
     changed = {k: v for k, v in os.environ.items() if environ_before.get(k) != v}
     changed.update({k: None for k in environ_before if k not in os.environ})
-    return printed, changed
+    return changed
 
 
 def serve(socket_path: str) -> None:
     """The server: preload, listen, fork one run per request, report each run's pid and wait status."""
     _die_with_parent()
-    preload_output, preload_environ = _preload()
+    preload_environ = _preload()
     if threading.active_count() != 1:
         print(f"warm_python: {threading.active_count()} threads after the preload; refusing to fork", flush=True)
         sys.exit(3)
@@ -262,7 +257,7 @@ def serve(socket_path: str) -> None:
             if pid == 0:
                 server.close()
                 conn.close()
-                _child(request, fds, preload_output, preload_environ)
+                _child(request, fds, preload_environ)
             for fd in fds:
                 os.close(fd)
             _send(conn, {"pid": pid})
