@@ -61,7 +61,7 @@ PRELOAD = (
 # subprocess of its own.
 IMPORT_TIME_PREFIXES = ("PYTHON", "HF_", "HUGGINGFACE", "TRANSFORMERS_", "TORCH", "PYTORCH", "OMP_", "MKL_",
                         "OPENBLAS", "KMP_", "TOKENIZERS_", "ACCELERATE_", "TRL_", "DATASETS_", "CUDA", "LD_",
-                        "NUMEXPR", "XDG_CACHE_HOME", "AWS_", "BOTO", "VLLM", "TRITON")
+                        "NUMEXPR", "XDG_CACHE_HOME", "AWS_", "BOTO", "VLLM", "TRITON", "TMP", "TEMP")
 ENABLE_ENV = "OLMOCR_RL_WARM_PYTHON"
 _PR_SET_PDEATHSIG = 1
 
@@ -135,6 +135,7 @@ def _child(request: dict, fds: list[int], preload_environ: dict[str, str | None]
             sys.stderr.reconfigure(write_through=True)
         import random
 
+        _keep_server_resources()
         random.seed()
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()
@@ -194,6 +195,32 @@ def _run_main(kind: str, target: str, args: list[str]) -> int:
     return code & 0xFF
 
 
+#: The exit functions the preloaded imports registered (atexit.register called while PRELOAD imported).
+_PRELOAD_EXIT_FUNCTIONS: list = []
+
+
+def _recording_register(register):
+    def recording(func, *args, **kwargs):
+        _PRELOAD_EXIT_FUNCTIONS.append(func)
+        return register(func, *args, **kwargs)
+
+    return recording
+
+
+def _keep_server_resources() -> None:
+    """In a forked run: what the preloaded imports made and remove at exit -- temporary folders (wandb's media
+    folder is a TemporaryDirectory made at import, removed by an atexit function) -- is the server's, shared by every
+    run: a run that removed it at its own exit would pull it from under the next run."""
+    import tempfile
+    import weakref
+
+    for func in _PRELOAD_EXIT_FUNCTIONS:
+        if isinstance(getattr(func, "__self__", None), tempfile.TemporaryDirectory):
+            atexit.unregister(func)
+    for finalizer in list(weakref.finalize._registry):  # noqa: SLF001 - TemporaryDirectory's own exit clean-up
+        finalizer.atexit = False
+
+
 def _preload() -> dict[str, str | None]:
     """Import PRELOAD, with what the imports print (transformers prints a line when WANDB_MODE=offline, libraries warn)
     kept out of the server's own streams: a forked run prints none of it, as a fresh run that exits before those
@@ -203,6 +230,8 @@ def _preload() -> dict[str, str | None]:
     import warnings
 
     environ_before = dict(os.environ)
+    register = atexit.register
+    atexit.register = _recording_register(register)
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]
@@ -219,6 +248,7 @@ def _preload() -> dict[str, str | None]:
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
+        atexit.register = register
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
         for fd in (*saved, null):
