@@ -52,7 +52,9 @@ def test_a_run_whose_lease_is_taken_over_stops_writing_and_exits_77_in_one_line(
     assert line.startswith(f"error: the S3 lease on {uri}/ is no longer this run's: it is held by run other: pid 4242 "
                            "on node7, started 2026-01-02 10:00:00: python -m olmocr_rl.grpo_train ... (renewed "), line
     step = int(line.split("this run stopped after step ")[1].split(" ")[0])
-    assert 2 < step < 6, line  # stopped at the step after it saw the loss (at checkpoint-4's pass), not at the end
+    # Stopped at the step after it saw the loss: at the next upload pass's renewal (checkpoint-4's, or the final
+    # model's when the steps outrun the mirror on a busy machine); either way nothing after checkpoint-2 went up.
+    assert 2 < step <= 6, line
     assert f"; checkpoint-{step} is saved in {out}" in line and "no final model was written" in line
     assert local_checkpoint_problem(out / f"checkpoint-{step}") is None  # whole, locally
     assert not (out / "model.safetensors").exists() and not (out / "run_summary.json").exists()
