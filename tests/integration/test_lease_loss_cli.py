@@ -60,6 +60,9 @@ def test_a_run_whose_lease_is_taken_over_stops_writing_and_exits_77_in_one_line(
     assert not (out / "model.safetensors").exists() and not (out / "run_summary.json").exists()
     remote = {o["Key"][len("runs/L2/"):] for page in client.get_paginator("list_objects_v2").paginate(
         Bucket=moto_s3.bucket, Prefix="runs/L2/") for o in page.get("Contents", [])}
-    assert {key.split("/")[0] for key in remote if key.startswith("checkpoint-")} == {"checkpoint-2"}  # none after
+    # The loss is seen at an upload pass's renewal; a pass that began before the takeover may still carry checkpoint-4
+    # (fast steps on a busy machine: checkpoints 2 and 4 in one pass). Nothing saved at or after the stop went up.
+    uploaded = {int(key.split("/")[0].split("-")[1]) for key in remote if key.startswith("checkpoint-")}
+    assert 2 in uploaded and all(s < step for s in uploaded), (uploaded, step)
     assert "model.safetensors" not in remote and "run_summary.json" not in remote
     assert json.loads(client.get_object(Bucket=moto_s3.bucket, Key="runs/L2/" + LEASE_NAME)["Body"].read()) == OTHER
