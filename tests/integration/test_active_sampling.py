@@ -31,7 +31,6 @@ from test_olmorl_trainer import TracingTrainer, _page_image, _pad_cat  # noqa: E
 
 from olmocr_rl.olmorl import group_advantages, nonzero_signal_groups, olmorl_objective  # noqa: E402
 from olmocr_rl.trainer.olmorl import olmorl_config_overrides
-import warm_python
 
 G = 2
 PAGES = ["flat0", "alpha", "flat1", "beta", "flat2", "gamma", "flat3", "delta"]
@@ -327,6 +326,8 @@ def test_cli_on_a_half_zero_signal_bench_folder(tiny_model_dir, tmp_path):
     bench = _half_flat_bench(tmp_path / "bench")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+    import warm_python  # here, not at the top: torchrun runs this file as its workers' script, without tests/ on the path
 
     def run(name: str, *extra: str) -> list[dict]:
         out = tmp_path / name
