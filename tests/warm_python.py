@@ -311,6 +311,7 @@ def serve(socket_path: str) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    server.close()
 
 
 # ---------------------------------------------------------------------------------------------------------------
