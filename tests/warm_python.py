@@ -61,7 +61,7 @@ PRELOAD = (
 # subprocess of its own.
 IMPORT_TIME_PREFIXES = ("PYTHON", "HF_", "HUGGINGFACE", "TRANSFORMERS_", "TORCH", "PYTORCH", "OMP_", "MKL_",
                         "OPENBLAS", "KMP_", "TOKENIZERS_", "ACCELERATE_", "TRL_", "DATASETS_", "CUDA", "LD_",
-                        "NUMEXPR", "XDG_CACHE_HOME", "AWS_", "BOTO", "VLLM", "TRITON", "TMP", "TEMP")
+                        "NUMEXPR", "XDG_CACHE_HOME", "VLLM", "TRITON", "TMP", "TEMP")
 ENABLE_ENV = "OLMOCR_RL_WARM_PYTHON"
 _PR_SET_PDEATHSIG = 1
 
