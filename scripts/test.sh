@@ -6,7 +6,7 @@
 # the main lane's, then one closing line per lane. Either lane failing fails the run.
 # Extra arguments go to pytest in both lanes, e.g. `bash scripts/test.sh -x -q`. Naming test paths runs
 # only those, in the main lane (`bash scripts/test.sh tests/unit/test_bench_text.py -x`); tests/vllm_lane
-# paths run in the vLLM lane. `--fast` runs tests/unit only (the fast lane, about a minute on 2 cores).
+# paths run in the vLLM lane. `--fast` runs tests/unit only (the fast lane: 195 s on a quiet 2-core machine).
 # OLMOCR_RL_SKIP_VLLM=1 skips the vLLM lane (a quick local run; CI always runs it).
 set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
