@@ -224,16 +224,22 @@ def _names(names: list[str]) -> str:
     return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
 
-def remote_checkpoint_names(s3_save_path: str) -> list[str]:
-    """The ``checkpoint-<N>`` prefixes right under ``s3_save_path``, newest first (one listing request)."""
+def _list_top(s3_save_path: str) -> tuple[str, dict]:
+    """(the prefix as a folder, one ``list_objects_v2`` page of what sits right under it); StorageError naming the
+    URI and the fix when S3 cannot be read."""
     bucket, prefix = parse_s3_uri(s3_save_path)
     folder = folder_prefix(prefix)
     client = None
     try:
         client = s3.make_s3_client()
-        response = client.list_objects_v2(Bucket=bucket, Prefix=folder, Delimiter="/")
+        return folder, client.list_objects_v2(Bucket=bucket, Prefix=folder, Delimiter="/")
     except storage_errors() as exc:
         raise explain(exc, "listing", s3_save_path, client) from exc
+
+
+def remote_checkpoint_names(s3_save_path: str) -> list[str]:
+    """The ``checkpoint-<N>`` prefixes right under ``s3_save_path``, newest first (one listing request)."""
+    folder, response = _list_top(s3_save_path)
     names = [entry["Prefix"][len(folder):].rstrip("/") for entry in response.get("CommonPrefixes", [])]
     return sorted((n for n in names if checkpoint_step(n) is not None), key=checkpoint_step, reverse=True)
 
@@ -318,14 +324,10 @@ def remote_final_model_problem(s3_save_path: str) -> str | None:
     cannot be read is a reason too: the final model is then written here and mirrored)."""
     from olmocr_rl.storage.checkpoints import has_model_weights
 
-    bucket, prefix = parse_s3_uri(s3_save_path)
-    folder = folder_prefix(prefix)
-    client = None
     try:
-        client = s3.make_s3_client()
-        response = client.list_objects_v2(Bucket=bucket, Prefix=folder, Delimiter="/")
-    except storage_errors() as exc:
-        return f"S3 cannot be read ({explain(exc, 'listing', s3_save_path, client)})"
+        folder, response = _list_top(s3_save_path)
+    except StorageError as exc:
+        return f"S3 cannot be read ({exc})"
     names = {entry["Key"][len(folder):] for entry in response.get("Contents", [])}
     if SUMMARY not in names or not has_model_weights(names):
         return f"{s3_save_path} has no whole final model"
