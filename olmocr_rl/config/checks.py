@@ -407,6 +407,9 @@ def check_vllm_engine(a: Namespace, mode: str, env: Environment) -> Problems:
         problems.append(f"--vllm_gpu_memory_utilization must be in (0, 1] (got {a.vllm_gpu_memory_utilization})")
     if mode == "colocate" and a.vllm_enable_sleep_mode and not env.cuda:
         problems.append("--vllm_enable_sleep_mode needs a CUDA GPU (vLLM's CPU engine cannot sleep); drop the flag")
+    if mode == "none" and a.vllm_enforce_eager:
+        problems.append("--vllm_enforce_eager applies to a vLLM engine, and this run generates with HF generate "
+                        "(--vllm_mode none): drop the flag, or pick --vllm_mode colocate or server")
     return problems
 
 

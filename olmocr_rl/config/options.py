@@ -309,6 +309,10 @@ class ResolvedConfig:
         "training processes)", grpo=True)
     vllm_enable_sleep_mode: bool = flag(BACKEND, False, "offload the colocated engine's weights and KV cache while "
         "the trainer runs its optimizer step (frees GPU memory, costs a weight reload per step; CUDA only)", grpo=True)
+    vllm_enforce_eager: bool = flag(BACKEND, False, "run the vLLM engine without torch.compile and CUDA graphs: it "
+        "starts much sooner (a tiny model on vLLM's CPU build: about 45 s instead of 160 s, most of it compiling) and "
+        "decodes slower on GPUs; for short runs and debugging. Colocate: the engine in this process; server: the "
+        "launchers' trl vllm-serve command gets --enforce_eager (a server you start yourself takes that flag)")
     vllm_dtype: str = flag(BACKEND, "auto", "dtype of the colocated vLLM engine; auto = the trainer's (bfloat16 on "
         "GPU, float32 on CPU), so vLLM's log-probs match the trainer's",
         choices=VLLM_DTYPES)

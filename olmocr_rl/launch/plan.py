@@ -313,6 +313,8 @@ def server_command(parsed: argparse.Namespace, layout: Layout, server: ServerSet
             "--max_model_len", server_max_model_len(parsed, server)]
     if parsed.vllm_dtype != "auto":
         argv += ["--dtype", parsed.vllm_dtype]
+    if parsed.vllm_enforce_eager:
+        argv += ["--enforce_eager"]
     return Command("vllm", tuple(argv), (("CUDA_VISIBLE_DEVICES", layout.server_gpus),))
 
 

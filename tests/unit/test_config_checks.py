@@ -114,6 +114,11 @@ def test_check_vllm_engine():
                                     Environment(cuda=True, vllm=True, num_processes=4)) == []
     assert checks.check_vllm_engine(flags(vllm_enable_sleep_mode=True), "colocate", CPU) == [
         "--vllm_enable_sleep_mode needs a CUDA GPU (vLLM's CPU engine cannot sleep); drop the flag"]
+    assert checks.check_vllm_engine(flags(vllm_enforce_eager=True), "colocate", CPU) == []
+    assert checks.check_vllm_engine(flags(vllm_enforce_eager=True), "server", CPU) == []
+    assert checks.check_vllm_engine(flags(vllm_enforce_eager=True), "none", CPU) == [
+        "--vllm_enforce_eager applies to a vLLM engine, and this run generates with HF generate (--vllm_mode none): "
+        "drop the flag, or pick --vllm_mode colocate or server"]
 
 
 def test_resolve_vllm_max_model_length():

@@ -241,6 +241,7 @@ def test_server_context_and_dtype_follow_the_trainer():
     assert flag(_served(small), "--max_model_len") == str(default_vllm_max_model_length(640, 2000))
     assert flag(_served(["--vllm_max_model_length=12000"]), "--max_model_len") == "12000"
     assert flag(_served(["--vllm_dtype", "float16"]), "--dtype") == "float16"
+    assert "--enforce_eager" not in _served([]) and "--enforce_eager" in _served(["--vllm_enforce_eager"])
     assert flag(_served(["--vllm_max_model_length", "12000"], max_model_len="12000"), "--max_model_len") == "12000"
     with pytest.raises(LaunchError, match="--vllm-max-model-len 9000 disagrees with the trainer's "
                                           "--vllm_max_model_length 12000"):

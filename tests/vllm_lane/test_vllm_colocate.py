@@ -19,15 +19,26 @@ ARMS = {"plain": [], "olmorl": ["--olmorl"]}
 MAX_LOGP_GAP = 1e-3
 
 
-def colocate_flags(model, out, *, steps=3, generations=4, image_dim=448, completion=128) -> list:
+def colocate_flags(model, out, *, steps=3, generations=4, image_dim=448, completion=128, compiled=False) -> list:
+    """The lane's colocated run. ``--vllm_enforce_eager`` unless ``compiled``: vLLM's CPU engine spends about 110 s
+    compiling each new engine (model folder, context) on a quiet core, which the claims here do not need. The
+    compiled engine, vLLM's default, is proven by the warm-model and LoRA runs below (one compile, then vLLM's
+    compile cache) and by the lane's Qwen2.5-VL server (test_vllm_server.py)."""
     return [
         "--train_bench_data_folder", BENCH, "--model_name", model, "--output_dir", out, "--reward_bench",
         "--num_generations", generations, "--per_device_train_batch_size", generations,
         "--gradient_accumulation_steps", 1, "--max_steps", steps, "--max_completion_length", completion,
         "--vllm_mode", "colocate", "--report_to", "none", "--no-log_completions", "--logging_steps", 1,
         "--target_longest_image_dim", image_dim, "--learning_rate", 1e-3, "--warmup_steps", 0,
-        "--save_steps", 100000, "--seed", 0,
+        "--save_steps", 100000, "--seed", 0, *([] if compiled else ["--vllm_enforce_eager"]),
     ]
+
+
+def check_engine(stderr: str, *, compiled: bool) -> None:
+    """The colocated engine was built in float32, compiled (vLLM's default) or eager as the run asked."""
+    line = next((line for line in stderr.splitlines() if "colocated vLLM engine: " in line), "")
+    assert "dtype=float32" in line, stderr[-3000:]
+    assert ("enforce_eager=True" in line) is not compiled, line
 
 
 def vision_pad_ids(model_dir) -> set[int]:
@@ -52,6 +63,7 @@ def test_random_model_long_completions_never_sample_image_tokens(tiny_model_dir,
         "--generation_kwargs", json.dumps({"min_tokens": 1500})] + ARMS[arm]
     result, records = run_recorded(tmp_path, flags)
     assert result.returncode == 0, failure(result)
+    check_engine(result.stderr, compiled=False)
     check_prompts_and_pads(records, vision_pad_ids(tiny_model_dir), steps=3)
     lengths = [len(c) for r in records for c in r["completion_ids"]]
     assert min(lengths) >= 1500 and sum(lengths) >= 3 * 4 * 1500
@@ -61,9 +73,10 @@ def test_random_model_long_completions_never_sample_image_tokens(tiny_model_dir,
 @pytest.mark.parametrize("arm", list(ARMS))
 def test_warm_model_vllm_logprobs_equal_the_trainers_at_every_step(sft_model_dir, tmp_path, arm):
     out = tmp_path / "out"
-    result, records = run_recorded(tmp_path, colocate_flags(sft_model_dir, out) + ["--pages", "simple_lines"] + ARMS[arm])
+    flags = colocate_flags(sft_model_dir, out, compiled=True) + ["--pages", "simple_lines"] + ARMS[arm]
+    result, records = run_recorded(tmp_path, flags)
     assert result.returncode == 0, failure(result)
-    assert "colocated vLLM engine: dtype=float32" in result.stderr
+    check_engine(result.stderr, compiled=True)
     check_prompts_and_pads(records, vision_pad_ids(sft_model_dir), steps=3)
     metrics = read_metrics(out)
     gaps = [m["sampling/sampling_logp_difference/mean"] for m in metrics]
@@ -100,9 +113,11 @@ def test_lora_colocate_run_sends_the_merged_weights_at_every_step(sft_model_dir,
     weights under the names it loads (a missing or misnamed weight would show as a log-prob gap from step 2 on),
     and the encoder cache is still reset after each sync."""
     out = tmp_path / "out"
-    flags = colocate_flags(sft_model_dir, out) + ["--pages", "simple_lines", "--use_peft", "--learning_rate", 1e-2]
+    flags = colocate_flags(sft_model_dir, out, compiled=True) + ["--pages", "simple_lines", "--use_peft",
+                                                                 "--learning_rate", 1e-2]
     result, records = run_recorded(tmp_path, flags)
     assert result.returncode == 0, failure(result)
+    check_engine(result.stderr, compiled=True)
     assert "LoRA: adapters on 14 layers of the language model" in result.stderr
     check_prompts_and_pads(records, vision_pad_ids(sft_model_dir), steps=3)
     assert [r["encoder_cache_resets"] for r in records] == [1, 2, 3]  # one sync, one reset before each step

@@ -19,7 +19,7 @@ import pytest
 from safetensors.torch import load_file
 
 from vllm_lane.lane import BENCH, REPO, failure, lane_env, read_metrics
-from vllm_lane.test_vllm_colocate import MAX_LOGP_GAP
+from vllm_lane.test_vllm_colocate import MAX_LOGP_GAP, check_engine
 
 SHIMS = REPO / "tests" / "sharded_cpu"
 
@@ -44,7 +44,7 @@ def run_fsdp2_colocate(model: Path, out: Path, tmp_path: Path, extra: list[str])
                "1", "--gradient_accumulation_steps", "1", "--max_steps", "3", "--max_completion_length", "16",
                "--vllm_mode", "colocate", "--report_to", "none", "--no-log_completions", "--logging_steps", "1",
                "--target_longest_image_dim", "256", "--learning_rate", "1e-3", "--warmup_steps", "0",
-               "--save_steps", "100000", "--seed", "0", *extra]
+               "--save_steps", "100000", "--seed", "0", "--vllm_enforce_eager", *extra]
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
 
 
@@ -54,7 +54,7 @@ def test_fsdp2_colocated_vllm_logprobs_equal_the_trainers_at_every_step(sft_mode
     extra = ["--use_peft", "--learning_rate", "1e-2"] if arm == "lora" else []
     result = run_fsdp2_colocate(sft_model_dir, out, tmp_path, extra)
     assert result.returncode == 0, failure(result)
-    assert "colocated vLLM engine: dtype=float32" in result.stderr
+    check_engine(result.stderr, compiled=False)  # eager: two engines compiling side by side take minutes
     ranks = json.loads((out / "rank_memory.json").read_text())["ranks"]  # sharded: each process holds half
     assert len(ranks) == 2 and all(2 * r["trainable_parameters"] == r["trainable_parameters_full"] for r in ranks)
     gaps = [m["sampling/sampling_logp_difference/mean"] for m in read_metrics(out)]

@@ -27,7 +27,7 @@ def flags(model, out, dtype: str, *extra) -> list:
         "--gradient_accumulation_steps", 1, "--max_steps", 1, "--max_completion_length", 128,
         "--vllm_mode", "colocate", "--vllm_dtype", dtype, "--report_to", "none", "--no-log_completions",
         "--logging_steps", 1, "--target_longest_image_dim", 448, "--learning_rate", 1e-6, "--warmup_steps", 0,
-        "--save_steps", 100000, "--seed", 0, *extra,
+        "--save_steps", 100000, "--seed", 0, "--vllm_enforce_eager", *extra,
     ]
 
 

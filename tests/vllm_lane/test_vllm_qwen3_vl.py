@@ -18,7 +18,8 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from vllm_lane.lane import failure, read_metrics, run_recorded
-from vllm_lane.test_vllm_colocate import MAX_LOGP_GAP, check_prompts_and_pads, colocate_flags, vision_pad_ids
+from vllm_lane.test_vllm_colocate import (MAX_LOGP_GAP, check_engine, check_prompts_and_pads, colocate_flags,
+                                         vision_pad_ids)
 
 
 def _check_run(model_dir, tmp_path, extra: list) -> list[float]:
@@ -28,7 +29,7 @@ def _check_run(model_dir, tmp_path, extra: list) -> list[float]:
     flags = colocate_flags(model_dir, out) + ["--pages", "simple_lines", "--reward_bench_edit_distance", 1.0, *extra]
     result, records = run_recorded(tmp_path, flags)
     assert result.returncode == 0, failure(result)
-    assert "colocated vLLM engine: dtype=float32" in result.stderr
+    check_engine(result.stderr, compiled=False)
     check_prompts_and_pads(records, vision_pad_ids(model_dir), steps=3)
     metrics = read_metrics(out)
     gaps = [m["sampling/sampling_logp_difference/mean"] for m in metrics]
