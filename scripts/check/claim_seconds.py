@@ -2,9 +2,9 @@
 
     python scripts/check/claim_seconds.py [LOG_DIR]      # default logs/test (scripts/test.sh's lane logs)
 
-Reads pytest's ``--durations`` lines (setup + call + teardown of each test) from the lanes' logs,
-``main.log`` and ``vllm.log``, and prints the markdown table of docs/testing.md ("What the suite proves"): each claim,
-its tests, their seconds in that run. A test of the list that the logs do not name (it did not run, or took less than
+Reads pytest's ``--durations`` lines (setup + call + teardown of each test) from the lanes' logs, ``main.log``,
+``main2.log`` (the main lane's second slice) and ``vllm.log``, and prints the markdown table of docs/testing.md
+("What the suite proves"): each claim, its tests, their seconds in that run. A test of the list that the logs do not name (it did not run, or took less than
 the lane's ``--durations-min``) reads "-". Exits 1 when a listed test does not exist in tests/ any more, so the table
 cannot go on naming a test that was renamed or removed.
 """
@@ -76,7 +76,7 @@ DURATION = re.compile(r"^\s*([0-9.]+)s (setup|call|teardown)\s+(\S+)")
 def read_seconds(log_dir: Path) -> dict[str, float]:
     """Node id (parameters included) -> setup + call + teardown seconds, from the lanes' --durations lines."""
     seconds: dict[str, float] = defaultdict(float)
-    for name in ("main.log", "vllm.log"):
+    for name in ("main.log", "main2.log", "vllm.log"):  # main2.log: the main lane's second slice (scripts/test.sh)
         path = log_dir / name
         if path.is_file():
             for line in path.read_text(errors="replace").splitlines():

@@ -20,6 +20,12 @@
     plugins). DeepSpeed 0.19.8 then picks its CPU accelerator, joins the gloo group torch already formed, and
     runs ZeRO-3 (partitioned parameters, gradients and optimizer state) unchanged.
 
+    DeepSpeed's CPU accelerator also builds, with g++ at the first ``TorchBackend`` of every virtual environment,
+    a shared-memory all-reduce (``deepspeed_shm_comm``: about a minute of both cores of this machine), which only
+    ``inference_all_reduce`` uses -- never training, and never the GPU path. The shim has ``build_shm_op`` answer
+    None (DeepSpeed's own answer where the op cannot be built), so nothing is compiled; every collective goes
+    through torch.distributed (gloo) as before.
+
     With either variable, the project's own prediction of the engine (``olmocr_rl.storage.checkpoints.
     sharded_engines_run_here``, which labels checkpoints and refuses a resume under another engine before the
     model loads) is told the same thing: it answers True, as on a GPU.
@@ -73,6 +79,10 @@ def _patch_accelerate_state(module) -> None:
     module.AcceleratorState.__init__ = __init__
 
 
+def _patch_shm_op(module) -> None:
+    module.build_shm_op = lambda: None
+
+
 def _patch_engine_prediction(module) -> None:
     module.sharded_engines_run_here = lambda: True
 
@@ -124,6 +134,8 @@ _PATCHES = {}
 if "1" in (os.environ.get("OLMOCR_RL_TEST_FSDP_ON_CPU"), os.environ.get("OLMOCR_RL_TEST_DEEPSPEED_ON_CPU")):
     _PATCHES["accelerate.state"] = _patch_accelerate_state
     _PATCHES["olmocr_rl.storage.checkpoints"] = _patch_engine_prediction
+if os.environ.get("OLMOCR_RL_TEST_DEEPSPEED_ON_CPU") == "1":
+    _PATCHES["deepspeed.comm.torch"] = _patch_shm_op
 if os.environ.get("OLMOCR_RL_TEST_ROW_KEYED_SAMPLING") == "1":
     _PATCHES["transformers.generation.utils"] = _patch_generation
     _PATCHES["transformers.trainer_callback"] = _patch_step_begin

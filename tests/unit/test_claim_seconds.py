@@ -24,6 +24,9 @@ def test_seconds_are_summed_per_test_and_over_its_cases(tmp_path, capsys):
         f"12.50s call     {node}[SIGUSR1]\n3.00s setup    {node}[SIGUSR1]\n10.25s call     {node}[SIGINT]\n"
         "7.00s call     tests/unit/test_other.py::test_x\n")
     assert claim_seconds.read_seconds(tmp_path)[f"{node}[SIGUSR1]"] == 15.5
+    sharded = "tests/integration/test_sharded_cpu.py::test_zero3_on_two_processes_matches_one_process"
+    (tmp_path / "main2.log").write_text(f"41.00s call     {sharded}\n")  # the main lane's second slice
+    assert claim_seconds.read_seconds(tmp_path)[sharded] == 41.0
     assert claim_seconds.main([str(tmp_path)]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "SIGUSR1 and Ctrl-C" in line)
     assert "(2 cases)" in row and row.endswith("| 26 + - |")
