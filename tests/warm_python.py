@@ -22,6 +22,14 @@ gets a server of its own (at most MAX_SERVERS). A request that cannot be honoure
 Python, interpreter flags other than ``-u``, no server left -- runs as an ordinary subprocess instead, and is counted
 (:func:`stats`).
 
+Launchers: a forked ``python -m torch.distributed.run ...`` (torchrun) or ``python -m accelerate.commands.launch
+...`` first forks a twin of itself as it was before it ran anything, a *zygote* (:func:`_start_zygote`), and torch
+elastic's workers (``python -u -m MODULE`` / ``python -u SCRIPT``) are forked from that twin instead of started from
+scratch. They stay in the launcher's process tree (launcher -> zygote -> workers), in sessions of their own as torch
+elastic starts them; the zygote and its workers die with the launcher. The variables torchrun adds for its workers
+(``RANK``, ``MASTER_PORT``, ``TORCHELASTIC_*``, ...) are read at run time, never while the preloaded libraries
+import. A launcher started ``fresh=True`` starts its workers fresh too.
+
 No orphans: the server dies with the process that started it (``PR_SET_PDEATHSIG``), and each forked run with the
 server, so a pytest that is killed takes them all with it. ``OLMOCR_RL_WARM_PYTHON=0`` turns the whole thing off
 (every run a subprocess of its own).
@@ -61,7 +69,10 @@ PRELOAD = (
 # subprocess of its own.
 IMPORT_TIME_PREFIXES = ("PYTHON", "HF_", "HUGGINGFACE", "TRANSFORMERS_", "TORCH", "PYTORCH", "OMP_", "MKL_",
                         "OPENBLAS", "KMP_", "TOKENIZERS_", "ACCELERATE_", "TRL_", "DATASETS_", "CUDA", "LD_",
-                        "NUMEXPR", "XDG_CACHE_HOME", "VLLM", "TRITON", "TMP", "TEMP")
+                        "NUMEXPR", "XDG_CACHE_HOME", "VLLM", "TRITON", "TMP", "TEMP",
+                        "OLMOCR_RL_TEST_")  # read by tests/sharded_cpu/sitecustomize.py at start-up
+#: The launchers whose workers are forked from a zygote (see the module docstring).
+LAUNCHERS = ("torch.distributed.run", "accelerate.commands.launch")
 ENABLE_ENV = "OLMOCR_RL_WARM_PYTHON"
 _PR_SET_PDEATHSIG = 1
 
@@ -139,6 +150,8 @@ def _child(request: dict, fds: list[int], preload_environ: dict[str, str | None]
         random.seed()
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()
+        if request["kind"] == "module" and request["target"] in LAUNCHERS:
+            _start_zygote(preload_environ)
         code = _run_main(request["kind"], request["target"], request["args"])
     except BaseException:  # noqa: BLE001 - the set-up failed: said, and the run ends with 1
         import traceback
@@ -269,10 +282,59 @@ def serve(socket_path: str) -> None:
     server.bind(socket_path)
     server.listen(64)
     print(f"ready {os.getpid()} {json.dumps(preload_environ)}", flush=True)
+    _serve_forks(server, preload_environ, sys.stdin)
+
+
+def _start_zygote(preload_environ: dict[str, str | None]) -> None:
+    """In a forked launcher, before it runs: fork its zygote (a twin as it is now: the preloaded imports, nothing of
+    the launcher's own state) and have torch elastic start its workers through it (:class:`WarmProcess`)."""
+    try:
+        from torch.distributed.elastic.multiprocessing.subprocess_handler import subprocess_handler
+    except ImportError:
+        return
+    folder = tempfile.mkdtemp(prefix="warm_python-zygote-")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(os.path.join(folder, "s"))
+    listener.listen(16)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.fork() == 0:  # the zygote: dies with the launcher; its workers die with it (_child)
+        code = 0
+        try:
+            _die_with_parent()
+            _serve_forks(listener, preload_environ, None)
+        except BaseException:  # noqa: BLE001
+            code = 1
+        finally:
+            os._exit(code)
+    zygote = type("Zygote", (), {"socket_path": listener.getsockname()})
+    listener.close()
+    atexit.register(_remove_folder, folder)
+    base = subprocess_handler.SubprocessHandler._popen
+
+    def _popen(self, args, env):
+        if isinstance(_parse_argv(list(args)), str):  # not `python (-u) -m/-c/SCRIPT`: as torch elastic would
+            return base(self, args, env)
+        return WarmProcess(zygote, list(args), env=env, stdout=self._stdout, stderr=self._stderr,
+                           start_new_session=True)  # torch elastic starts each worker in a session of its own
+
+    subprocess_handler.SubprocessHandler._popen = _popen
+
+
+def _remove_folder(folder: str) -> None:
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _serve_forks(server: socket.socket, preload_environ: dict[str, str | None], control) -> None:
+    """Fork one run per request on ``server``; report each run's pid and wait status. Ends when ``control`` (the
+    server's stdin) is closed; a zygote (no control) ends with its launcher."""
     runs: dict[int, socket.socket] = {}
+    watched = [server] + ([control] if control is not None else [])
     while True:
-        readable, _, _ = select.select([server, sys.stdin], [], [], 0.05)
-        if sys.stdin in readable and not sys.stdin.buffer.read1(1):
+        readable, _, _ = select.select(watched, [], [], 0.05)
+        if control is not None and control in readable and not control.buffer.read1(1):
             break  # the client closed our stdin: shut down
         if server in readable:
             conn, _ = server.accept()

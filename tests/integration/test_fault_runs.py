@@ -39,10 +39,13 @@ def flags(model: Path, out: Path, steps: int = 8, bench: Path = BENCH) -> list:
     return args
 
 
-def start_cli(args: list, tmp_path: Path, log: Path, env: dict | None = None, launcher: list | None = None):
+def start_cli(args: list, tmp_path: Path, log: Path, env: dict | None = None, launcher: list | None = None,
+              fresh: bool = False):
+    """The CLI (under ``launcher``, e.g. torchrun), forked from the preloaded interpreter unless ``fresh``."""
     with log.open("w") as handle:
         return warm_python.popen([*(launcher or [sys.executable]), "-m", "olmocr_rl.grpo_train", *map(str, args)],
-                                cwd=REPO, env=env or cli_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
+                                 fresh=fresh, cwd=REPO, env=env or cli_env(tmp_path), stdout=handle,
+                                 stderr=subprocess.STDOUT)
 
 
 def per_step(records: list[dict]) -> dict[int, dict]:
@@ -119,7 +122,7 @@ def test_sigterm_to_torchrun_saves_every_ranks_step_and_the_resume_equals_the_un
         tmp_path, tiny_model_dir):
     """torchrun passes the signal to both gloo processes; they agree on the step, save it (each rank's RNG state)
     and exit 75; resumed under torchrun, steps after it equal the uninterrupted 2-process run's."""
-    torchrun = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc_per_node", "2"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]  # = torchrun
 
     def two_process_flags(out: Path) -> list:
         args = flags(tiny_model_dir, out)
@@ -127,7 +130,8 @@ def test_sigterm_to_torchrun_saves_every_ranks_step_and_the_resume_equals_the_un
         return args
 
     reference = tmp_path / "reference"
-    done = start_cli(two_process_flags(reference), tmp_path, tmp_path / "reference.log", launcher=torchrun)
+    done = start_cli(two_process_flags(reference), tmp_path, tmp_path / "reference.log", launcher=torchrun,
+                     fresh=True)  # the reference: torchrun and its workers processes of their own
     assert done.wait(timeout=600) == 0, (tmp_path / "reference.log").read_text()[-6000:]
 
     out, log = tmp_path / "out", tmp_path / "first.log"

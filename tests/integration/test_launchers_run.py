@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+import warm_python
 import yaml
 
 from olmocr_rl.launch import beaker
@@ -367,7 +368,7 @@ def test_two_process_cpu_run_through_accelerate(tmp_path, tiny_model_dir):
         "--resume_from_checkpoint",  # as the launchers pass it: nothing to resume, so a fresh start
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    result = warm_python.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)  # workers forked
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-8000:]
     assert "no checkpoint in" in result.stderr + result.stdout  # resume asked, nothing there: fresh start
     state = json.loads((out_dir / "checkpoint-2" / "trainer_state.json").read_text())

@@ -6,11 +6,11 @@ forwards the step runs; and data parallel over two processes."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 import torch
+import warm_python
 from test_active_sampling import _half_flat_bench
 from test_cli_e2e import BENCH, REPO, cli_env, failure
 
@@ -84,7 +84,7 @@ def test_lora_data_parallel_over_two_processes(tiny_model_dir, tmp_path):
                "--pages", ".", "--model_name", str(tiny_model_dir), "--output_dir", str(out), "--max_steps", "2",
                *COMMON, "--num_generations", "2", "--per_device_train_batch_size", "1",
                "--reward_bench_edit_distance", "1.0"]
-    result = subprocess.run(command, cwd=REPO, env=cli_env(tmp_path), capture_output=True, text=True, timeout=600)
+    result = warm_python.run(command, cwd=REPO, env=cli_env(tmp_path), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, failure(result)
     records = _records(out)
     assert [r["step"] for r in records] == [1, 2] and all(r["grad_norm"] > 0 for r in records)

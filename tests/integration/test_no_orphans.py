@@ -2,8 +2,9 @@
 
 An inner pytest session (this repository's conftest, so its reaper) runs one test that starts a plain child, a
 child in a session of its own (as torchrun's workers and the vLLM server's engine are), a grandchild whose parent
-has exited (re-parented away from pytest's tree), and a run forked from the preloaded interpreter; the outer test
-SIGKILLs the inner pytest and then every one of those processes must be gone within seconds.
+has exited (re-parented away from pytest's tree), a run forked from the preloaded interpreter, and a forked torchrun
+whose two workers come from its zygote (each in a session of its own); the outer test SIGKILLs the inner pytest and
+then every one of those processes must be gone within seconds.
 """
 
 from __future__ import annotations
@@ -41,8 +42,21 @@ INNER_TEST = textwrap.dedent('''
                                  capture_output=True, text=True, check=True)
         forked = warm_python.popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "0"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        folder = Path(os.environ["OLMOCR_RL_TEST_PIDS"]).parent
+        worker = folder / "sleeping_worker.py"
+        worker.write_text("import os, sys, time\\nfrom pathlib import Path\\n"
+                          "Path(sys.argv[1], 'worker' + os.environ['RANK']).write_text(str(os.getpid()))\\n"
+                          "time.sleep(600)\\n")
+        launcher = warm_python.popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                      "--nproc_per_node=2", str(worker), str(folder)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while not all((folder / f"worker{r}").is_file() for r in range(2)) and time.monotonic() < deadline:
+            time.sleep(0.1)
         pids = {"plain": plain.pid, "own_session": own_session.pid, "orphaned_grandchild": int(spawner.stdout),
-                "forked_run": forked.pid, "preloaded_interpreter": warm_python.server_pids()[0]}
+                "forked_run": forked.pid, "preloaded_interpreter": warm_python.server_pids()[0],
+                "forked_torchrun": launcher.pid,
+                **{f"torchrun_worker{r}": int((folder / f"worker{r}").read_text()) for r in range(2)}}
         Path(os.environ["OLMOCR_RL_TEST_PIDS"]).write_text(json.dumps(pids))
         time.sleep(600)
 ''')

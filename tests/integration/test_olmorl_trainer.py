@@ -16,7 +16,6 @@ the worker of the 2-process (gloo) test.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -216,12 +215,13 @@ def test_equivalence_one_process(tiny_model_dir, tmp_path):
 
 
 def test_equivalence_two_gloo_processes_with_grad_accumulation(tiny_model_dir, tmp_path):
-    torchrun = Path(sys.executable).with_name("torchrun")
+    import warm_python  # here, not at the top: torchrun runs this file as its workers' script
+
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     started = time.monotonic()
-    proc = subprocess.run(
-        [str(torchrun), "--standalone", "--nproc_per_node=2", __file__, str(tiny_model_dir), str(tmp_path)],
-        env=env, capture_output=True, text=True, timeout=300,
+    proc = warm_python.run(  # torchrun (python -m torch.distributed.run), its workers forked (tests/warm_python.py)
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__,
+         str(tiny_model_dir), str(tmp_path)], env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     results = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]

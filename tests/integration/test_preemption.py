@@ -140,8 +140,8 @@ def start_nodes(tmp_path: Path, folders: list[Path], tag: str, **command) -> lis
     for rank, folder in enumerate(folders):
         log = tmp_path / f"{tag}-node{rank}.log"
         with log.open("w") as handle:
-            proc = subprocess.Popen(node_command(rank, port, output_dir=folder, **command), cwd=REPO,
-                                    env=cli_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
+            proc = warm_python.popen(node_command(rank, port, output_dir=folder, **command), cwd=REPO,
+                                     env=cli_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
         nodes.append((proc, log))
     return nodes
 

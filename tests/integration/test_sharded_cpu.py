@@ -38,6 +38,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_python
 from s3_server import moto_s3  # noqa: F401  (pytest fixture, the full arm's S3)
 from test_cli_e2e import BENCH, REPO, cli_env, failure
 
@@ -82,8 +83,11 @@ def sharded_command(engine: str, port: int, flags: list[str]) -> list[str]:
     return [sys.executable, "-m", "accelerate.commands.launch", *argv[2:4], "--mixed_precision", "no", *argv[4:]]
 
 
-def run_pair(model_dir: Path, tmp_path: Path, extra: list[str], engine: str = "fsdp") -> tuple[Path, Path]:
-    """The same 2-step run on one process (2 rows per batch) and under FSDP2 / ZeRO-3 on two (1 row each)."""
+def run_pair(model_dir: Path, tmp_path: Path, extra: list[str], engine: str = "fsdp",
+             fresh: str = "single") -> tuple[Path, Path]:
+    """The same 2-step run on one process (2 rows per batch) and under FSDP2 / ZeRO-3 on two (1 row each). The one
+    named by ``fresh`` ("single" or "sharded") is a process of its own, the other forked from the preloaded
+    interpreter (tests/warm_python.py; a launcher's workers too): runs that must agree never share a hash secret."""
     from test_lora_training import _free_port
 
     one, two = tmp_path / "one", tmp_path / "two"
@@ -93,8 +97,9 @@ def run_pair(model_dir: Path, tmp_path: Path, extra: list[str], engine: str = "f
               "--output_dir", str(one)]
     sharded = sharded_command(engine, _free_port(), [*flags, "--per_device_train_batch_size", "1",
                                                      "--output_dir", str(two)])
-    for command in (single, sharded):
-        result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    for name, command in (("single", single), ("sharded", sharded)):
+        result = warm_python.run(command, fresh=name == fresh, cwd=REPO, env=env, capture_output=True, text=True,
+                                 timeout=600)
         assert result.returncode == 0, failure(result)
     engine_file = "pytorch_model_fsdp.bin" if engine == "fsdp" else "zero_pp_rank_1_mp_rank_00_model_states.pt"
     assert list(two.glob(f"checkpoint-2/**/{engine_file}"))  # the engine's own checkpoint layout
@@ -136,7 +141,8 @@ def test_fsdp2_on_two_processes_matches_one_process(arm, tiny_model_dir, tiny_fa
     model, extra = {"full": (tiny_model_dir, ["--max_steps", "5", "--save_steps", "2"]),
                     "lora_olmorl": (tiny_model_dir, ["--use_peft", "--olmorl"]),
                     "moe_frozen_tower": (tiny_family_dir("qwen3_vl_moe"), ["--freeze_vision_tower"])}[arm]
-    one, two = run_pair(model, tmp_path, extra)
+    # full: the sharded run is also the reference the S3 resume below must equal bit for bit, so it is the fresh one
+    one, two = run_pair(model, tmp_path, extra, fresh="sharded" if arm == "full" else "single")
     assert_same_steps(one, two, steps=5 if arm == "full" else 2)
     report = assert_half_each(one, two)
     print(arm, json.dumps(report))
@@ -152,8 +158,8 @@ def test_fsdp2_on_two_processes_matches_one_process(arm, tiny_model_dir, tiny_fa
         single = [sys.executable, "-m", "olmocr_rl.grpo_train", *COMMON, "--model_name", str(model),
                   "--per_device_train_batch_size", "2", "--max_steps", "5", "--output_dir", str(two),
                   "--resume_from_checkpoint", str(two / "checkpoint-2")]
-        assert_refused(subprocess.run(single, cwd=REPO, env=sharded_env(tmp_path), capture_output=True, text=True,
-                                      timeout=300), "2 processes on 1 machine (fsdp2-full_state_dict)",
+        assert_refused(warm_python.run(single, cwd=REPO, env=sharded_env(tmp_path), capture_output=True, text=True,
+                                       timeout=300), "2 processes on 1 machine (fsdp2-full_state_dict)",
                        "1 process on 1 machine (single)")
 
 
@@ -183,8 +189,8 @@ def sharded_s3_command(model: Path, out: Path, save_uri: str, cache: Path, save_
 def start(command: list[str], tmp_path: Path, name: str) -> tuple[subprocess.Popen, Path]:
     log = tmp_path / f"{name}.log"
     with log.open("w") as handle:
-        return subprocess.Popen(command, cwd=REPO, env=sharded_env(tmp_path), stdout=handle,
-                                stderr=subprocess.STDOUT), log
+        return warm_python.popen(command, cwd=REPO, env=sharded_env(tmp_path), stdout=handle,
+                                 stderr=subprocess.STDOUT), log
 
 
 def kill_once_on_s3(command: list[str], server, prefix: str, tmp_path: Path) -> set[str]:
@@ -302,5 +308,5 @@ def test_zero3_on_two_processes_matches_one_process(tiny_model_dir, tmp_path):
                                                   "--per_device_train_batch_size", "1", "--max_steps", "3",
                                                   "--output_dir", str(two),
                                                   "--resume_from_checkpoint", str(two / "checkpoint-2")])
-    assert_refused(subprocess.run(fsdp, cwd=REPO, env=sharded_env(tmp_path), capture_output=True, text=True,
-                                  timeout=300), "(deepspeed-zero3)", "2 processes on 1 machine (fsdp2-")
+    assert_refused(warm_python.run(fsdp, cwd=REPO, env=sharded_env(tmp_path), capture_output=True, text=True,
+                                   timeout=300), "(deepspeed-zero3)", "2 processes on 1 machine (fsdp2-")

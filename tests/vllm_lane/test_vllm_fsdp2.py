@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_python
 from safetensors.torch import load_file
 
 from vllm_lane.lane import BENCH, REPO, failure, lane_env, read_metrics
@@ -45,7 +46,8 @@ def run_fsdp2_colocate(model: Path, out: Path, tmp_path: Path, extra: list[str])
                "--vllm_mode", "colocate", "--report_to", "none", "--no-log_completions", "--logging_steps", "1",
                "--target_longest_image_dim", "256", "--learning_rate", "1e-3", "--warmup_steps", "0",
                "--save_steps", "100000", "--seed", "0", "--vllm_enforce_eager", *extra]
-    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    # forked from the lane's preloaded interpreter, and so are accelerate's two workers (tests/warm_python.py)
+    return warm_python.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
 
 
 @pytest.mark.parametrize("arm", ["full", "lora"])
