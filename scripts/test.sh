@@ -6,7 +6,7 @@
 # the main lane's, then one closing line per lane. Either lane failing fails the run.
 # Extra arguments go to pytest in both lanes, e.g. `bash scripts/test.sh -x -q`. Naming test paths runs
 # only those, in the main lane (`bash scripts/test.sh tests/unit/test_bench_text.py -x`); tests/vllm_lane
-# paths run in the vLLM lane. `--fast` runs tests/unit only (the fast lane: 195 s on a quiet 2-core machine).
+# paths run in the vLLM lane. `--fast` runs tests/unit only, over two pytest-xdist workers (the fast lane).
 # OLMOCR_RL_SKIP_VLLM=1 skips the vLLM lane (a quick local run; CI always runs it).
 set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,7 +32,8 @@ fi
 if (( fast )); then
   (( ${#main_paths[@]} )) || main_paths=(tests/unit)
   run_main=1 run_vllm=0
-  echo "[test] --fast: the unit tests only" >&2
+  options+=(-n 2)  # pytest-xdist (the dev extra): one worker per core; each is a test session of its own
+  echo "[test] --fast: the unit tests only, on two workers" >&2
 elif [[ "${OLMOCR_RL_SKIP_VLLM:-0}" == 1 ]]; then
   run_vllm=0
   echo "[test] OLMOCR_RL_SKIP_VLLM=1: the vLLM lane is skipped" >&2
@@ -48,8 +49,8 @@ fi
 # SECOND_SLICE runs in the vLLM lane's slot once its tests end: main-lane files, in .venv, by a pytest of their
 # own (log: $log_dir/main2.log). The files are picked by their seconds in a fresh-clone run, so that the two slots
 # end about together (docs/testing.md). Nothing is skipped: the main lane leaves exactly these files to it.
-SECOND_SLICE=(tests/integration/test_sharded_cpu.py tests/integration/test_preemption.py
-              tests/integration/test_lora_training.py)
+SECOND_SLICE=(tests/integration/test_sharded_cpu.py tests/integration/test_lora_training.py
+              tests/integration/test_lora_resume.py)
 log_dir="${OLMOCR_RL_TEST_LOGS:-$repo_root/logs/test}"
 mkdir -p "$log_dir"
 main_log="$log_dir/main.log" vllm_log="$log_dir/vllm.log" second_log="$log_dir/main2.log"

@@ -23,7 +23,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Every process the suite starts inherits this mark (a test's subprocess gets os.environ): how the last check
 # tells this session's processes from those of other sessions on the machine.
 SESSION_MARK = "OLMOCR_RL_TEST_SESSION"
-os.environ.setdefault(SESSION_MARK, f"{os.getpid()}-{time.time_ns()}")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # A pytest-xdist worker (the fast lane's `-n 2`) is a session of its own: its own mark, so that its reaper,
+    # run when it ends, stops what it started and never the other worker (whose environment holds the mark the
+    # controlling pytest handed both).
+    os.environ[SESSION_MARK] = f"{os.getpid()}-{time.time_ns()}"
+else:
+    os.environ.setdefault(SESSION_MARK, f"{os.getpid()}-{time.time_ns()}")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _reaper = None

@@ -23,7 +23,7 @@ def colocate_flags(model, out, *, steps=3, generations=4, image_dim=448, complet
     """The lane's colocated run. ``--vllm_enforce_eager`` unless ``compiled``: vLLM's CPU engine spends about 110 s
     compiling each new engine (model folder, context) on a quiet core, which the claims here do not need. The
     compiled engine, vLLM's default, is proven by the warm-model and LoRA runs below (one compile, then vLLM's
-    compile cache) and by the lane's Qwen2.5-VL server (test_vllm_server.py)."""
+    compile cache): each step's weight sync lands in the weights the compiled model reads."""
     return [
         "--train_bench_data_folder", BENCH, "--model_name", model, "--output_dir", out, "--reward_bench",
         "--num_generations", generations, "--per_device_train_batch_size", generations,

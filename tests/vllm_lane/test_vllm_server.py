@@ -42,15 +42,17 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def vllm_server(model_dir: Path, folder: Path, *, eager: bool = False):
-    """``trl vllm-serve`` with the gloo push's flags on a free loopback port; yields the port. ``eager``: without
-    torch.compile (``--enforce_eager``), which saves about 110 s of start-up on a quiet core."""
+def vllm_server(model_dir: Path, folder: Path):
+    """``trl vllm-serve`` with the gloo push's flags on a free loopback port; yields the port. Eager
+    (``--enforce_eager``): torch.compile would add about 110 s to each start on a quiet core; the compiled engine,
+    vLLM's default, is proven by the colocated runs (test_vllm_colocate.py), whose weight syncs go through the same
+    ``load_weights`` as the server's pushes."""
     port, log_path = _free_port(), folder / "server.log"
     log = log_path.open("w")
     process = warm_python.popen(  # `trl vllm-serve`, forked from the lane's preloaded interpreter
         [sys.executable, "-m", "trl.cli.main", "vllm-serve", "--model", str(model_dir), "--host", "127.0.0.1", "--port", str(port),
          "--dtype", "float32", "--max_model_len", "4096", "--gpu_memory_utilization", "0.2", *server_flags(),
-         *(["--enforce_eager"] if eager else [])],
+         "--enforce_eager"],
         env=lane_env(folder), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     deadline = time.time() + 600  # a busy machine: start-up took up to 175 s at load 19
@@ -77,7 +79,6 @@ def vllm_server(model_dir: Path, folder: Path, *, eager: bool = False):
 
 @pytest.fixture(scope="module")
 def qwen25_server(sft_model_dir, tmp_path_factory):
-    """vLLM's default, compiled engine: the pushes land in the weights the compiled model reads."""
     with vllm_server(sft_model_dir, tmp_path_factory.mktemp("server")) as port:
         yield port
 
@@ -115,7 +116,7 @@ def check_server_run(model_dir: Path, tmp_path: Path, port: int, extra: list, la
 
 def test_server_mode_trains_a_tiny_moe(warm_qwen3_vl_moe_release_dir, tmp_path):
     """Experts pushed in the released layout and re-packed for the CPU MoE kernel by the server's worker."""
-    with vllm_server(warm_qwen3_vl_moe_release_dir, tmp_path, eager=True) as port:  # the compiled server: below
+    with vllm_server(warm_qwen3_vl_moe_release_dir, tmp_path) as port:
         check_server_run(warm_qwen3_vl_moe_release_dir, tmp_path, port, ["--reward_bench_edit_distance", 1.0], "moe")
 
 
