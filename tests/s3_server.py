@@ -72,6 +72,26 @@ class MotoS3Server:
         # backlog until a read timeout instead of failing like a vanished host.
         server._server.server_close()
 
+    def stop_after_put(self, key: str) -> None:
+        """Stop the server as soon as it has stored ``key`` (a PUT whose path ends with it), before its answer goes
+        back: the uploader's next request finds no server, however busy the machine is (a test that polled for the
+        key and then stopped the server raced the uploader). ``stopped_after`` names the key once that happened."""
+        wsgi = self._server._server  # ThreadedMotoServer's werkzeug server
+        app = wsgi.app
+
+        def gate(environ, start_response):
+            answer = app(environ, start_response)
+            if environ["REQUEST_METHOD"] == "PUT" and environ.get("PATH_INFO", "").endswith(key):
+                body = b"".join(answer)  # stored: moto's work is done
+                self.stop()  # from this request's thread: the serve loop and the listening socket go first
+                self.stopped_after = key
+                return [body]
+            return answer
+
+        wsgi.app = gate
+
+    stopped_after: str | None = None
+
     def client(self):
         """A boto3 client for the test's own setup and assertions (one per server: creating one is slow)."""
         import boto3

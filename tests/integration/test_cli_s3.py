@@ -92,30 +92,23 @@ def test_model_from_s3_checkpoints_mirrored_then_resumed_on_a_fresh_machine(moto
 def test_training_finishes_when_the_s3_server_goes_away_mid_run_and_exits_74(moto_s3, tmp_path, tiny_model_dir):
     save_uri = f"s3://{moto_s3.bucket}/runs/gone"
     out = tmp_path / "out"
-    # A checkpoint every step: checkpoint-1's upload succeeds, the server is stopped then, and the uploads
-    # of checkpoints 2-4 and of the final model cannot (4 steps leave a fast machine time to stop it).
+    # A checkpoint every step: checkpoint-1's upload succeeds, the server stops as soon as it has stored that
+    # checkpoint's last file (trainer_state.json), and the uploads of checkpoints 2-4 and of the final model cannot.
     flags = s3_flags(tiny_model_dir, out, save_uri, 4, tmp_path / "cache")
     flags[flags.index("--save_steps") + 1] = 1
+    marker = "runs/gone/checkpoint-1/trainer_state.json"
+    moto_s3.stop_after_put(marker)
     log_path = tmp_path / "cli.log"
     with log_path.open("w") as log_file:
         proc = warm_python.popen([sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, flags)], cwd=REPO,
-                                env=cli_env(tmp_path), stdout=log_file, stderr=subprocess.STDOUT, text=True)
+                                 env=cli_env(tmp_path), stdout=log_file, stderr=subprocess.STDOUT, text=True)
         try:
-            # Stop the server as soon as checkpoint-1 is whole on S3 (trainer_state.json is uploaded last).
-            marker = "runs/gone/checkpoint-1/trainer_state.json"
-            deadline = time.monotonic() + 540
-            while proc.poll() is None and time.monotonic() < deadline:
-                if marker[len("runs/gone/"):] in remote_files(moto_s3, "runs/gone"):
-                    break
-                time.sleep(0.2)
-            uploaded_first = proc.poll() is None and marker[len("runs/gone/"):] in remote_files(moto_s3, "runs/gone")
-            moto_s3.stop()
             returncode = proc.wait(timeout=540)
         finally:
             if proc.poll() is None:
                 proc.kill()
     log = log_path.read_text()
-    assert uploaded_first, "checkpoint-1 never reached S3 while the run was going:\n" + log[-6000:]
+    assert moto_s3.stopped_after == marker, "checkpoint-1 never reached S3:\n" + log[-6000:]
     assert returncode == 74, log[-8000:]  # trained, but the final model never reached S3: not a success
     assert f"to {save_uri}/ failed; training goes on, checkpoints stay on local disk" in log
     assert "cannot reach the S3 endpoint" in log
