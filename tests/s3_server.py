@@ -61,6 +61,7 @@ class MotoS3Server:
     env: dict[str, str] = field(default_factory=dict)
     _server: object = None
     _client: object = None
+    stopped_after: str | None = None  # the key stop_after_put stopped the server after
 
     def stop(self) -> None:
         """Shut the server down AND close its socket, so clients get "connection refused" at once."""
@@ -89,8 +90,6 @@ class MotoS3Server:
             return answer
 
         wsgi.app = gate
-
-    stopped_after: str | None = None
 
     def client(self):
         """A boto3 client for the test's own setup and assertions (one per server: creating one is slow)."""

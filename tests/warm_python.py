@@ -307,9 +307,12 @@ def _start_zygote(preload_environ: dict[str, str | None]) -> None:
             code = 1
         finally:
             os._exit(code)
-    zygote = type("Zygote", (), {"socket_path": listener.getsockname()})
+    import shutil
+    import types
+
+    zygote = types.SimpleNamespace(socket_path=listener.getsockname())  # what WarmProcess needs of a server
     listener.close()
-    atexit.register(_remove_folder, folder)
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     base = subprocess_handler.SubprocessHandler._popen
 
     def _popen(self, args, env):
@@ -319,12 +322,6 @@ def _start_zygote(preload_environ: dict[str, str | None]) -> None:
                            start_new_session=True)  # torch elastic starts each worker in a session of its own
 
     subprocess_handler.SubprocessHandler._popen = _popen
-
-
-def _remove_folder(folder: str) -> None:
-    import shutil
-
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _serve_forks(server: socket.socket, preload_environ: dict[str, str | None], control) -> None:

@@ -53,7 +53,7 @@ def trainer_switches(cfg, padding_free: bool, shared_prefix: bool = False) -> di
         "apply_learning_rate_on_resume": cfg.apply_learning_rate_on_resume,  # trainer.checkpoint_load
         # vLLM backends get our prompt/dtype fixes (trainer.vllm_generation); HF generation needs nothing.
         "vllm_engine_kwargs": None if cfg.vllm_mode == "none" else {
-            "dtype": cfg.vllm_engine_dtype, **({"enforce_eager": True} if cfg.vllm_enforce_eager else {})},
+            "dtype": cfg.vllm_engine_dtype, "enforce_eager": cfg.vllm_enforce_eager},
         "label_phases": cfg.profile_step is not None,
         # server mode: the next batch is generated while this one trains (trainer.async_rollouts)
         "async_generation": cfg.async_generation, "max_staleness": cfg.max_staleness,

@@ -281,7 +281,8 @@ def test_the_cli_refuses_async_generation_without_a_server_before_anything_loads
     assert switches["async_generation"] is False and switches["max_staleness"] == 1
     assert switches["vllm_engine_kwargs"] is None  # HF generate: no engine
     server = validate(parse_args([*base, "--vllm_mode", "server"]), Environment(cuda=False, vllm=True, num_processes=1))
-    assert trainer_switches(server, padding_free=False)["vllm_engine_kwargs"] == {"dtype": "float32"}  # compiled
+    assert trainer_switches(server, padding_free=False)["vllm_engine_kwargs"] == {"dtype": "float32",
+                                                                                "enforce_eager": False}  # compiled
     eager = validate(parse_args([*base, "--vllm_mode", "colocate", "--vllm_enforce_eager"]),
                      Environment(cuda=False, vllm=True, num_processes=1))
     assert trainer_switches(eager, padding_free=False)["vllm_engine_kwargs"] == {"dtype": "float32",
