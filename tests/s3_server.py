@@ -77,6 +77,15 @@ class MotoS3Server:
         """Stop the server as soon as it has stored ``key`` (a PUT whose path ends with it), before its answer goes
         back: the uploader's next request finds no server, however busy the machine is (a test that polled for the
         key and then stopped the server raced the uploader). ``stopped_after`` names the key once that happened."""
+        def stop():
+            self.stop()  # from this request's thread: the serve loop and the listening socket go first
+            self.stopped_after = key
+
+        self.after_put(key, stop)
+
+    def after_put(self, key: str, action) -> None:
+        """Call ``action()`` once the server has stored ``key`` (a PUT whose path ends with it), in that request's
+        thread, before its answer goes back: whatever the client does next happens after ``action``."""
         wsgi = self._server._server  # ThreadedMotoServer's werkzeug server
         app = wsgi.app
 
@@ -84,8 +93,7 @@ class MotoS3Server:
             answer = app(environ, start_response)
             if environ["REQUEST_METHOD"] == "PUT" and environ.get("PATH_INFO", "").endswith(key):
                 body = b"".join(answer)  # stored: moto's work is done
-                self.stop()  # from this request's thread: the serve loop and the listening socket go first
-                self.stopped_after = key
+                action()
                 return [body]
             return answer
 
