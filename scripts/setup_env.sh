@@ -70,7 +70,7 @@ compile=
 [[ -z "${PYTHONDONTWRITEBYTECODE:-}" ]] || compile=1
 install() {  # install PIP-ARGS...: into $venv, quietly
   if [[ "${OLMOCR_RL_INSTALLER:-uv}" == uv ]]; then
-    if "$venv/bin/python" -m pip install --quiet "uv==$UV_VERSION" >&2; then
+    if "$venv/bin/python" -m pip install -qq "uv==$UV_VERSION" >&2; then  # -qq: no notes on index folders without uv
       local index_args=()
       mapfile -t index_args < <("$venv/bin/python" "$repo_root/scripts/pip_index_args.py")
       if UV_CACHE_DIR="${UV_CACHE_DIR:-$repo_root/.uv-cache}" "$venv/bin/uv" pip install --quiet \

@@ -54,7 +54,7 @@ CLAIMS: list[tuple[str, list[str]]] = [
     ("colocated vLLM samples from the trainer's prompt: log-probs paired at every step (Qwen2.5-VL plain/OlmoRL/LoRA)",
      ["tests/vllm_lane/test_vllm_colocate.py::test_warm_model_vllm_logprobs_equal_the_trainers_at_every_step",
       "tests/vllm_lane/test_vllm_colocate.py::test_lora_colocate_run_sends_the_merged_weights_at_every_step",
-      "tests/vllm_lane/test_vllm_colocate.py::test_random_model_long_completions_never_sample_image_tokens"]),
+      "tests/vllm_lane/test_vllm_colocate.py::test_a_pad_heavy_policy_never_samples_image_tokens"]),
     ("the same pairing for Qwen3-VL dense and MoE, and under FSDP2 (full, LoRA, MoE)",
      ["tests/vllm_lane/test_vllm_qwen3_vl.py::test_qwen3_vl_vllm_logprobs_equal_the_trainers_at_every_step",
       "tests/vllm_lane/test_vllm_qwen3_vl.py::test_qwen3_vl_moe_release_folder_vllm_logprobs_equal_the_trainers",

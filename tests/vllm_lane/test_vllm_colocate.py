@@ -55,18 +55,48 @@ def check_prompts_and_pads(records, pads, steps):
             assert not pads & set(completion), "vLLM sampled a vision pad token"
 
 
+PAD_LOGIT_SCALE = 100.0
+
+
+@pytest.fixture(scope="module")
+def pad_heavy_model_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny random model with its two vision pad rows of lm_head set to +-100 u (u a fixed unit vector): for
+    any hidden state h one of them has the logit 100 |u.h|, so an unbanned sampler picks a pad at about 94 % of
+    positions (the stock random model: about 0.3 %, once per 360 tokens). Checked here on random contexts."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForImageTextToText
+
+    model = tmp_path_factory.mktemp("pad_heavy") / "model"
+    shutil.copytree(tiny_model_dir, model)
+    weights = load_file(model / "model.safetensors")
+    head = weights["lm_head.weight"]
+    u = torch.randn(head.shape[1], generator=torch.Generator().manual_seed(0))
+    first, second = sorted(vision_pad_ids(model))
+    head[first], head[second] = PAD_LOGIT_SCALE * u / u.norm(), -PAD_LOGIT_SCALE * u / u.norm()
+    save_file(weights, model / "model.safetensors", metadata={"format": "pt"})
+    hf = AutoModelForImageTextToText.from_pretrained(model, dtype=torch.float32)
+    contexts = torch.randint(7, head.shape[0], (4, 128), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        probs = hf(input_ids=contexts).logits.softmax(-1)[..., [first, second]].sum(-1)
+    assert probs.mean() > 0.85, probs.mean()  # the rig took: pads dominate whatever the context
+    return model
+
+
 @pytest.mark.parametrize("arm", list(ARMS))
-def test_random_model_long_completions_never_sample_image_tokens(tiny_model_dir, tmp_path, arm):
-    """The random policy samples <|image_pad|> about once per 1,000 tokens; >= 1,500 forced tokens a completion."""
+def test_a_pad_heavy_policy_never_samples_image_tokens(pad_heavy_model_dir, tmp_path, arm):
+    """vLLM's bad_words keep the vision pads out of every completion, across the weight syncs of three steps: a
+    policy that puts about 94 % of each token's mass on them samples none in 3 x 4 completions of 96 forced tokens
+    (unbanned, about 1,080 pads would be expected)."""
     out = tmp_path / "out"
-    flags = colocate_flags(tiny_model_dir, out, completion=1600) + [
-        "--generation_kwargs", json.dumps({"min_tokens": 1500})] + ARMS[arm]
+    flags = colocate_flags(pad_heavy_model_dir, out, completion=96) + [
+        "--generation_kwargs", json.dumps({"ignore_eos": True})] + ARMS[arm]
     result, records = run_recorded(tmp_path, flags)
     assert result.returncode == 0, failure(result)
     check_engine(result.stderr, compiled=False)
-    check_prompts_and_pads(records, vision_pad_ids(tiny_model_dir), steps=3)
+    check_prompts_and_pads(records, vision_pad_ids(pad_heavy_model_dir), steps=3)
     lengths = [len(c) for r in records for c in r["completion_ids"]]
-    assert min(lengths) >= 1500 and sum(lengths) >= 3 * 4 * 1500
+    assert lengths == [96] * 12, lengths
     assert [r["step"] for r in read_metrics(out)] == [1, 2, 3]
 
 
