@@ -8,6 +8,7 @@
 # Each environment is reinstalled only when its inputs changed since the last successful install
 # (pyproject.toml, and for --vllm this script and scripts/vllm_cpu/). Prints the venv's python path
 # on its last line, so callers can do: python="$(bash scripts/setup_env.sh | tail -n 1)".
+# Installs with uv (about twice as fast as pip; see below), OLMOCR_RL_INSTALLER=pip with pip.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,6 +23,11 @@ if [[ "$lane" == vllm ]]; then
 else
   venv="${OLMOCR_RL_VENV:-$repo_root/.venv}"
 fi
+
+case "${OLMOCR_RL_INSTALLER:-uv}" in
+  uv|pip) ;;
+  *) echo "error: OLMOCR_RL_INSTALLER=${OLMOCR_RL_INSTALLER}: use uv (the default) or pip" >&2; exit 2 ;;
+esac
 
 python_bin="${PYTHON:-}"
 if [[ -z "$python_bin" ]]; then
@@ -82,9 +88,6 @@ install() {  # install PIP-ARGS...: into $venv, quietly
     else
       echo "[setup] uv==$UV_VERSION could not be installed (above): installing with pip instead" >&2
     fi
-  elif [[ "${OLMOCR_RL_INSTALLER}" != pip ]]; then
-    echo "error: OLMOCR_RL_INSTALLER=${OLMOCR_RL_INSTALLER}: use uv (the default) or pip" >&2
-    exit 2
   fi
   "$venv/bin/python" -m pip install --quiet --upgrade pip >&2
   local no_compile=()

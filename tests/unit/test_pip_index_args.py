@@ -51,3 +51,12 @@ def test_the_script_reads_pips_own_configuration(tmp_path):
                          text=True, check=True).stdout.split()
     assert out[out.index("--extra-index-url") + 1] == "file:///srv/index/simple"
     assert [out[i + 1] for i, arg in enumerate(out) if arg == "--find-links"] == ["/srv/wheels-a", "/srv/wheels-b"]
+
+
+def test_an_unknown_installer_is_one_error_line_before_anything_is_made(tmp_path):
+    venv = tmp_path / "venv"
+    result = subprocess.run(["bash", str(REPO / "scripts" / "setup_env.sh")], capture_output=True, text=True,
+                            env={**os.environ, "OLMOCR_RL_INSTALLER": "conda", "OLMOCR_RL_VENV": str(venv)})
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == ["error: OLMOCR_RL_INSTALLER=conda: use uv (the default) or pip"]
+    assert not venv.exists()
