@@ -139,9 +139,10 @@ def test_first_use_checks_itself_and_falls_back_with_one_line(models, monkeypatc
     torch.testing.assert_close(again.log_probs, result.log_probs)
 
 
-def _train(model_dir, tmp_path, shared: bool):
+def _train(model_dir, tmp_path, shared: bool, lora: bool = False):
     """3 GRPO steps of the tiny model (G = 4 completions of one page per step; two pages of different sizes; the
-    old-policy log-probs by num_iterations = 2, the reference model's by beta > 0): the log history and the guard."""
+    old-policy log-probs by num_iterations = 2, the reference model's by beta > 0, with LoRA the base model with its
+    adapters off): the log history and the guard."""
     from datasets import Dataset
     from trl import GRPOConfig
 
@@ -159,16 +160,22 @@ def _train(model_dir, tmp_path, shared: bool):
                       num_generations=4, per_device_train_batch_size=4, gradient_accumulation_steps=1,
                       max_completion_length=8, num_iterations=2, beta=0.04, logging_steps=1, max_steps=3, seed=0,
                       save_strategy="no", learning_rate=1e-3)
+    peft = None
+    if lora:
+        from peft import LoraConfig
+
+        peft = LoraConfig(r=4, lora_alpha=8, target_modules=r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj)")
     trainer = PlainGRPOTrainer(model=model, args=args, processing_class=processor, padding_free=True,
-                               shared_prefix=shared, train_dataset=dataset,
+                               shared_prefix=shared, train_dataset=dataset, peft_config=peft,
                                reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"]) % 5) for c in completions]])
     trainer.train()
     return [entry for entry in trainer.state.log_history if "loss" in entry], trainer.shared_prefix
 
 
-def test_training_steps_equal_the_stock_path(tiny_model_dir, tmp_path):
-    stock, _ = _train(tiny_model_dir, tmp_path, shared=False)
-    shared, guard = _train(tiny_model_dir, tmp_path, shared=True)
+@pytest.mark.parametrize("arm", ["full", "lora"])
+def test_training_steps_equal_the_stock_path(tiny_model_dir, tmp_path, arm):
+    stock, _ = _train(tiny_model_dir, tmp_path, shared=False, lora=arm == "lora")
+    shared, guard = _train(tiny_model_dir, tmp_path, shared=True, lora=arm == "lora")
     # every forward shared its page's prompt: per generation batch (steps 1 and 3) the old-policy and the reference
     # log-probs, and the loss of each of the 3 steps; the first one checked itself against the stock forward
     assert guard.checked and not guard.off and guard.shared_calls == 2 * 2 + 3
@@ -191,3 +198,73 @@ def test_on_by_default_and_off_where_it_cannot_be_exact(models):
     assert "attention implementation 'flash_attention_2'" in shared_prefix_problem(other)
     other.config.model_type = "qwen3_vl"
     assert "model type 'qwen3_vl'" in shared_prefix_problem(other)
+
+
+@pytest.fixture(scope="module")
+def lora_models(tiny_model_dir):
+    """The tiny model as --use_peft trains it (LoRA on the language model's projections, the rest frozen), the
+    adapters initialised at random (not B = 0) so that they change the forward; one copy with the shared layout."""
+    from peft import LoraConfig, get_peft_model
+    from trl.trainer.utils import add_fused_lm_head
+
+    from olmocr_rl.model.loading import load_model_and_processor
+
+    base, processor = load_model_and_processor(str(tiny_model_dir))
+    other = copy.deepcopy(base)
+    assert install_padding_free(other) is not None
+    torch.manual_seed(0)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj)",
+                        init_lora_weights=False)
+    stock = get_peft_model(base, config)
+    shared = get_peft_model(other, config)
+    shared.load_state_dict(stock.state_dict())
+    for model in (stock, shared):  # as GRPOTrainer does to a PEFT policy
+        add_fused_lm_head(model.get_base_model(), outputs=("log_probs", "entropy"))
+    assert shared_prefix_problem(shared) is None
+    return stock, shared, processor
+
+
+def _assert_same_trainable(mine, theirs, must_have: str, must_not_have: str):
+    """_assert_same for a model that trains only some parameters: the same ones get gradients in both paths."""
+    torch.testing.assert_close(mine[0], theirs[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mine[1], theirs[1], rtol=1e-5, atol=1e-5)
+    assert mine[2].keys() == theirs[2].keys()
+    assert any(must_have in name for name in mine[2]) and not any(must_not_have in name for name in mine[2])
+    for name in theirs[2]:
+        scale = max(1.0, float(theirs[2][name].abs().max()))
+        torch.testing.assert_close(mine[2][name], theirs[2][name], rtol=1e-4, atol=2e-6 * scale, msg=name)
+
+
+@pytest.mark.parametrize("case", range(len(GROUPS)))
+def test_lora_shared_forward_equals_the_stock_forward(lora_models, case):
+    stock, shared, processor = lora_models
+    pages, lengths = GROUPS[case]
+    inputs, width = _trl_batch(processor, [_page(*p) for p in pages], lengths)
+    guard = SharedPrefixGuard()
+    guard.checked = True
+    call = SharedPrefixForward(shared, lambda **kw: pytest.fail("the stock path ran"), width, guard)
+    mine = _run(call, shared, inputs, width)
+    theirs = _run(stock, stock, inputs, width)
+    assert guard.shared_calls == 1
+    _assert_same_trainable(mine, theirs, must_have="lora_", must_not_have="visual")
+
+
+def test_frozen_tower_shared_forward_equals_the_stock_forward(models):
+    """--freeze_vision_tower: the tower gets no gradient in either path, the language model the same ones."""
+    stock, shared, processor = models
+    pages, lengths = GROUPS[0]
+    inputs, width = _trl_batch(processor, [_page(*p) for p in pages], lengths)
+    frozen = [p for model in (stock, shared) for name, p in model.named_parameters() if "visual" in name]
+    try:
+        for parameter in frozen:
+            parameter.requires_grad_(False)
+        guard = SharedPrefixGuard()
+        guard.checked = True
+        call = SharedPrefixForward(shared, lambda **kw: pytest.fail("the stock path ran"), width, guard)
+        mine = _run(call, shared, inputs, width)
+        theirs = _run(stock, stock, inputs, width)
+    finally:
+        for parameter in frozen:
+            parameter.requires_grad_(True)
+    assert guard.shared_calls == 1
+    _assert_same_trainable(mine, theirs, must_have="language_model", must_not_have="visual")
