@@ -71,24 +71,28 @@ def _run(call, parameters, inputs, width):
     return logps.detach(), entropy.detach(), grads
 
 
-def _assert_same(mine, theirs):
+def _assert_same(mine, theirs, trained: str = "visual", untrained: str | None = None):
+    """Log-probs, entropies and gradients equal; the gradients' names include ``trained`` (and never ``untrained``)
+    in both paths."""
     torch.testing.assert_close(mine[0], theirs[0], rtol=1e-5, atol=1e-5)  # log-probs, zeros at padding included
     torch.testing.assert_close(mine[1], theirs[1], rtol=1e-5, atol=1e-5)  # entropies
-    assert mine[2].keys() == theirs[2].keys() and any("visual" in name for name in mine[2])
+    assert mine[2].keys() == theirs[2].keys() and any(trained in name for name in mine[2])
+    assert untrained is None or not any(untrained in name for name in mine[2])
     for name in theirs[2]:
         # float32 sums in another order: the error scales with the gradient's size; a wrong layout is off by O(1)
         scale = max(1.0, float(theirs[2][name].abs().max()))
         torch.testing.assert_close(mine[2][name], theirs[2][name], rtol=1e-4, atol=2e-6 * scale, msg=name)
 
 
+LORA_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj)"  # the language model's attention projections
 GROUPS = [  # (pages as (height, width, seed), completion lengths): two pages of two different sizes
     ([(56, 56, 0)] * 3 + [(112, 84, 1)] * 3, (5, 11, 2, 8, 1, 8)),
     ([(56, 56, 0), (56, 56, 0), (56, 56, 3), (112, 84, 1)], (4, 9, 3, 6)),  # same size, other pixels: no partner
 ]
 
 
-@pytest.mark.parametrize("case", range(len(GROUPS)))
-def test_shared_forward_equals_the_stock_forward(models, case):
+def _both_paths(models, case):
+    """GROUPS[case] through the shared forward (which must not fall back) and the stock one: (mine, theirs)."""
     stock, shared, processor = models
     pages, lengths = GROUPS[case]
     inputs, width = _trl_batch(processor, [_page(*p) for p in pages], lengths)
@@ -98,7 +102,12 @@ def test_shared_forward_equals_the_stock_forward(models, case):
     mine = _run(call, shared, inputs, width)
     theirs = _run(stock, stock, inputs, width)
     assert guard.shared_calls == 1
-    _assert_same(mine, theirs)
+    return mine, theirs
+
+
+@pytest.mark.parametrize("case", range(len(GROUPS)))
+def test_shared_forward_equals_the_stock_forward(models, case):
+    _assert_same(*_both_paths(models, case))
 
 
 def test_tokens_forwarded_once_per_group(models):
@@ -164,7 +173,7 @@ def _train(model_dir, tmp_path, shared: bool, lora: bool = False):
     if lora:
         from peft import LoraConfig
 
-        peft = LoraConfig(r=4, lora_alpha=8, target_modules=r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj)")
+        peft = LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS)
     trainer = PlainGRPOTrainer(model=model, args=args, processing_class=processor, padding_free=True,
                                shared_prefix=shared, train_dataset=dataset, peft_config=peft,
                                reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"]) % 5) for c in completions]])
@@ -213,8 +222,7 @@ def lora_models(tiny_model_dir):
     other = copy.deepcopy(base)
     assert install_padding_free(other) is not None
     torch.manual_seed(0)
-    config = LoraConfig(r=4, lora_alpha=8, target_modules=r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj)",
-                        init_lora_weights=False)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS, init_lora_weights=False)
     stock = get_peft_model(base, config)
     shared = get_peft_model(other, config)
     shared.load_state_dict(stock.state_dict())
@@ -224,47 +232,19 @@ def lora_models(tiny_model_dir):
     return stock, shared, processor
 
 
-def _assert_same_trainable(mine, theirs, must_have: str, must_not_have: str):
-    """_assert_same for a model that trains only some parameters: the same ones get gradients in both paths."""
-    torch.testing.assert_close(mine[0], theirs[0], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(mine[1], theirs[1], rtol=1e-5, atol=1e-5)
-    assert mine[2].keys() == theirs[2].keys()
-    assert any(must_have in name for name in mine[2]) and not any(must_not_have in name for name in mine[2])
-    for name in theirs[2]:
-        scale = max(1.0, float(theirs[2][name].abs().max()))
-        torch.testing.assert_close(mine[2][name], theirs[2][name], rtol=1e-4, atol=2e-6 * scale, msg=name)
-
-
 @pytest.mark.parametrize("case", range(len(GROUPS)))
 def test_lora_shared_forward_equals_the_stock_forward(lora_models, case):
-    stock, shared, processor = lora_models
-    pages, lengths = GROUPS[case]
-    inputs, width = _trl_batch(processor, [_page(*p) for p in pages], lengths)
-    guard = SharedPrefixGuard()
-    guard.checked = True
-    call = SharedPrefixForward(shared, lambda **kw: pytest.fail("the stock path ran"), width, guard)
-    mine = _run(call, shared, inputs, width)
-    theirs = _run(stock, stock, inputs, width)
-    assert guard.shared_calls == 1
-    _assert_same_trainable(mine, theirs, must_have="lora_", must_not_have="visual")
+    _assert_same(*_both_paths(lora_models, case), trained="lora_", untrained="visual")
 
 
 def test_frozen_tower_shared_forward_equals_the_stock_forward(models):
     """--freeze_vision_tower: the tower gets no gradient in either path, the language model the same ones."""
-    stock, shared, processor = models
-    pages, lengths = GROUPS[0]
-    inputs, width = _trl_batch(processor, [_page(*p) for p in pages], lengths)
-    frozen = [p for model in (stock, shared) for name, p in model.named_parameters() if "visual" in name]
+    frozen = [p for model in models[:2] for name, p in model.named_parameters() if "visual" in name]
     try:
         for parameter in frozen:
             parameter.requires_grad_(False)
-        guard = SharedPrefixGuard()
-        guard.checked = True
-        call = SharedPrefixForward(shared, lambda **kw: pytest.fail("the stock path ran"), width, guard)
-        mine = _run(call, shared, inputs, width)
-        theirs = _run(stock, stock, inputs, width)
+        mine, theirs = _both_paths(models, 0)
     finally:
         for parameter in frozen:
             parameter.requires_grad_(True)
-    assert guard.shared_calls == 1
-    _assert_same_trainable(mine, theirs, must_have="language_model", must_not_have="visual")
+    _assert_same(mine, theirs, trained="language_model", untrained="visual")
