@@ -43,6 +43,16 @@ def pytest_configure(config):
     _reaper = reaper.start(SESSION_MARK)
 
 
+def pytest_collection_finish(session):
+    """Everything imported so far (torch, transformers, TRL: millions of objects) moved out of the garbage
+    collector's sight: transformers' Trainer runs a full collection at each train() (accelerate's free_memory),
+    0.5 s a call with them in sight, and the suite trains a few dozen times in-process."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def pytest_terminal_summary(terminalreporter):
     """How the session's command-line runs started: forked from the preloaded interpreter, or as processes of their
     own (and why)."""

@@ -10,14 +10,48 @@ import os
 import signal
 import struct
 import subprocess
+import sys
+import textwrap
 import time
+import zipfile
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def safetensors_bytes(payload: bytes) -> bytes:
     """A whole safetensors file holding ``payload`` as one uint8 tensor (its header says how long it is)."""
     header = json.dumps({"w": {"dtype": "U8", "shape": [len(payload)], "data_offsets": [0, len(payload)]}}).encode()
     return struct.pack("<Q", len(header)) + header + payload
+
+
+def torch_zip(path: Path, payload: bytes = b"state") -> None:
+    """A zip archive like torch.save's (what optimizer.pt, scheduler.pt and rng_state.pth are)."""
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", payload)
+
+
+def real_checkpoint(root: Path, step: int, manifest: bool = True, *, max_steps: int = 8) -> Path:
+    """A checkpoint-<step> folder with whole files of each kind a real one has, and its manifest (one process)."""
+    from olmocr_rl.storage import Topology, verify
+
+    folder = root / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(safetensors_bytes(f"weights {step}".encode() * 50))
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):
+        torch_zip(folder / name, f"{name} {step}".encode())
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "max_steps": max_steps,
+                                                           "epoch": step / max_steps, "log_history": []}, indent=2))
+    if manifest:
+        verify.write_manifest(folder, Topology())
+    return folder
+
+
+def run_python(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``python -c code`` (dedented) in the repository, the package importable; its output captured."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
 def _stat(pid: int) -> tuple[int, str] | None:

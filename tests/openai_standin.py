@@ -111,7 +111,7 @@ def standin_server(answer: Callable[[Seen], dict], models: tuple[str, ...] = ("s
     state = StandIn(answer, models)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", state

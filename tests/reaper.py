@@ -38,14 +38,27 @@ def marked_processes(mark: bytes, exclude: set[int]) -> list[int]:
     return found
 
 
+def ignores(pid: int, sig: int) -> bool:
+    """Whether the process ignores ``sig`` (its SigIgn mask in /proc): multiprocessing's resource tracker ignores
+    SIGTERM and SIGINT, and would hold the reaper for its whole grace period."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
 def reap(mark: bytes) -> list[int]:
-    """Stop every marked process but this one: SIGTERM, up to GRACE_S seconds, then SIGKILL. Returns who was found."""
+    """Stop every marked process but this one: SIGTERM, up to GRACE_S seconds, then SIGKILL (at once for a process
+    that ignores SIGTERM). Returns who was found."""
     me = {os.getpid()}
     found = marked_processes(mark, me)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in marked_processes(mark, me):
             try:
-                os.kill(pid, sig)
+                os.kill(pid, signal.SIGKILL if ignores(pid, sig) else sig)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + GRACE_S

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,6 +62,29 @@ TRAINER_METHOD_NAMES = frozenset({"_generate", "_calculate_rewards", "_get_per_t
                                   "_get_train_sampler", "_init_training_state", "_compute_loss"})
 
 
+#: path -> (text, tree): each module is parsed once per content (the checks read every module several times, and
+#: tests run them on folders they write); _NODES: id of a cached tree -> its nodes in ast.walk's order.
+_PARSED: dict[Path, tuple[str, ast.Module]] = {}
+_NODES: dict[int, tuple[ast.AST, ...]] = {}
+
+
+def _parse(path: Path) -> ast.Module:
+    text = path.read_text()
+    cached = _PARSED.get(path)
+    if cached is None or cached[0] != text:
+        if cached is not None:
+            del _NODES[id(cached[1])]
+        tree = ast.parse(text)
+        _PARSED[path] = (text, tree)
+        _NODES[id(tree)] = tuple(ast.walk(tree))
+    return _PARSED[path][1]
+
+
+def _walk(tree: ast.AST) -> Iterable[ast.AST]:
+    """Every node of ``tree``, as ast.walk gives them (read from the cache for a parsed module)."""
+    return _NODES.get(id(tree)) or ast.walk(tree)
+
+
 def module_files(repo: Path = REPO) -> dict[str, Path]:
     """Dotted module name -> file, for every module of the package."""
     out = {}
@@ -80,7 +104,7 @@ def long_modules(repo: Path = REPO) -> list[tuple[str, int]]:
 def long_functions(repo: Path = REPO) -> list[tuple[str, int]]:
     found = []
     for name, path in module_files(repo).items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _walk(_parse(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = node.end_lineno - node.lineno + 1
                 if length > MAX_FUNCTION_LINES:
@@ -114,7 +138,7 @@ def import_graph(repo: Path = REPO) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in files.items():
         edges: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _walk(_parse(path)):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 edges.update(_targets(node, name, path.name == "__init__.py", modules))
         graph[name] = edges
@@ -213,7 +237,7 @@ def own_private_names(trees: dict[str, ast.AST]) -> set[str]:
     an inherited one (no ``super().<name>`` in their class), and attributes assigned on ``self`` / ``cls``."""
     own: set[str] = set()
     for tree in trees.values():
-        for node in ast.walk(tree):
+        for node in _walk(tree):
             if isinstance(node, (ast.Module, ast.ClassDef)):
                 inherited = _super_names(node) if isinstance(node, ast.ClassDef) else set()
                 for item in node.body:
@@ -234,7 +258,7 @@ def _private_uses(tree: ast.AST) -> list[tuple[int, str]]:
     """``(line, name)`` of every private name this module reaches: ``x._y`` (``super()._y`` included),
     ``getattr(x, "_y")`` and its kin, and private parts of an imported stack module's path."""
     uses = []
-    for node in ast.walk(tree):
+    for node in _walk(tree):
         if isinstance(node, ast.Attribute) and _private(node.attr):
             uses.append((node.lineno, node.attr))
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
@@ -279,7 +303,7 @@ def unlisted_private_uses(repo: Path = REPO) -> list[tuple[str, str]]:
     """``("file:line", name)`` for each private name a module of the package reaches that the package does not
     define itself (``OWN_PREFIX`` names are ours wherever they are stored) and COMPAT does not list. Every module counts, not only those importing
     TRL: the trainer's helper modules reach TRL's private names on a trainer without importing it (another library's names are listed there too)."""
-    trees = {str(path.relative_to(repo)): ast.parse(path.read_text()) for path in module_files(repo).values()}
+    trees = {str(path.relative_to(repo)): _parse(path) for path in module_files(repo).values()}
     own = own_private_names(trees)
     listed = listed_private_names(repo)
     found = []
@@ -292,11 +316,11 @@ def unlisted_private_uses(repo: Path = REPO) -> list[tuple[str, str]]:
 
 
 def _trees(repo: Path) -> dict[str, ast.AST]:
-    return {str(path.relative_to(repo)): ast.parse(path.read_text()) for path in module_files(repo).values()}
+    return {str(path.relative_to(repo)): _parse(path) for path in module_files(repo).values()}
 
 
 def _classes(trees: dict[str, ast.AST]) -> dict[str, ast.ClassDef]:
-    return {node.name: node for tree in trees.values() for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+    return {node.name: node for tree in trees.values() for node in _walk(tree) if isinstance(node, ast.ClassDef)}
 
 
 def _base_names(cls: ast.ClassDef) -> list[str]:
@@ -347,7 +371,7 @@ def instance_patches(repo: Path = REPO) -> list[tuple[str, str]]:
     methods |= {m for m in listed_private_names(repo) if m in TRAINER_METHOD_NAMES}
     found = []
     for rel, tree in trees.items():
-        for node in ast.walk(tree):
+        for node in _walk(tree):
             targets = node.targets if isinstance(node, ast.Assign) else []
             names = [(node.lineno, t.attr) for t in targets if isinstance(t, ast.Attribute)]
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"

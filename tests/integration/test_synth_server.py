@@ -64,7 +64,7 @@ def server():
     except BrowserMissingError as error:
         pytest.skip(str(error))
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()

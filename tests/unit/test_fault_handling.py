@@ -1,6 +1,7 @@
 """Faults without training (fast): checkpoint verification and the choice of checkpoint, a finished run, disk
-errors in words, the run lock, stop signals, uploads bounded by a deadline, reward workers that die with the
-trainer, and the launchers passing stop signals on. The same faults in real training runs:
+errors in words, the run lock, stop signals, uploads bounded by a deadline. Signals to processes that take
+seconds (reward workers that die with the trainer, the launchers passing stop signals on, a late second SIGTERM):
+tests/integration/test_signal_processes.py; the same faults in real training runs:
 tests/integration/test_fault_runs.py."""
 
 from __future__ import annotations
@@ -13,13 +14,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
-import zipfile
 from pathlib import Path
 
 import pytest
-from fault_helpers import alive, descendants, safetensors_bytes, survivors
+from fault_helpers import real_checkpoint, run_python, survivors
 from s3_server import moto_s3  # noqa: F401  (pytest fixture)
 
 from olmocr_rl import storage
@@ -28,27 +27,6 @@ from olmocr_rl.storage import verify
 
 REPO = Path(__file__).resolve().parents[2]
 SINGLE = Topology()
-
-
-def torch_zip(path: Path, payload: bytes = b"state") -> None:
-    """A zip archive like torch.save's (what optimizer.pt, scheduler.pt and rng_state.pth are)."""
-    with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr("archive/data.pkl", payload)
-
-
-def real_checkpoint(root: Path, step: int, manifest: bool = True, *, max_steps: int = 8) -> Path:
-    """A checkpoint-<step> folder with whole files of each kind a real one has, and its manifest."""
-    folder = root / f"checkpoint-{step}"
-    folder.mkdir(parents=True)
-    (folder / "model.safetensors").write_bytes(safetensors_bytes(f"weights {step}".encode() * 50))
-    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):
-        torch_zip(folder / name, f"{name} {step}".encode())
-    (folder / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
-    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "max_steps": max_steps,
-                                                           "epoch": step / max_steps, "log_history": []}, indent=2))
-    if manifest:
-        verify.write_manifest(folder, SINGLE)
-    return folder
 
 
 # ---- verification --------------------------------------------------------------------------------------------
@@ -275,11 +253,6 @@ def test_an_s3_prefix_with_checkpoints_is_an_earlier_run(moto_s3, tmp_path):
 # ---- stop signals ----------------------------------------------------------------------------------------------
 
 
-def run_python(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
-
-
 def test_stop_signals_before_and_during_training():
     """Before training SIGTERM raises Preempted; during it a repeated SIGTERM counts once (the cluster and the
     launcher both pass it on) and a second, different signal exits at once without a traceback."""
@@ -334,101 +307,6 @@ def test_upload_waits_end_at_the_deadline(tmp_path, monkeypatch):
         release.set()
         callback._deadline = None
         callback.wait()
-
-
-# ---- children die with the trainer ------------------------------------------------------------------------------
-
-
-def test_reward_workers_die_with_a_killed_trainer_and_leave_its_process_group():
-    """Under load (CPU burners beside the trainer, and workers that start late: the second 0.5 s, the third 1 s
-    after the first, as on a busy machine), three pools in a row: once the pool has answered, every worker has
-    already left the trainer's process group (a Ctrl-C to the group misses it); then a SIGKILLed trainer leaves
-    no worker behind."""
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    try:
-        trainer = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
-            import multiprocessing, os, time
-            from olmocr_rl.rewards import evaluator as pool_module
-            started = multiprocessing.Value("i", 0)
-            first_act = pool_module._worker_start
-
-            def late_start(*args):  # the n-th worker of a pool starts n x 0.5 s after the first
-                with started.get_lock():
-                    order, started.value = started.value, started.value + 1
-                time.sleep(0.5 * (order % 3))
-                first_act(*args)
-
-            pool_module._worker_start = late_start
-            for attempt in range(3):
-                evaluator = pool_module.BenchEvaluator(workers=3, start_method="fork")
-                evaluator._run_in_pool([], False)  # starts the pool
-                evaluator._pool.submit(abs, -1).result()  # the pool has answered
-                pids = list(evaluator._pool._processes)
-                groups = [os.getpgid(pid) for pid in pids]  # at once
-                print(len(pids), sum(group == os.getpgrp() for group in groups), flush=True)
-                if attempt < 2:
-                    evaluator.close()
-            print(" ".join(str(pid) for pid in pids), os.getpgrp(), flush=True)
-            time.sleep(60)
-        """)], stdout=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
-        try:
-            counts = [trainer.stdout.readline().split() for _ in range(3)]
-            assert counts == [["3", "0"]] * 3  # 3 workers each time, none left in the trainer's group
-            *workers, group = map(int, trainer.stdout.readline().split())
-            assert len(workers) == 3 and all(alive(pid) for pid in workers)
-            assert all(os.getpgid(pid) != group for pid in workers)
-            assert set(workers) <= set(descendants(trainer.pid))
-        finally:
-            trainer.kill()
-            trainer.wait()
-    finally:
-        for burner in burners:
-            burner.kill()
-            burner.wait()
-    assert survivors(workers, timeout=10) == []
-
-
-# ---- launchers pass stop signals on -----------------------------------------------------------------------------
-
-
-def test_the_beaker_task_passes_sigterm_to_the_trainer_waits_for_it_and_exits_75(tmp_path):
-    """A trainer that takes 1 s to save after SIGTERM: the task waits for it (its launcher died at once) and
-    reports "preempted"."""
-    trainer = tmp_path / "trainer.py"
-    trainer.write_text(textwrap.dedent(f"""
-        import signal, sys, time
-        def stop(signum, frame):
-            time.sleep(1)
-            open({str(tmp_path / 'saved')!r}, "w").write(signal.Signals(signum).name)
-            sys.exit(75)
-        signal.signal(signal.SIGTERM, stop)
-        open({str(tmp_path / 'started')!r}, "w").close()
-        time.sleep(60)
-    """))
-    launcher = f"import subprocess, sys; sys.exit(subprocess.call([sys.executable, {str(trainer)!r}]))"
-    code = textwrap.dedent(f"""
-        import sys
-        from olmocr_rl.launch import status
-        from olmocr_rl.launch.plan import Command
-        from olmocr_rl.launch.runtime import StopForwarder
-        forwarder = StopForwarder(30)
-        code = forwarder.run(Command("train", (sys.executable, "-c", {launcher!r})), False)
-        sys.exit(status.PREEMPTED if forwarder.forwarded else code)
-    """)
-    task = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "started").exists():
-            assert time.monotonic() < deadline and task.poll() is None, task.communicate()
-            time.sleep(0.05)
-        task.send_signal(signal.SIGTERM)
-        _, err = task.communicate(timeout=30)
-    finally:
-        task.kill()
-    assert task.returncode == 75, err
-    assert (tmp_path / "saved").read_text() == "SIGTERM"  # the trainer saved before the task ended
-    assert "SIGTERM: passed on to the trainer" in err
 
 
 def test_the_suites_last_check_finds_an_orphaned_olmocr_rl_process():
@@ -542,42 +420,6 @@ def test_a_full_disk_at_the_history_append_is_the_one_line_of_a_full_disk_at_a_s
     assert stop.value.message.endswith(f", 0 B free on the file system of {out}; checkpoint-4 is intact: make room (or "
                                        "point --output_dir at a disk with room) and resume with --resume_from_checkpoint")
     assert history.read_text() == before  # the half record was cut off
-
-
-def test_a_late_second_sigterm_ends_the_process_with_the_status_the_run_said(tmp_path):
-    """The first SIGTERM stops the run (status 75, said in the log); a second one 0.5 s later, while the process
-    winds down, used to kill it (-15): the status stays the one said. The same through the real CLI's main."""
-    result = run_python("""
-        import os, signal, sys, time
-        from olmocr_rl.trainer.stop_signals import Preempted, install_early, restore
-        previous = install_early()
-        try:
-            os.kill(os.getpid(), signal.SIGTERM)
-        except Preempted:
-            print("exiting with status 75", flush=True)
-        restore(previous, exit_status=75)
-        time.sleep(0.5)
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(5)
-        print("not reached")
-    """)
-    assert (result.returncode, result.stdout) == (75, "exiting with status 75\n"), result.stderr
-    out = tmp_path / "out"
-    real_checkpoint(out, 8)
-    for name in ("model.safetensors", "config.json", "run_summary.json"):  # its final model, whole
-        shutil.copyfile(out / "checkpoint-8" / ("trainer_state.json" if name == "run_summary.json" else name), out / name)
-    result = run_python(f"""
-        import os, signal, sys, time
-        from olmocr_rl import grpo_train
-        code = grpo_train.main(["--config", "configs/tiny-cpu.yaml", "--model_name", "{out}/no-model", "--output_dir",
-                                "{out}", "--max_steps", "8", "--resume_from_checkpoint", "--report_to", "none"])
-        print("main returned", code, flush=True)
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(5)
-        print("not reached")
-    """)
-    assert result.stdout == "main returned 0\n" and result.returncode == 0, (result.returncode, result.stderr[-2000:])
-    assert "already finished at step 8" in result.stderr
 
 
 def test_a_signal_after_the_last_step_names_no_step_beyond_it(caplog):

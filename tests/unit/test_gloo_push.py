@@ -70,7 +70,7 @@ def serving_info(backend: str | None, status: int = 200):
             pass
 
     server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     try:
         yield server.server_address[1]
     finally:

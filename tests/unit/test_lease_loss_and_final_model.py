@@ -1,8 +1,8 @@
 """The failures left once S3 became the truth, in-process against the real S3 server on loopback (moto): a run that
 loses its lease stops writing to the prefix; a same-job start does not take a live lease; lease objects and the
 lease setting are validated; a final save the disk refuses is one line, and a requeue writes a missing final model
-from the last checkpoint and mirrors it; server mode without a server is one line; a late second SIGTERM ends
-with the status said. The same through the real CLI: tests/integration/test_lease_loss_cli.py."""
+from the last checkpoint and mirrors it; server mode without a server is one line (a late second SIGTERM during the interpreter's
+teardown: tests/integration/test_signal_processes.py). The same through the real CLI: tests/integration/test_lease_loss_cli.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 from collections import namedtuple
 from pathlib import Path
@@ -23,7 +22,7 @@ from types import SimpleNamespace
 import pytest
 from fault_helpers import safetensors_bytes
 from s3_server import moto_s3  # noqa: F401  (pytest fixture)
-from test_fault_handling import real_checkpoint
+from fault_helpers import real_checkpoint
 from test_s3_only_copy import cli, keys
 
 from olmocr_rl import grpo_train
@@ -376,24 +375,3 @@ def test_server_mode_without_a_server_is_one_line_within_seconds():
         server.bind(("127.0.0.1", 0))
         server.listen()
         assert server_not_listening("127.0.0.1", server.getsockname()[1]) is None
-
-
-def test_a_second_sigterm_during_the_interpreters_teardown_ends_with_the_status_said(tmp_path):
-    """The interpreter puts every Python-handled signal back to its default (death) before it tears the modules
-    down (torch's take a second): a SIGTERM then used to end a run that said "status 75" as -15."""
-    script = textwrap.dedent("""
-        import os, subprocess, sys, time
-        from olmocr_rl.trainer.stop_signals import install_early, restore
-        restore(install_early(), exit_status=75)
-        class SlowTeardown:
-            def __del__(self):
-                time.sleep(2)
-        keep = SlowTeardown()
-        subprocess.Popen([sys.executable, "-c", f"import os, time; time.sleep(1); os.kill({os.getpid()}, 15)"])
-        print("exiting with status 75", flush=True)
-        sys.exit(75)
-    """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert result.returncode == 75, (result.returncode, result.stderr)
-    assert result.stdout == "exiting with status 75\n"

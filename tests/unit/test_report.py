@@ -212,14 +212,14 @@ def test_single_run_report_files_and_summary(tmp_path, capsys):
 
 
 def test_several_runs_compared_on_one_chart(tmp_path):
-    grpo = write_metrics(tmp_path / "runs" / "grpo", [_record(s) for s in range(1, 26)])
+    full = write_metrics(tmp_path / "full" / "grpo", [_record(s) for s in range(1, 26)])
     olmorl = tmp_path / "runs" / "olmorl"
     # A run with only checkpoints (no metrics.jsonl), with β > 0 and OlmoRL's dropped-group fraction.
     write_trainer_state(olmorl / "checkpoint-20", [
         {"step": s, "reward": 0.2 + s / 50, "kl": 0.001 * s, "olmorl/frac_groups_dropped": 0.25,
          "learning_rate": 1e-5} for s in range(1, 21)])
 
-    histories = [load_history(grpo), load_history(olmorl)]
+    histories = [load_history(full), load_history(olmorl)]
     fig = comparison_figure(histories)
     titles = [ax.get_title() for ax in fig.axes]
     assert titles == ["reward", "reward_std", "frac_reward_zero_std", "olmorl/frac_groups_dropped",
@@ -230,6 +230,9 @@ def test_several_runs_compared_on_one_chart(tmp_path):
     kl_ax = fig.axes[titles.index("kl")]
     assert [(line.get_label(), line.get_color()) for line in kl_ax.get_lines()] == [("olmorl", "C1")]
 
+    # The report of two runs; the GRPO run with three of its metrics (all of them are drawn in the single-run test).
+    grpo = write_metrics(tmp_path / "runs" / "grpo", [{key: _record(s)[key] for key in ("step", "reward", "loss")}
+                                                      for s in range(1, 26)])
     result = write_report([grpo, olmorl])
     out = tmp_path / "runs" / "report_compare"
     assert result.out_dir == out and result.comparison == out / "compare.png"

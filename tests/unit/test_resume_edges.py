@@ -9,7 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_fault_handling import SINGLE, real_checkpoint
+from fault_helpers import real_checkpoint
+from test_fault_handling import SINGLE
 from test_s3_only_copy import cli
 
 from olmocr_rl import grpo_train

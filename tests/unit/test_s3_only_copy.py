@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from fault_helpers import safetensors_bytes
 from s3_server import moto_s3  # noqa: F401  (pytest fixture)
-from test_fault_handling import real_checkpoint
+from fault_helpers import real_checkpoint
 
 from olmocr_rl import grpo_train
 from olmocr_rl.storage import sync_dir_to_s3

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -279,10 +277,10 @@ def test_cli_help_and_no_traceback(tmp_path, capsys):
     assert exc.value.code == 0
     help_text = capsys.readouterr().out
     assert "CKPT_DIR... OUT_DIR" in help_text and "Local folders only" in help_text and "--overwrite" in help_text
-    proc = subprocess.run([sys.executable, "-m", "olmocr_rl.soup", str(tmp_path / "x"), str(tmp_path / "y"),
-                           str(tmp_path / "out")], capture_output=True, text=True)
-    assert proc.returncode == 2
-    assert proc.stderr == f"soup: error: {tmp_path / 'x'}: no such directory\n"
+    with pytest.raises(SystemExit) as exc:  # `python -m olmocr_rl.soup` exits with main()'s SystemExit
+        main([str(tmp_path / "x"), str(tmp_path / "y"), str(tmp_path / "out")])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == f"soup: error: {tmp_path / 'x'}: no such directory\n"
 
 
 # --------------------------------------------------------------------------------------------- real model

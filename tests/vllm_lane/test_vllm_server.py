@@ -185,7 +185,7 @@ def test_a_server_without_the_gloo_flags_is_one_error_line_before_the_model_load
             pass
 
     server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     try:
         flags = server_flags_for("/nonexistent/model", tmp_path / "out", server.server_address[1], steps=1)
         result = warm_python.run([sys.executable, "-m", "olmocr_rl.grpo_train", *map(str, flags)],
