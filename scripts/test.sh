@@ -6,7 +6,8 @@
 # the main lane's, then one closing line per lane. Either lane failing fails the run.
 # Extra arguments go to pytest in both lanes, e.g. `bash scripts/test.sh -x -q`. Naming test paths runs
 # only those, in the main lane (`bash scripts/test.sh tests/unit/test_bench_text.py -x`); tests/vllm_lane
-# paths run in the vLLM lane. `--fast` runs tests/unit only, over two pytest-xdist workers (the fast lane).
+# paths run in the vLLM lane. `--fast` runs tests/unit only, less the tests marked slow, over two pytest-xdist
+# workers (the fast lane).
 # OLMOCR_RL_SKIP_VLLM=1 skips the vLLM lane (a quick local run; CI always runs it).
 set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,8 +36,10 @@ fi
 if (( fast )); then
   (( ${#main_paths[@]} )) || main_paths=(tests/unit)
   run_main=1 run_vllm=0
-  options+=(-n 2)  # pytest-xdist (the dev extra): one worker per core; each is a test session of its own
-  echo "[test] --fast: the unit tests only, on two workers" >&2
+  # pytest-xdist (the dev extra): one worker per core; each is a test session of its own. The unit tests marked
+  # slow (seconds each: a real-size layer, timeouts and clocks waited out) run in the full lanes only.
+  options+=(-n 2 -m "not slow")
+  echo "[test] --fast: the unit tests only (less those marked slow), on two workers" >&2
 elif [[ "${OLMOCR_RL_SKIP_VLLM:-0}" == 1 ]]; then
   run_vllm=0
   echo "[test] OLMOCR_RL_SKIP_VLLM=1: the vLLM lane is skipped" >&2

@@ -78,6 +78,7 @@ def test_server_single_pass_sends_the_page_and_scores_the_answers(pages, tmp_pat
     assert summary["pages"] == ["counting.pdf:1", "counting.pdf:2", "simple_lines.pdf:1", "table.pdf:1"]
 
 
+@pytest.mark.slow  # waits out two 1.5 s timeouts
 def test_a_page_that_times_out_and_answers_at_the_cap_are_counted_not_fatal(pages, tmp_path):
     def answer(seen):
         key, _ = identify(pages, seen.image)

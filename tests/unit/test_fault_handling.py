@@ -324,6 +324,31 @@ def test_the_suites_last_check_finds_an_orphaned_olmocr_rl_process():
     assert survivors(found, timeout=0) == found  # killed here, so the session itself ends clean
 
 
+def test_the_reaper_kills_at_once_a_process_that_ignores_sigterm(monkeypatch):
+    """What ignores SIGTERM (multiprocessing's resource tracker does) is SIGKILLed without waiting out the grace
+    period; the others get SIGTERM."""
+    import reaper
+
+    name, value = "OLMOCR_RL_REAPER_PROBE", f"{os.getpid()}-{time.time_ns()}"
+    ready = "import signal, time; {}; print(flush=True); time.sleep(60)"
+    stubborn, plain = (subprocess.Popen([sys.executable, "-c", ready.format(setup)], stdout=subprocess.PIPE,
+                                        env={**os.environ, name: value})
+                       for setup in ("signal.signal(signal.SIGTERM, signal.SIG_IGN)", "pass"))
+    try:
+        for process in (stubborn, plain):
+            process.stdout.readline()  # its handlers are in place
+        assert reaper.ignores(stubborn.pid, signal.SIGTERM) and not reaper.ignores(plain.pid, signal.SIGTERM)
+        monkeypatch.setattr(reaper, "GRACE_S", 60.0)
+        started = time.monotonic()
+        assert sorted(reaper.reap(f"{name}={value}".encode())) == sorted([stubborn.pid, plain.pid])
+        assert time.monotonic() - started < 30  # not the grace period
+        assert (stubborn.wait(10), plain.wait(10)) == (-signal.SIGKILL, -signal.SIGTERM)
+    finally:
+        for process in (stubborn, plain):
+            process.kill()
+            process.wait()
+
+
 def test_trainer_state_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     """A write cut off half-way (a full disk) leaves the previous trainer_state.json as it was, and no partial."""
     import transformers.trainer_callback as trainer_callback

@@ -106,6 +106,7 @@ def test_measured_sizes_predict_the_layers_activations_in_a_whole_forward(loaded
     assert 0.9 < predicted / sum(storages.values()) < 1.1, (predicted, sum(storages.values()))
 
 
+@pytest.mark.slow  # a real-size decoder layer and vision block in bf16 (no bf16 instructions here): 5 s
 def test_released_3b_shape_needs_more_than_it_keeps():
     """On the real 3B architecture (bf16), recomputing keeps far less than keeping every activation."""
     import sys

@@ -132,6 +132,7 @@ def test_a_live_lease_of_another_run_stops_a_start_in_one_line_and_a_dead_ones_i
     assert LEASE_NAME not in keys(moto_s3, "runs/shared/")
 
 
+@pytest.mark.slow  # waits 2 s for a lease to go stale on S3's one-second clock
 def test_a_lease_is_renewed_at_each_save_and_goes_stale_when_not_renewed(moto_s3, tmp_path, monkeypatch):
     from olmocr_rl.storage import S3SyncCallback
 
