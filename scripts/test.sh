@@ -55,7 +55,7 @@ fi
 # SECOND_SLICE runs in the vLLM lane's slot once its tests end: main-lane files, in .venv, by a pytest of their
 # own (log: $log_dir/main2.log). The files are picked by their seconds in a fresh-clone run, so that the two slots
 # end about together (docs/testing.md). Nothing is skipped: the main lane leaves exactly these files to it.
-SECOND_SLICE=(tests/integration/test_sharded_cpu.py tests/integration/test_lora_training.py tests/integration/test_lora_resume.py)
+SECOND_SLICE=(tests/integration/test_sharded_cpu.py tests/integration/test_lora_training.py)
 log_dir="${OLMOCR_RL_TEST_LOGS:-$repo_root/logs/test}"
 mkdir -p "$log_dir"
 main_log="$log_dir/main.log" vllm_log="$log_dir/vllm.log" second_log="$log_dir/main2.log"
