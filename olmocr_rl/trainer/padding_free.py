@@ -9,10 +9,12 @@ With ``padding_free=True`` the trainer (``trainer/plain.py``) replaces the model
 ``_get_per_token_logps_and_entropies`` (the one place its forwards are made) with :class:`PackedForward`, which
 
 1. computes the model's own position ids for the padded block, exactly as the stock forward would
-   (Qwen2.5-VL's M-RoPE ``compute_3d_position_ids``, from the block's attention mask and image grids);
+   (Qwen2.5-VL's and Qwen3-VL's M-RoPE ``compute_3d_position_ids``, from the block's attention mask and image grids);
 2. keeps only the real tokens, row after row, as one row of T tokens, with their position ids and
    labels; a fourth position row restarting at 0 for each sequence marks where sequences begin;
-3. runs the model with no padding mask, attention kept inside each sequence: flash attention reads
+3. runs the model with no padding mask (Qwen3-VL's text model builds a mask whatever it gets: inside
+   :func:`packed_call` the mask function of the pack-aware attention builds none), attention kept inside each
+   sequence: flash attention (Qwen2-VL, Qwen2.5-VL) reads
    the sequence starts from the position ids (its variable-length path); SDPA runs through
    :func:`packed_sdpa_attention`, one causal ``scaled_dot_product_attention`` per sequence (sequences of
    equal length batched), so packing costs no attention across sequences;
@@ -22,12 +24,15 @@ With ``padding_free=True`` the trainer (``trainer/plain.py``) replaces the model
 The vision tower is unchanged (it sees the same pixels and image grids). Labels across a sequence
 boundary are prompt tokens (-100), so no token is scored against another sequence. The result equals
 the padded forward up to float rounding (tests/unit/test_padding_free.py: log-probs, entropies and
-gradients of the tiny model in fp32). Where packing cannot be exact (another model family, eager or
-flex attention, inputs other than page images) the stock padded forward runs, logged once.
+gradients of the tiny Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE in fp32). Where packing cannot be exact (another model
+family, eager or flex attention, inputs other than page images, a MoE's router logits) the stock padded forward
+runs, logged once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 from typing import Any
 
@@ -39,6 +44,8 @@ __all__ = [
     "PACKED_SDPA",
     "PackedForward",
     "install_padding_free",
+    "no_mask",
+    "packed_call",
     "packed_sdpa_attention",
     "padding_free_problem",
 ]
@@ -50,7 +57,11 @@ SEGMENTS = "olmocr_rl_segments"
 #: The forward keyword that carries a shared-prefix layout (trainer/shared_prefix.py) down to the attention function.
 SHARED_PREFIX = "olmocr_rl_shared_prefix"
 #: Model families whose position ids PackedForward reproduces (their ``compute_3d_position_ids``).
-PACKABLE_MODEL_TYPES = ("qwen2_5_vl", "qwen2_vl")
+PACKABLE_MODEL_TYPES = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe")
+#: Families whose text model takes a per-layer-type mask mapping, and so builds no mask from a dict of Nones;
+#: Qwen3-VL's builds its mask whatever it is given, so a packed forward passes None and the mask function of
+#: PACKED_SDPA builds nothing (:func:`packed_call`). Flash attention packing is checked on these only.
+_MASK_MAPPING_TYPES = ("qwen2_5_vl", "qwen2_vl")
 _FLASH = ("flash_attention_2", "flash_attention_3", "flash_attention_4")
 #: Forward inputs PackedForward knows how to pack (TRL passes the others only for other families).
 _PACKABLE_INPUTS = {"input_ids", "attention_mask", "labels", "fused_lm_head", "pixel_values", "image_grid_thw",
@@ -84,7 +95,42 @@ def padding_free_problem(model) -> str | None:
     implementation = base.config.get_text_config()._attn_implementation
     if implementation not in ("sdpa", PACKED_SDPA) + _FLASH:
         return f"attention implementation {implementation!r} (packing needs sdpa or flash attention)"
+    if implementation in _FLASH and model_type not in _MASK_MAPPING_TYPES:
+        return f"attention implementation {implementation!r} for {model_type!r} (packing runs on sdpa there)"
     return None
+
+
+_IN_PACKED_CALL = contextvars.ContextVar("olmocr_rl_packed_call", default=False)
+
+
+@contextlib.contextmanager
+def packed_call():
+    """Around a packed forward: the text model builds no attention mask (the pack-aware attention keeps the
+    sequences, or the shared-prefix layout, apart itself)."""
+    token = _IN_PACKED_CALL.set(True)
+    try:
+        yield
+    finally:
+        _IN_PACKED_CALL.reset(token)
+
+
+def _packed_sdpa_mask(*args, **kwargs):
+    """PACKED_SDPA's mask function: SDPA's own, and none inside :func:`packed_call`."""
+    if _IN_PACKED_CALL.get():
+        return None
+    from transformers.masking_utils import sdpa_mask
+
+    return sdpa_mask(*args, **kwargs)
+
+
+def no_mask(model):
+    """The ``attention_mask`` of a packed forward of ``model``: a mapping of Nones where the text model takes one,
+    else None (with :func:`packed_call` around the forward)."""
+    base = _unwrapped(model)
+    if base.config.model_type not in _MASK_MAPPING_TYPES:
+        return None
+    layer_types = getattr(base.config.get_text_config(), "layer_types", None) or ["full_attention"]
+    return {layer_type: None for layer_type in set(layer_types)}
 
 
 def packed_sdpa_attention(module, query, key, value, attention_mask, **kwargs):
@@ -137,10 +183,10 @@ def install_padding_free(model) -> str | None:
         logger.info("padding-free forward off: %s", problem)
         return None
     from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
     AttentionInterface.register(PACKED_SDPA, packed_sdpa_attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(PACKED_SDPA, sdpa_mask)  # every unpacked forward: SDPA's own mask
+    ALL_MASK_ATTENTION_FUNCTIONS.register(PACKED_SDPA, _packed_sdpa_mask)  # every unpacked forward: SDPA's own mask
     text_config = _unwrapped(model).config.get_text_config()
     if text_config._attn_implementation in ("sdpa", PACKED_SDPA):
         text_config._attn_implementation = PACKED_SDPA
@@ -165,7 +211,8 @@ class PackedForward:
         inner = _inner(self.model)
         if inner is None or text_config._attn_implementation not in (PACKED_SDPA,) + _FLASH:
             return self.model(**inputs)  # e.g. TRL's reference model, loaded again without install_padding_free
-        layer_types = getattr(text_config, "layer_types", None) or ["full_attention"]
+        if inputs.get("output_router_logits"):
+            return self.model(**inputs)  # a MoE's load-balancing loss over a packed row is not checked: padded
         input_ids, attention_mask, labels = inputs["input_ids"], inputs["attention_mask"], inputs["labels"]
         mask = attention_mask.bool()
         lengths = mask.sum(dim=1)
@@ -184,7 +231,7 @@ class PackedForward:
         packed_positions = torch.cat([sequence_positions[None], positions[:, mask]]).unsqueeze(1)  # (4, 1, T)
         packed = {
             "input_ids": input_ids[mask].unsqueeze(0),
-            "attention_mask": {layer_type: None for layer_type in set(layer_types)},  # no mask to build
+            "attention_mask": no_mask(self.model),  # no mask to build
             "position_ids": packed_positions,
             "labels": labels[mask].unsqueeze(0),
             "fused_lm_head": True,
@@ -193,7 +240,8 @@ class PackedForward:
         for name in ("pixel_values", "image_grid_thw", "output_router_logits"):
             if inputs.get(name) is not None:
                 packed[name] = inputs[name]
-        out = self.model(**packed)
+        with packed_call():
+            out = self.model(**packed)
         for name in ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1"):
             value = getattr(out, name, None)
             if value is not None:

@@ -12,8 +12,8 @@ into one row of ``P - 1 + sum(n_j + 1)`` tokens per group instead of ``G * (P + 
    segment: the prompt's last token again and the completion. The copy sees the prefix and itself, as the
    prompt's last token does in the stock row, so its state is the same; it is what predicts the completion's
    first token, so the labels of each segment stay its own (the model's fused log-prob head shifts by one);
-3. positions are the stock forward's: Qwen2.5-VL's M-RoPE ids of each padded row (``compute_3d_position_ids``,
-   as in ``padding_free.PackedForward``), the prefix taking the first row's, each segment its own row's;
+3. positions are the stock forward's: the M-RoPE ids of each padded row (Qwen2.5-VL's or Qwen3-VL's
+   ``compute_3d_position_ids``, as in ``padding_free.PackedForward``), the prefix taking the first row's, each segment its own row's;
 4. the text attention (SDPA, the pack-aware function of ``padding_free.install_padding_free``) reads the layout
    from the ``olmocr_rl_shared_prefix`` forward keyword and runs :func:`shared_prefix_attention`: the prefix
    causally, then each group's segments in one call, each attending to the whole prefix and causally to itself;
@@ -21,8 +21,8 @@ into one row of ``P - 1 + sum(n_j + 1)`` tokens per group instead of ``G * (P + 
    TRL's (rows, completion) layout, zeros where the stock path has none.
 
 The result equals the stock forward up to float rounding (tests/unit/test_shared_prefix.py: log-probs,
-entropies and gradients of the tiny Qwen2.5-VL in fp32, and training steps). The first call checks itself
-against the stock forward (olmocr_rl.model.fallback: relative difference within the dtype's tolerance); a
+entropies and gradients of the tiny Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE in fp32, and training steps). The first
+call checks itself against the stock forward (olmocr_rl.model.fallback: relative difference within the dtype's tolerance); a
 failure, then or later, turns it off for the run with one warning line. Calls it cannot make exact (another
 family, flash or eager attention, several images in a row, MoE router logits, a prompt ending in an image
 token) take the stock path.
@@ -42,6 +42,8 @@ from olmocr_rl.trainer.padding_free import (
     SHARED_PREFIX,
     _inner,
     _unwrapped,
+    no_mask,
+    packed_call,
 )
 
 logger = logging.getLogger(__name__)
@@ -188,7 +190,8 @@ class SharedPrefixForward:
 
     def _shared(self, inputs: dict, plan: "_Plan"):
         self.guard.shared_calls += 1
-        out = self.model(**plan.packed)
+        with packed_call():
+            out = self.model(**plan.packed)
         for name in ("log_probs", "entropy"):
             value = getattr(out, name, None)
             if value is not None:
@@ -263,11 +266,10 @@ def _plan(model, inputs: dict, width: int) -> _Plan | None:
         attention_mask=attention_mask, past_key_values=None, mm_token_type_ids=inputs.get("mm_token_type_ids"))
     if positions is None:
         positions = torch.arange(length, device=input_ids.device).view(1, 1, -1).expand(3, rows, -1)
-    layer_types = getattr(base.config.get_text_config(), "layer_types", None) or ["full_attention"]
-    return _pack(inputs, groups, images, positions, prompt_width, mask, labels, layer_types)
+    return _pack(inputs, groups, images, positions, prompt_width, mask, labels, no_mask(model))
 
 
-def _pack(inputs, groups, images, positions, prompt_width, mask, labels, layer_types) -> _Plan:
+def _pack(inputs, groups, images, positions, prompt_width, mask, labels, attention_mask) -> _Plan:
     """Lay the groups out (prefix, then each member's segment) and record where each completion's values go."""
     input_ids = inputs["input_ids"]
     device = input_ids.device
@@ -301,7 +303,7 @@ def _pack(inputs, groups, images, positions, prompt_width, mask, labels, layer_t
         layout.append((prefix, tuple(segments)))
     packed = {
         "input_ids": torch.cat(ids).unsqueeze(0),
-        "attention_mask": {layer_type: None for layer_type in set(layer_types)},  # the layout is the attention's
+        "attention_mask": attention_mask,  # none to build: the layout is the attention's
         "position_ids": torch.cat([torch.cat(text_pos)[None], torch.cat(pos, dim=1)]).unsqueeze(1),  # (4, 1, T)
         "labels": torch.cat(labs).unsqueeze(0),
         "fused_lm_head": True,

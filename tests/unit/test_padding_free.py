@@ -76,7 +76,30 @@ def _run(model, inputs, completion_mask):
     return logps.detach(), entropy.detach(), grads
 
 
+@pytest.fixture(scope="module", params=["qwen3_vl", "qwen3_vl_moe"])
+def qwen3_models(request, tiny_family_dir):
+    """The tiny Qwen3-VL (dense or MoE: deepstack features, the text model building its own mask), stock and packed."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    from olmocr_rl.model.loading import load_model_and_processor
+
+    stock, processor = load_model_and_processor(str(tiny_family_dir(request.param)))
+    packed = copy.deepcopy(stock)
+    assert install_padding_free(packed) == "micro-batches packed into one row (SDPA per sequence)"
+    for model in (stock, packed):
+        add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    return stock, packed, processor
+
+
 def test_packed_forward_equals_the_padded_forward(models, monkeypatch):
+    _assert_packed_equals_padded(models, monkeypatch)
+
+
+def test_qwen3_vl_packed_forward_equals_the_padded_forward(qwen3_models, monkeypatch):
+    _assert_packed_equals_padded(qwen3_models, monkeypatch)
+
+
+def _assert_packed_equals_padded(models, monkeypatch):
     stock, packed, processor = models
     inputs, completion_mask = _trl_batch(processor)
     assert 1 - float(inputs["attention_mask"].float().mean()) > 0.1  # prompt and completion padding
@@ -99,11 +122,14 @@ def test_packed_forward_equals_the_padded_forward(models, monkeypatch):
         # embed_tokens, whose largest entry is 7.9, on an AMD EPYC CPU); a wrong packing is off by O(1)
         scale = max(1.0, float(theirs[2][name].abs().max()))
         torch.testing.assert_close(mine[2][name], theirs[2][name], rtol=1e-4, atol=1e-6 * scale, msg=name)
-    # the text layers attend per sequence: 4 sequences of 4 distinct lengths -> 4 calls per layer (2 layers), each
-    # of one sequence's tokens only; the vision tower's calls are its own (windows and full layers)
+    # the text layers attend per sequence: 4 sequences of 4 distinct lengths -> 4 calls per layer, each of one
+    # sequence's tokens only; the vision tower's calls are its own (windows and full layers)
     lengths = inputs["attention_mask"].sum(1).tolist()
-    text_calls = [shape for shape in calls if len(shape) == 4 and shape[1] == 4]  # the text model's 4 heads
-    assert sorted(shape[2] for shape in text_calls) == sorted(lengths * 2)
+    text = stock.config.get_text_config()
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    text_calls = [shape for shape in calls if len(shape) == 4 and shape[1] == text.num_attention_heads
+                  and shape[3] == head_dim]
+    assert sorted(shape[2] for shape in text_calls) == sorted(lengths * text.num_hidden_layers)
 
 
 def test_equal_lengths_share_one_attention_call(models, monkeypatch):
@@ -154,6 +180,13 @@ def test_where_packing_cannot_be_exact_the_padded_forward_runs(models, tiny_mode
     eager, _ = load_model_and_processor(str(tiny_model_dir), attn_implementation="eager")
     assert "attention implementation 'eager'" in padding_free_problem(eager)
     assert install_padding_free(eager) is None
+    flash = copy.deepcopy(eager)
+    flash.config.get_text_config()._attn_implementation = "flash_attention_2"
+    assert padding_free_problem(flash) is None  # Qwen2.5-VL: flash attention's variable-length path
+    flash.config.model_type = "qwen3_vl"
+    assert "for 'qwen3_vl' (packing runs on sdpa there)" in padding_free_problem(flash)
+    flash.config.model_type = "llava"
+    assert "model type 'llava'" in padding_free_problem(flash)
     stock, packed, processor = models
     assert packed.config.get_text_config()._attn_implementation == PACKED_SDPA
     assert packed.config.vision_config._attn_implementation == "sdpa"  # the vision tower keeps its own

@@ -181,13 +181,17 @@ def _train(model_dir, tmp_path, shared: bool, lora: bool = False):
     return [entry for entry in trainer.state.log_history if "loss" in entry], trainer.shared_prefix
 
 
-@pytest.mark.parametrize("arm", ["full", "lora"])
-def test_training_steps_equal_the_stock_path(tiny_model_dir, tmp_path, arm):
-    stock, _ = _train(tiny_model_dir, tmp_path, shared=False, lora=arm == "lora")
-    shared, guard = _train(tiny_model_dir, tmp_path, shared=True, lora=arm == "lora")
+@pytest.mark.parametrize("arm", ["full", "lora", "qwen3_vl", "qwen3_vl_moe"])
+def test_training_steps_equal_the_stock_path(tiny_model_dir, tiny_family_dir, tmp_path, arm):
+    model_dir = tiny_family_dir(arm) if arm.startswith("qwen3") else tiny_model_dir  # the Qwen3-VL arms: full
+    stock, _ = _train(model_dir, tmp_path, shared=False, lora=arm == "lora")
+    shared, guard = _train(model_dir, tmp_path, shared=True, lora=arm == "lora")
     # every forward shared its page's prompt: per generation batch (steps 1 and 3) the old-policy and the reference
-    # log-probs, and the loss of each of the 3 steps; the first one checked itself against the stock forward
-    assert guard.checked and not guard.off and guard.shared_calls == 2 * 2 + 3
+    # log-probs, and the loss of each of the 3 steps; the first one checked itself against the stock forward. The
+    # MoE's loss forwards ask for router logits (TRL's load-balancing loss, on by the architecture's coefficient):
+    # those take the stock path
+    loss_forwards = 0 if arm == "qwen3_vl_moe" else 3
+    assert guard.checked and not guard.off and guard.shared_calls == 2 * 2 + loss_forwards
     assert len(stock) == len(shared) == 3
     assert [e.get("reward") for e in shared] == [e.get("reward") for e in stock]  # generation is untouched
     assert sum("reward" in e for e in stock) == 2  # steps 1 and 3 generate; step 2 is the second iteration
@@ -205,8 +209,29 @@ def test_on_by_default_and_off_where_it_cannot_be_exact(models):
     other = copy.deepcopy(stock)
     other.config.get_text_config()._attn_implementation = "flash_attention_2"
     assert "attention implementation 'flash_attention_2'" in shared_prefix_problem(other)
-    other.config.model_type = "qwen3_vl"
-    assert "model type 'qwen3_vl'" in shared_prefix_problem(other)
+    other.config.model_type = "llava"
+    assert "model type 'llava'" in shared_prefix_problem(other)
+
+
+@pytest.fixture(scope="module", params=["qwen3_vl", "qwen3_vl_moe"])
+def qwen3_models(request, tiny_family_dir):
+    """The tiny Qwen3-VL, dense or MoE (deepstack features; the text model builds its own mask), stock and shared."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    from olmocr_rl.model.loading import load_model_and_processor
+
+    stock, processor = load_model_and_processor(str(tiny_family_dir(request.param)))
+    shared = copy.deepcopy(stock)
+    assert shared_prefix_problem(shared) is None
+    assert install_padding_free(shared) is not None
+    for model in (stock, shared):
+        add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    return stock, shared, processor
+
+
+@pytest.mark.parametrize("case", range(len(GROUPS)))
+def test_qwen3_vl_shared_forward_equals_the_stock_forward(qwen3_models, case):
+    _assert_same(*_both_paths(qwen3_models, case))
 
 
 @pytest.fixture(scope="module")
