@@ -37,7 +37,7 @@ if (( fast )); then
   (( ${#main_paths[@]} )) || main_paths=(tests/unit)
   run_main=1 run_vllm=0
   # pytest-xdist (the dev extra): one worker per core; each is a test session of its own. The unit tests marked
-  # slow (seconds each: a real-size layer, timeouts and clocks waited out) run in the full lanes only.
+  # slow (seconds each: a real-size layer, timeouts and clocks waited out, GRPO trainings) run in the full lanes only.
   options+=(-n 2 -m "not slow")
   echo "[test] --fast: the unit tests only (less those marked slow), on two workers" >&2
 elif [[ "${OLMOCR_RL_SKIP_VLLM:-0}" == 1 ]]; then

@@ -181,6 +181,7 @@ def _train(model_dir, tmp_path, shared: bool, lora: bool = False):
     return [entry for entry in trainer.state.log_history if "loss" in entry], trainer.shared_prefix
 
 
+@pytest.mark.slow  # two GRPO trainings of 3 steps per arm: 2 s each
 @pytest.mark.parametrize("arm", ["full", "lora", "qwen3_vl", "qwen3_vl_moe"])
 def test_training_steps_equal_the_stock_path(tiny_model_dir, tiny_family_dir, tmp_path, arm):
     model_dir = tiny_family_dir(arm) if arm.startswith("qwen3") else tiny_model_dir  # the Qwen3-VL arms: full
