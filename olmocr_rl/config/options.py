@@ -180,9 +180,11 @@ class ResolvedConfig:
     shared_prefix: bool = flag(SPEED, True, "forward each group's page prompt (the same tokens and pixels) once in "
         "the training log-prob forwards and backward (old-policy and reference log-probs included): one row per "
         "micro-batch holding each prompt once, each completion attending to its prompt and to itself, with the "
-        "stock M-RoPE positions, so the page's tokens go through the language model once instead of G times. "
-        "Exact (Qwen2.5-VL with SDPA); it checks itself against the stock forward on first use and falls back with "
-        "one warning line; other families, flash or eager attention and rows without a partner run the stock forward")
+        "stock M-RoPE positions, so the page's tokens go through the language model once instead of G times; and, "
+        "with HF generation (--vllm_mode none), prefill each page prompt once and copy its KV cache to the G "
+        "samples (the same samples for the same seed). Exact (Qwen2.5-VL, Qwen3-VL dense and MoE, with SDPA); "
+        "each part checks itself against the stock path on first use and falls back with one warning line; other "
+        "families, flash or eager attention and rows without a partner run the stock forward")
     # resolved: auto = on with a CUDA GPU, off with vLLM (HF generation only)
     compiled_generation: bool = flag(SPEED, None, "HF generation with a static KV cache and torch.compile'd decoding "
         "steps, the cache sized by prompt lengths bucketed to 256 tokens so the compiled step is reused (TRL turns "

@@ -48,6 +48,7 @@ def trainer_switches(cfg, padding_free: bool, shared_prefix: bool = False) -> di
 
     return {
         "padding_free": padding_free, "shared_prefix": shared_prefix, "compiled_generation": cfg.compiled_generation,
+        "shared_prefill": cfg.shared_prefix and cfg.vllm_mode == "none",  # HF generation (trainer.shared_prefill)
         "cache_vision_features": cfg.cache_vision_features,
         "saved_flags": saved_flags(cfg.flags),  # kept in each checkpoint (trainer.checkpoint_save)
         "apply_learning_rate_on_resume": cfg.apply_learning_rate_on_resume,  # trainer.checkpoint_load

@@ -1,11 +1,9 @@
 """The private TRL / transformers / vLLM surface olmocr_rl relies on, as data, and its check.
 
 The trainers subclass TRL's ``GRPOTrainer`` and wrap dozens of its and transformers' private points
-(``super()`` is always called, nothing is copied). A renamed method, a changed parameter list or a
-rewritten call site in a new release would not fail: the override would simply stop being called (a
-resume would start from the initial weights, OlmoRL would stop dropping groups, ...). Every such point is
-one :class:`Point` in :data:`SURFACE`, and :func:`require_surface` checks them all, in a fraction of a
-second, where a mismatch can still stop the run before the model loads:
+(``super()`` is always called, nothing is copied). A renamed method, a changed parameter list or a rewritten
+call site in a new release would not fail: the override would simply stop being called. Every such point is
+one :class:`Point` in :data:`SURFACE`; :func:`require_surface` checks them all in a fraction of a second:
 
 - ``grpo_train`` calls it in its trainer setup, before the model loads (``_check_trainer_setup``);
 - both trainers call it first thing in ``__init__`` (a trainer built directly is checked too).
@@ -22,7 +20,6 @@ on how TRL uses it (each snippet must appear, whitespace-insensitively, in the s
 default the target itself). ``python scripts/check/structure.py`` fails on a private name (``._x``) used
 on the stack that no point lists. An attribute of our own kept on a stack object is named ``_olmocr_rl_*``
 (the check knows those are ours). docs/design.md ("Upgrading the pinned stack") says how to bump a pin.
-
 Importing this module imports nothing but the standard library.
 """
 
@@ -33,6 +30,7 @@ import importlib
 import importlib.metadata
 import inspect
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,6 +215,11 @@ SURFACE: tuple[Point, ...] = (
           "the static cache is sized per call (a recompilation whenever a longer prompt comes)",
           params=("prompt_ids", "images", "multimodal_fields", "num_generations"),
           source=("**generate_inputs, generation_config=self.generation_config",)),
+    Point("transformers.generation.utils:GenerationMixin._prefill", "swap", "trainer/shared_prefill.py",
+          "--shared_prefix swaps the model's prefill for one generate call: the groups' first rows are prefilled, "
+          "the logits and DynamicCache rows copied to every row", "HF generation prefills every copy of the page "
+          "again, or fails", params=("input_ids", "generation_config", "model_kwargs"),
+          source=("outputs = self._prefill(",), in_source="transformers.generation.utils:GenerationMixin._sample"),
     Point(_GRPO + "._tokenize_prompts", "call", "trainer/async_rollouts.py",
           "the next batch's prompts are tokenized (page images included) as TRL tokenizes a batch's",
           "--async_generation misses every batch (its prompts differ from the trainer's)", params=("prompts",),
@@ -409,8 +412,7 @@ SURFACE: tuple[Point, ...] = (
           in_source=_CPU_MOE + ".process_weights_after_loading"),
 )
 
-#: Private names of other libraries the package uses (the structure check finds every private name the package
-#: does not define itself, whoever owns it): name -> whose, where, and why a change there is not silent.
+#: Private names of other libraries the package uses: name -> whose, where, and why a change there is not silent.
 OTHER_PRIVATE_NAMES = {
     "_exit": "Python's os._exit (a second stop signal, an upload past its deadline, a reward worker whose trainer "
              "is gone: leave at once, no cleanup that could hang)",
@@ -584,8 +586,6 @@ def check_trainer_surface(args: tuple, kwargs: dict[str, Any]) -> None:
 
 def main() -> int:
     """``python -m olmocr_rl.trainer.compat [--vllm]``: every point, and what does not hold."""
-    import sys
-
     with_vllm = "--vllm" in sys.argv[1:]
     found = problems(vllm=with_vllm)
     checked = sum(1 for p in SURFACE if with_vllm or not p.vllm)

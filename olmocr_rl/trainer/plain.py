@@ -8,7 +8,8 @@ each override calls a helper of its own module and then the parent (nothing of T
                                      ``async_generation=`` reads ahead
 ``_generate``                        step timing and FLOPs (``telemetry.timing``), profiler phase labels; with
                                      ``async_generation=`` the next batch's prompts go to the server
-``_generate_single_turn``            compiled static-cache HF generation, ``compiled_generation=`` (``generation``)
+``_generate_single_turn``            compiled static-cache HF generation, ``compiled_generation=`` (``generation``);
+                                     each shared page prompt prefilled once, ``shared_prefill=`` (``shared_prefill``)
 ``_calculate_rewards``               timing, the completions table's page column (``completions``), and the
                                      gathered rewards kept for a subclass's objective
 ``_generate_and_score_completions``  IS telemetry (``is_telemetry``), then active sampling's refill rounds
@@ -43,6 +44,7 @@ from olmocr_rl.trainer.compat import check_trainer_surface
 from olmocr_rl.trainer.is_telemetry import ImportanceSamplingTelemetry
 from olmocr_rl.trainer.padding_free import PackedForward
 from olmocr_rl.trainer.page_order import epoch_seeded
+from olmocr_rl.trainer.shared_prefill import PrefillGuard, shared_prefill
 from olmocr_rl.trainer.shared_prefix import SharedPrefixForward, SharedPrefixGuard
 
 __all__ = ["PlainGRPOTrainer"]
@@ -54,16 +56,17 @@ class PlainGRPOTrainer(GRPOTrainer):
     Keyword arguments beyond ``GRPOTrainer``'s (all default off):
     ``padding_free`` (the model's attention already pack-aware: ``padding_free.install_padding_free``),
     ``shared_prefix`` (likewise: ``shared_prefix.install_shared_prefix``; each group's prompt forwarded once),
-    ``compiled_generation`` (HF generation only), ``cache_vision_features`` (a frozen vision tower's per-step
-    cache), ``saved_flags`` (kept in each checkpoint), ``apply_learning_rate_on_resume``, ``vllm_engine_kwargs``
-    (vLLM rollouts through ``vllm_generation``'s backend with these engine arguments), ``label_phases``
-    (``torch.profiler`` ranges for ``--profile_step``), ``active_sampling`` / ``active_sampling_max_rounds``
-    (needs a subclass whose ``_score_generation_batch`` returns a keep mask: OlmoRL), ``async_generation`` /
-    ``max_staleness`` (server mode: the next batch is generated while this one trains, ``async_rollouts``).
+    ``compiled_generation`` and ``shared_prefill`` (HF generation only; ``shared_prefill.shared_prefill``),
+    ``cache_vision_features`` (a frozen vision tower's per-step cache), ``saved_flags`` (kept in each checkpoint),
+    ``apply_learning_rate_on_resume``, ``vllm_engine_kwargs`` (vLLM rollouts through ``vllm_generation``'s backend
+    with these engine arguments), ``label_phases`` (``torch.profiler`` ranges for ``--profile_step``),
+    ``active_sampling`` / ``active_sampling_max_rounds`` (needs a subclass whose ``_score_generation_batch`` returns
+    a keep mask: OlmoRL), ``async_generation`` / ``max_staleness`` (server mode: the next batch is generated while
+    this one trains, ``async_rollouts``).
     """
 
     def __init__(self, *args: Any, padding_free: bool = False, shared_prefix: bool = False,
-                 compiled_generation: bool = False,
+                 shared_prefill: bool = False, compiled_generation: bool = False,
                  cache_vision_features: bool = False, saved_flags: dict | None = None,
                  apply_learning_rate_on_resume: bool = False, vllm_engine_kwargs: dict | None = None,
                  label_phases: bool = False, active_sampling: bool = False,
@@ -73,6 +76,7 @@ class PlainGRPOTrainer(GRPOTrainer):
         config = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments.get("args")
         self.padding_free = padding_free
         self.shared_prefix = SharedPrefixGuard() if shared_prefix else None  # its first-use check and fallback
+        self.shared_prefill = PrefillGuard() if shared_prefill else None  # likewise, for HF generation's prefill
         self.olmocr_rl_flags = saved_flags
         self.apply_learning_rate_on_resume = apply_learning_rate_on_resume
         self.compiled_generation = self.compiled_generation_checked = False
@@ -133,9 +137,14 @@ class PlainGRPOTrainer(GRPOTrainer):
             return super(PlainGRPOTrainer, self)._generate_single_turn(prompt_ids, images, multimodal_fields,
                                                                       num_generations, *args, **kwargs)
 
-        if not self.compiled_generation or self.use_vllm or self.use_transformers_continuous_batching:
+        if self.use_vllm or self.use_transformers_continuous_batching:
             return generate()
-        return generation.compiled_single_turn(self, prompt_ids, generate)
+        sharing = contextlib.nullcontext() if self.shared_prefill is None else shared_prefill(
+            self.accelerator.unwrap_model(self.model), self.shared_prefill)
+        with sharing:
+            if not self.compiled_generation:
+                return generate()
+            return generation.compiled_single_turn(self, prompt_ids, generate)
 
     def _calculate_rewards(self, inputs, prompts, completions_, completion_ids_list):
         with self.step_clock.rewards():

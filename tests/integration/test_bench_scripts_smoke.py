@@ -70,6 +70,9 @@ SMOKE = {
     # The peak-memory runs (a process per arm, 8 s of imports each) are left out here.
     "bench_shared_prefix.py": Smoke(("--model_shape", "{model}", "--shapes", "demo", "--side", "224", "--generations", "2", "--completion", "4",
                                      "--repeats", "1", "--skip_memory", "--work", "{tmp}"), "--shared_prefix"),
+    "bench_shared_prefill.py": Smoke(("--model_shape", "{model}", "--shapes", "demo", "--side", "224", "--generations",
+                                      "2", "--completion", "4", "--repeats", "1", "--work", "{tmp}"),
+                                     "ids equal to the stock arm's: True"),
     "bench_tests.py": Smoke(("--bench", "{shared}", "--copies", "1", "--passes", "1"), "whole-page evaluation",
                             own_process=True, needs="shared"),
     "bench_vision.py": Smoke(("--depth", "2", "--hidden", "32", "--heads", "1", "--side", "224", "--copies", "2",

@@ -10,8 +10,9 @@ G = 4 completions in micro-batches of 2 (so completions of different lengths sha
 * stock: all of them off, checkpointing as TRL does it (every layer);
 * compiled: the stock run with ``--compiled_generation true`` (static cache, inductor on CPU), 2 steps.
 
-Generation does not depend on the training forward's layout, so the completions are the same; the losses,
-gradient norms and entropies agree to float rounding.
+Generation does not depend on the training forward's layout, and the shared prefill of the defaults samples the
+stock prefill's ids, so the completions are the same; the losses, gradient norms and entropies agree to float
+rounding.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ def test_default_speedups_train_the_stock_numbers(warm_tiny_model_dir, tmp_path,
     assert "gradient checkpointing off (--gradient_checkpointing auto: nothing recomputes" in log
     assert "training forwards: micro-batches packed into one row (SDPA per sequence)" in log
     assert "shared prefix: the first forward (2 rows, 1 prompts) matches the stock forward" in log
+    assert "shared prefill: the first generation's prefill (8 rows, 2 prompts) matches the stock one" in log
+    assert "is off for the rest of this run" not in log  # no speed-up fell back
     assert "processor: each distinct page image processed once per step" in log
     assert "HF generation: static KV cache" not in log  # auto: off on CPU
     assert _completions(tmp_path / "run") == _completions(stock_out)

@@ -148,8 +148,11 @@ def test_first_use_checks_itself_and_falls_back_with_one_line(models, monkeypatc
     torch.testing.assert_close(again.log_probs, result.log_probs)
 
 
+STEPS = 20  # GRPO steps of each training (a generation batch every second step: num_iterations = 2)
+
+
 def _train(model_dir, tmp_path, shared: bool, lora: bool = False):
-    """3 GRPO steps of the tiny model (G = 4 completions of one page per step; two pages of different sizes; the
+    """STEPS GRPO steps of the tiny model (G = 4 completions of one page per step; two pages of different sizes; the
     old-policy log-probs by num_iterations = 2, the reference model's by beta > 0, with LoRA the base model with its
     adapters off): the log history and the guard."""
     from datasets import Dataset
@@ -167,7 +170,7 @@ def _train(model_dir, tmp_path, shared: bool, lora: bool = False):
     dataset = Dataset.from_list([{"prompt": prompt, "image": _page(56, 56, 0)}, {"prompt": prompt, "image": _page(84, 112, 1)}])
     args = GRPOConfig(output_dir=str(tmp_path / f"shared{shared}"), report_to="none", use_cpu=True, bf16=False,
                       num_generations=4, per_device_train_batch_size=4, gradient_accumulation_steps=1,
-                      max_completion_length=8, num_iterations=2, beta=0.04, logging_steps=1, max_steps=3, seed=0,
+                      max_completion_length=8, num_iterations=2, beta=0.04, logging_steps=1, max_steps=STEPS, seed=0,
                       save_strategy="no", learning_rate=1e-3)
     peft = None
     if lora:
@@ -175,31 +178,34 @@ def _train(model_dir, tmp_path, shared: bool, lora: bool = False):
 
         peft = LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS)
     trainer = PlainGRPOTrainer(model=model, args=args, processing_class=processor, padding_free=True,
-                               shared_prefix=shared, train_dataset=dataset, peft_config=peft,
+                               shared_prefix=shared, shared_prefill=shared, train_dataset=dataset, peft_config=peft,
                                reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"]) % 5) for c in completions]])
     trainer.train()
-    return [entry for entry in trainer.state.log_history if "loss" in entry], trainer.shared_prefix
+    return [entry for entry in trainer.state.log_history if "loss" in entry], trainer.shared_prefix, trainer.shared_prefill
 
 
-@pytest.mark.slow  # two GRPO trainings of 3 steps per arm: 2 s each
+@pytest.mark.slow  # two GRPO trainings of 20 steps per arm: about 5 s each
 @pytest.mark.parametrize("arm", ["full", "lora", "qwen3_vl", "qwen3_vl_moe"])
 def test_training_steps_equal_the_stock_path(tiny_model_dir, tiny_family_dir, tmp_path, arm):
     model_dir = tiny_family_dir(arm) if arm.startswith("qwen3") else tiny_model_dir  # the Qwen3-VL arms: full
-    stock, _ = _train(model_dir, tmp_path, shared=False, lora=arm == "lora")
-    shared, guard = _train(model_dir, tmp_path, shared=True, lora=arm == "lora")
-    # every forward shared its page's prompt: per generation batch (steps 1 and 3) the old-policy and the reference
-    # log-probs, and the loss of each of the 3 steps; the first one checked itself against the stock forward. The
-    # MoE's loss forwards ask for router logits (TRL's load-balancing loss, on by the architecture's coefficient):
-    # those take the stock path
-    loss_forwards = 0 if arm == "qwen3_vl_moe" else 3
-    assert guard.checked and not guard.off and guard.shared_calls == 2 * 2 + loss_forwards
-    assert len(stock) == len(shared) == 3
-    assert [e.get("reward") for e in shared] == [e.get("reward") for e in stock]  # generation is untouched
-    assert sum("reward" in e for e in stock) == 2  # steps 1 and 3 generate; step 2 is the second iteration
+    stock, _, _ = _train(model_dir, tmp_path, shared=False, lora=arm == "lora")
+    shared, guard, prefill = _train(model_dir, tmp_path, shared=True, lora=arm == "lora")
+    batches = STEPS // 2  # steps 1, 3, 5, ... generate; the others are the batch's second iteration
+    # every forward shared its page's prompt: per generation batch the old-policy and the reference log-probs, and
+    # the loss of every step; the first one checked itself against the stock forward. The MoE's loss forwards ask
+    # for router logits (TRL's load-balancing loss, on by the architecture's coefficient): those take the stock path
+    loss_forwards = 0 if arm == "qwen3_vl_moe" else STEPS
+    assert guard.checked and not guard.off and guard.shared_calls == 2 * batches + loss_forwards
+    assert len(stock) == len(shared) == STEPS
+    # generation's prefill shared each batch's page prompt, and sampled the same completions
+    assert prefill.checked and not prefill.off and prefill.shared_calls == prefill.prefilled == batches
+    assert [e.get("reward") for e in shared] == [e.get("reward") for e in stock]
+    assert sum("reward" in e for e in stock) == batches
     for mine, theirs in zip(shared, stock):
         for key in ("loss", "grad_norm", "kl", "entropy"):
             assert float(mine[key]) == pytest.approx(float(theirs[key]), rel=1e-4, abs=1e-6), key
     assert any(float(e["kl"]) > 0 for e in shared) and any(abs(float(e["loss"])) > 0 for e in shared)
+    assert len({float(e["reward"]) for e in stock if "reward" in e}) > 1  # the samples move: a real comparison
 
 
 def test_on_by_default_and_off_where_it_cannot_be_exact(models):

@@ -1,0 +1,127 @@
+"""HF generation of one page's group, the shared prefill (``--shared_prefix``) vs TRL's stock prefill: time, tokens.
+
+    OMP_NUM_THREADS=1 python scripts/bench/bench_shared_prefill.py                    # demo and olmOCR 2 shapes
+    OMP_NUM_THREADS=1 python scripts/bench/bench_shared_prefill.py --shapes olmocr2 --generations 28 --completion 64
+
+The batch is what TRL 1.16 generates from for one page: G copies of the page prompt (the olmOCR v4 YAML prompt and
+a page of bench_data_sample/ rendered at the shape's size; shape ``demo``: the CPU demo's G = 16 at 448 px with the
+tiny processor's pixel budget; ``olmocr2``: G = 8 and about 1,800 prompt tokens, the released processor's budget),
+sampled with TRL's settings (temperature 1, no top-k/top-p, EOS held off so every completion is C tokens). Both
+arms use a DynamicCache and no compilation (TRL's HF path), the page encoded once per call
+(``--share_page_encoding``). Printed: generate's time and its prefill's (medians of --repeats interleaved rounds),
+the prompt tokens the prefill forwarded, and whether the ids equal the stock arm's for the same seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_shared_prefix import SHAPES  # noqa: E402
+from speed_common import interleaved, model_dir, page_image  # noqa: E402
+
+
+def setup(args, params: dict):
+    """The model, the generate inputs of one group, and a function running one arm (returns (ids, prefill s))."""
+    import torch
+    from transformers import GenerationConfig
+
+    from olmocr_rl.data.prompts import build_no_anchoring_v4_yaml_prompt
+    from olmocr_rl.model.loading import load_model_and_processor
+    from olmocr_rl.model.vision_speedups import share_page_encoding
+    from olmocr_rl.trainer.shared_prefill import PrefillGuard, shared_prefill
+
+    folder = args.model_shape if Path(args.model_shape).is_dir() else str(model_dir(args.model_shape, args.work))
+    model, processor = load_model_and_processor(folder)
+    if params["released"]:
+        from olmocr_rl.model.families import _RELEASED_PIXELS_14
+
+        processor.image_processor.size.longest_edge = _RELEASED_PIXELS_14
+    share_page_encoding(model)
+    model.eval()
+    page = page_image(params["side"])
+    content = [{"type": "text", "text": build_no_anchoring_v4_yaml_prompt()}, {"type": "image", "image": page}]
+    text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
+                                         tokenize=False)
+    g = params["generations"]
+    inputs = processor(images=[[page]] * g, text=[text] * g, padding=True, return_tensors="pt")
+    config = GenerationConfig(max_new_tokens=params["completion"], min_new_tokens=params["completion"],
+                              do_sample=True, temperature=1.0, top_p=1.0, top_k=0, disable_compile=True,
+                              pad_token_id=processor.tokenizer.pad_token_id,
+                              eos_token_id=processor.tokenizer.eos_token_id)
+    guard, off = PrefillGuard(), PrefillGuard()
+    off.off = True  # shared_prefill() leaves the stock prefill in place
+    clock = {}
+
+    def timed_prefill(*a, **k):
+        start = time.perf_counter()
+        out = timed_prefill.inner(*a, **k)
+        clock["prefill"] = time.perf_counter() - start
+        return out
+
+    def run(arm: str):
+        torch.manual_seed(0)
+        try:
+            with torch.no_grad(), shared_prefill(model, guard if arm == "--shared_prefix" else off):
+                timed_prefill.inner, model._prefill = model._prefill, timed_prefill  # the prefill, shared or not
+                ids = model.generate(**inputs, generation_config=config)
+        finally:
+            model.__dict__.pop("_prefill", None)  # the class's method again
+        return ids, clock["prefill"]
+
+    run("--shared_prefix")  # the first use's check (the stock prefill once more) is not what is timed
+    return run, int(inputs["attention_mask"][0].sum())
+
+
+def measure(args, shape: str) -> None:
+    params = {**SHAPES[shape], **{k: v for k, v in (("side", args.side), ("generations", args.generations),
+                                                     ("completion", args.completion)) if v is not None}}
+    run, prompt = setup(args, params)
+    arms = ("stock (TRL)", "--shared_prefix")
+    prefill: dict[str, list[float]] = {arm: [] for arm in arms}
+    ids: dict = {}
+
+    def call(arm):
+        ids[arm], seconds = run(arm)
+        prefill[arm].append(seconds)
+
+    times = interleaved({arm: (lambda arm=arm: call(arm)) for arm in arms}, args.repeats)
+    import torch
+
+    same = torch.equal(ids[arms[0]], ids[arms[1]])
+    g = params["generations"]
+    print(f"[bench_shared_prefill] shape {shape}: {args.model_shape} model, G = {g} completions of "
+          f"{params['completion']} tokens on a {prompt}-token page prompt ({params['side']} px); HF generate, median "
+          f"of {args.repeats}, {torch.get_num_threads()} threads; ids equal to the stock arm's: {same}")
+    base, base_prefill = statistics.median(times[arms[0]]), statistics.median(prefill[arms[0]])
+    header = ("arm", "generate ms", "speed-up", "prefill ms", "speed-up", "prefill tokens")
+    print("  {:<16} {:>12} {:>9} {:>11} {:>9} {:>15}".format(*header))
+    for arm, rows in zip(arms, (g, 1)):
+        whole, first = statistics.median(times[arm]), statistics.median(prefill[arm])
+        print(f"  {arm:<16} {whole * 1000:12.1f} {base / whole:8.2f}x {first * 1000:11.1f} "
+              f"{base_prefill / first:8.2f}x {rows * prompt:15d}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", default="demo,olmocr2", help="comma list of: " + ", ".join(SHAPES))
+    parser.add_argument("--model_shape", default="tiny", help="olmocr_rl.tiny_model shape, or a model folder")
+    parser.add_argument("--side", type=int, default=None, help="page size (px), instead of the shape's")
+    parser.add_argument("--generations", type=int, default=None, help="G, instead of the shape's")
+    parser.add_argument("--completion", type=int, default=None, help="completion tokens C, instead of the shape's")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--work", default=None, help="folder for the model (default: a temporary one)")
+    args = parser.parse_args()
+    for shape in args.shapes.split(","):
+        if shape not in SHAPES:
+            sys.exit(f"error: --shapes {shape!r}: choose from {', '.join(SHAPES)}")
+        measure(args, shape)
+
+
+if __name__ == "__main__":
+    main()
