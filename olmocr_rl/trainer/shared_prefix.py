@@ -16,7 +16,8 @@ into one row of ``P - 1 + sum(n_j + 1)`` tokens per group instead of ``G * (P + 
    ``compute_3d_position_ids``, as in ``padding_free.PackedForward``), the prefix taking the first row's, each segment its own row's;
 4. the text attention (SDPA, the pack-aware function of ``padding_free.install_padding_free``) reads the layout
    from the ``olmocr_rl_shared_prefix`` forward keyword and runs :func:`shared_prefix_attention`: the prefix
-   causally, then each group's segments in one call, each attending to the whole prefix and causally to itself;
+   causally, then each group's segments, each attending to the whole prefix and causally to itself (one call per
+   segment when they are long, :data:`SEGMENT_CALL_TOKENS`; one padded call for short ones);
 5. the vision tower gets one image per group; the per-token log-probs and entropies are scattered back into
    TRL's (rows, completion) layout, zeros where the stock path has none.
 
@@ -79,6 +80,14 @@ def install_shared_prefix(model) -> str | None:
     return "each group's prompt forwarded once (shared prefix, checked against the stock forward on first use)"
 
 
+#: A group's segments are attended one SDPA call each (keys: the prefix and the segment's own tokens, exactly) when
+#: its longest is at least this many tokens; shorter ones go in one call, padded to the longest (fewer calls, where
+#: per-call overhead outweighs the padding). Both are exact; on CPU at olmOCR 2's shape (1,761-token prefix,
+#: 8 x 500..1,000 tokens) one call per segment takes about 0.75x the time of the padded call, at the demo's
+#: (16 x 32..64) the same (scripts/bench/bench_shared_prefix.py measures the phase).
+SEGMENT_CALL_TOKENS = 256
+
+
 def shared_prefix_attention(module, query, key, value, layout, **kwargs):
     """Attention over a packed row laid out as ``layout``: per group ``(prefix, (n_1, ..., n_k))``, the prefix's
     tokens then k segments of n_j tokens. The prefix attends causally to itself; segment j to the whole prefix
@@ -86,7 +95,6 @@ def shared_prefix_attention(module, query, key, value, layout, **kwargs):
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     kwargs.pop("is_causal", None)
-    device = query.device
     pieces, start = [], 0
     for prefix, segments in layout:
         head = slice(start, start + prefix)
@@ -94,30 +102,59 @@ def shared_prefix_attention(module, query, key, value, layout, **kwargs):
         out, _ = sdpa_attention_forward(module, query[:, :, head], k_prefix, v_prefix, None, is_causal=True, **kwargs)
         pieces.append(out[0])
         start += prefix
-        longest = max(segments)
-        lengths = torch.tensor(segments, device=device)
-        starts = start + torch.cumsum(lengths, 0) - lengths
-        steps = torch.arange(longest, device=device)
-        index = starts[:, None] + torch.minimum(steps[None, :], lengths[:, None] - 1)  # padding repeats the last
-
-        def take(states):  # (1, heads, T, d) -> (segments, heads, longest, d)
-            return states[0][:, index.reshape(-1)].reshape(
-                states.shape[1], len(segments), longest, states.shape[3]).transpose(0, 1)
-
-        count = len(segments)
-        keys = torch.cat([k_prefix.expand(count, -1, -1, -1), take(key)], dim=2)
-        values = torch.cat([v_prefix.expand(count, -1, -1, -1), take(value)], dim=2)
-        # One additive mask for every segment: the prefix visible, the segment's own tokens causally. A segment's
-        # padding (its last token repeated up to the longest) is hidden from its real tokens by causality, and the
-        # padded queries' outputs are dropped. Additive, not boolean: SDPA's CPU kernel then keeps no weights.
-        mask = query.new_zeros(1, 1, longest, prefix + longest)
-        mask[..., prefix:] = torch.full((longest, longest), torch.finfo(query.dtype).min, dtype=query.dtype,
-                                        device=device).triu(1)
-        out, _ = sdpa_attention_forward(module, take(query), keys, values, mask, is_causal=False, **kwargs)
-        for j, n in enumerate(segments):
-            pieces.append(out[j, :n])
-        start += int(lengths.sum())
+        attend = _each_segment if max(segments) >= SEGMENT_CALL_TOKENS else _segments_padded
+        pieces += attend(module, query, key, value, k_prefix, v_prefix, start, segments, **kwargs)
+        start += sum(segments)
     return torch.cat(pieces, dim=0).unsqueeze(0), None
+
+
+def _segment_mask(query, prefix: int, width: int):
+    """The additive mask of ``width`` queries over the prefix and ``width`` segment keys: the prefix visible, the
+    segment's own tokens causally. Additive, not boolean: SDPA's CPU kernel then keeps no weights."""
+    mask = query.new_zeros(1, 1, width, prefix + width)
+    mask[..., prefix:] = torch.full((width, width), torch.finfo(query.dtype).min, dtype=query.dtype,
+                                    device=query.device).triu(1)
+    return mask
+
+
+def _each_segment(module, query, key, value, k_prefix, v_prefix, start, segments, **kwargs):
+    """One call per segment, its keys the prefix's and its own (no padding)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    pieces = []
+    for n in segments:
+        own = slice(start, start + n)
+        keys, values = torch.cat([k_prefix, key[:, :, own]], dim=2), torch.cat([v_prefix, value[:, :, own]], dim=2)
+        out, _ = sdpa_attention_forward(module, query[:, :, own], keys, values,
+                                        _segment_mask(query, k_prefix.shape[2], n), is_causal=False, **kwargs)
+        pieces.append(out[0])
+        start += n
+    return pieces
+
+
+def _segments_padded(module, query, key, value, k_prefix, v_prefix, start, segments, **kwargs):
+    """All segments in one call, each padded to the longest by repeating its last token: a segment's padding is
+    hidden from its real tokens by causality, and the padded queries' outputs are dropped."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    device = query.device
+    longest = max(segments)
+    lengths = torch.tensor(segments, device=device)
+    starts = start + torch.cumsum(lengths, 0) - lengths
+    steps = torch.arange(longest, device=device)
+    index = starts[:, None] + torch.minimum(steps[None, :], lengths[:, None] - 1)
+
+    def take(states):  # (1, heads, T, d) -> (segments, heads, longest, d)
+        return states[0][:, index.reshape(-1)].reshape(
+            states.shape[1], len(segments), longest, states.shape[3]).transpose(0, 1)
+
+    count = len(segments)
+    keys = torch.cat([k_prefix.expand(count, -1, -1, -1), take(key)], dim=2)
+    values = torch.cat([v_prefix.expand(count, -1, -1, -1), take(value)], dim=2)
+    out, _ = sdpa_attention_forward(module, take(query), keys, values,
+                                    _segment_mask(query, k_prefix.shape[2], longest), is_causal=False,
+                                    **kwargs)
+    return [out[j, :n] for j, n in enumerate(segments)]
 
 
 class _Layout:

@@ -105,9 +105,22 @@ def _both_paths(models, case):
     return mine, theirs
 
 
+@pytest.mark.parametrize("segment_calls", ["padded", "each"])
 @pytest.mark.parametrize("case", range(len(GROUPS)))
-def test_shared_forward_equals_the_stock_forward(models, case):
+def test_shared_forward_equals_the_stock_forward(models, case, segment_calls, monkeypatch):
+    """Both ways of attending a group's segments: one padded call (short completions, as here) and one call per
+    segment (long ones: forced here by a threshold of one token)."""
+    from olmocr_rl.trainer import shared_prefix
+
+    if segment_calls == "each":
+        monkeypatch.setattr(shared_prefix, "SEGMENT_CALL_TOKENS", 1)
+    calls = []
+    for name in ("_each_segment", "_segments_padded"):
+        original = getattr(shared_prefix, name)
+        monkeypatch.setattr(shared_prefix, name,
+                            lambda *a, _name=name, _original=original, **k: calls.append(_name) or _original(*a, **k))
     _assert_same(*_both_paths(models, case))
+    assert calls and set(calls) == {"_each_segment" if segment_calls == "each" else "_segments_padded"}
 
 
 def test_tokens_forwarded_once_per_group(models):
