@@ -166,19 +166,18 @@ class _SharedPrefill:
                 inner.rope_deltas = deltas
 
     def _checked(self, input_ids, generation_config, model_kwargs, groups, *args, **kwargs):
-        if self.guard.checked:
-            return self._shared(input_ids, generation_config, model_kwargs, groups, *args, **kwargs)
         from olmocr_rl.model.fallback import reason_of, tolerance
 
-        empty = copy.deepcopy(model_kwargs["past_key_values"])
+        empty = copy.deepcopy(model_kwargs["past_key_values"])  # an empty DynamicCache: nothing to copy
+        stock_kwargs = {**model_kwargs, "past_key_values": empty}
         try:
             trial = self._shared(input_ids, generation_config, model_kwargs, groups, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - any failure of the speed-up falls back to the stock prefill
-            self.guard.fall_back(f"its first prefill failed: {reason_of(exc)}")
-            return self.stock(input_ids, generation_config, {**model_kwargs, "past_key_values": empty},
-                              *args, **kwargs)
-        reference = self.stock(input_ids, generation_config, {**model_kwargs, "past_key_values": empty},
-                               *args, **kwargs)
+            self.guard.fall_back(f"{'a' if self.guard.checked else 'its first'} prefill failed: {reason_of(exc)}")
+            return self.stock(input_ids, generation_config, stock_kwargs, *args, **kwargs)
+        if self.guard.checked:
+            return trial
+        reference = self.stock(input_ids, generation_config, stock_kwargs, *args, **kwargs)
         difference, allowed = _agreement(trial, reference), tolerance(reference.logits.dtype)
         if difference > allowed:
             self.guard.fall_back(f"its first prefill differs from the stock one by {difference:.2g} (relative), "

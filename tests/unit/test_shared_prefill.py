@@ -152,3 +152,27 @@ def test_first_use_checks_itself_and_falls_back_with_one_line(tiny_model_dir, mo
         "the 1e-04 allowed in torch.float32")]
     assert sum("--shared_prefix (generation) is off" in r.message for r in caplog.records) == 1
     assert torch.equal(_generate(model, inputs, config, guard), stock) and guard.shared_calls == 1  # the trial only
+
+
+def test_a_later_failure_falls_back_and_that_batch_samples_the_stock_ids(tiny_model_dir, monkeypatch):
+    from olmocr_rl.model.loading import load_model_and_processor
+    from olmocr_rl.trainer import shared_prefill as module
+
+    model, processor = load_model_and_processor(str(tiny_model_dir))
+    model.eval()
+    inputs, config = _inputs(processor), _config(model, processor)
+    stock = _generate(model, inputs, config)
+    guard = PrefillGuard()
+    assert torch.equal(_generate(model, inputs, config, guard), stock) and guard.checked
+    reduced = module._reduced
+
+    def broken(*args):  # the shared prefill fails half-way: the real cache already holds some of its rows
+        ids, kwargs, index = reduced(*args)
+        kwargs["pixel_values"] = kwargs["pixel_values"][:-1]
+        return ids, kwargs, index
+
+    monkeypatch.setattr(module, "_reduced", broken)
+    before = len(fallback.fallbacks())
+    assert torch.equal(_generate(model, inputs, config, guard), stock)  # that batch from the stock prefill
+    assert guard.off and len(fallback.fallbacks()) == before + 1
+    assert fallback.fallbacks()[-1][1].startswith("a prefill failed: ")
