@@ -164,10 +164,11 @@ def test_first_use_checks_itself_and_falls_back_with_one_line(models, monkeypatc
 STEPS = 20  # GRPO steps of each training (a generation batch every second step: num_iterations = 2)
 
 
-def _train(model_dir, tmp_path, shared: bool, lora: bool = False):
+def _train(model_dir, tmp_path, shared: bool, lora: bool = False, frozen_tower: bool = False):
     """STEPS GRPO steps of the tiny model (G = 4 completions of one page per step; two pages of different sizes; the
     old-policy log-probs by num_iterations = 2, the reference model's by beta > 0, with LoRA the base model with its
-    adapters off): the log history and the guard."""
+    adapters off; ``frozen_tower`` as --freeze_vision_tower, its features cached per step): the log history and the
+    guards."""
     from datasets import Dataset
     from trl import GRPOConfig
 
@@ -176,6 +177,10 @@ def _train(model_dir, tmp_path, shared: bool, lora: bool = False):
     from olmocr_rl.trainer.shared_prefix import install_shared_prefix
 
     model, processor = load_model_and_processor(str(model_dir))
+    if frozen_tower:
+        from olmocr_rl.model.frozen_vision import freeze_vision
+
+        assert freeze_vision(model, tower=True, merger=False) > 0
     assert install_padding_free(model) is not None
     if shared:
         assert install_shared_prefix(model) is not None
@@ -192,17 +197,19 @@ def _train(model_dir, tmp_path, shared: bool, lora: bool = False):
         peft = LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS)
     trainer = PlainGRPOTrainer(model=model, args=args, processing_class=processor, padding_free=True,
                                shared_prefix=shared, shared_prefill=shared, train_dataset=dataset, peft_config=peft,
+                               cache_vision_features=frozen_tower,
                                reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"]) % 5) for c in completions]])
     trainer.train()
     return [entry for entry in trainer.state.log_history if "loss" in entry], trainer.shared_prefix, trainer.shared_prefill
 
 
-@pytest.mark.slow  # two GRPO trainings of 20 steps per arm: about 5 s each
-@pytest.mark.parametrize("arm", ["full", "lora", "qwen3_vl", "qwen3_vl_moe"])
+@pytest.mark.slow  # two GRPO trainings of 20 steps per arm: 2-5 s each
+@pytest.mark.parametrize("arm", ["full", "lora", "frozen_tower", "qwen3_vl", "qwen3_vl_moe"])
 def test_training_steps_equal_the_stock_path(tiny_model_dir, tiny_family_dir, tmp_path, arm):
     model_dir = tiny_family_dir(arm) if arm.startswith("qwen3") else tiny_model_dir  # the Qwen3-VL arms: full
-    stock, _, _ = _train(model_dir, tmp_path, shared=False, lora=arm == "lora")
-    shared, guard, prefill = _train(model_dir, tmp_path, shared=True, lora=arm == "lora")
+    switches = dict(lora=arm == "lora", frozen_tower=arm == "frozen_tower")
+    stock, _, _ = _train(model_dir, tmp_path, shared=False, **switches)
+    shared, guard, prefill = _train(model_dir, tmp_path, shared=True, **switches)
     batches = STEPS // 2  # steps 1, 3, 5, ... generate; the others are the batch's second iteration
     # every forward shared its page's prompt: per generation batch the old-policy and the reference log-probs, and
     # the loss of every step; the first one checked itself against the stock forward. The MoE's loss forwards ask
