@@ -186,6 +186,7 @@ def _png_ok(path: Path) -> tuple[int, int]:
         return image.size
 
 
+@pytest.mark.slow  # draws every chart of a run with matplotlib: about 4 s
 def test_single_run_report_files_and_summary(tmp_path, capsys):
     run = write_metrics(tmp_path / "grpo", [_record(s) for s in range(1, 26)])
     assert main([str(run)]) == 0
@@ -211,6 +212,7 @@ def test_single_run_report_files_and_summary(tmp_path, capsys):
     assert all((out / link).is_file() for link in links)
 
 
+@pytest.mark.slow  # draws the charts of two runs: about 3 s
 def test_several_runs_compared_on_one_chart(tmp_path):
     full = write_metrics(tmp_path / "full" / "grpo", [_record(s) for s in range(1, 26)])
     olmorl = tmp_path / "runs" / "olmorl"
