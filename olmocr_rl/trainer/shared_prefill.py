@@ -29,6 +29,8 @@ import logging
 
 import torch
 
+from olmocr_rl.trainer.shared_prefix import SharedPrefixGuard, _groups
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["PrefillGuard", "prefill_groups", "shared_prefill"]
@@ -37,20 +39,14 @@ __all__ = ["PrefillGuard", "prefill_groups", "shared_prefill"]
 _ROW_INPUTS = ("attention_mask", "mm_token_type_ids", "token_type_ids")
 
 
-class PrefillGuard:
-    """The run's state of the shared prefill: whether the first use's check passed, or it is off."""
+class PrefillGuard(SharedPrefixGuard):
+    """The run's state of the shared prefill (checked, off, shared_calls: as the training forward's guard)."""
+
+    FLAG, STOCK = "--shared_prefix (generation)", "the stock prefill (one row per completion)"
 
     def __init__(self):
-        self.checked = False
-        self.off = False
-        self.shared_calls = 0  # prefills that shared at least one prompt (read by the tests and the bench)
+        super().__init__()
         self.rows = self.prefilled = 0  # rows generated, rows prefilled, over the shared calls
-
-    def fall_back(self, reason: str) -> None:
-        from olmocr_rl.model.fallback import fall_back
-
-        self.off = True
-        fall_back("--shared_prefix (generation)", reason, "the stock prefill (one row per completion)")
 
 
 def _images_per_row(model, input_ids, grid) -> list[int] | None:
@@ -71,7 +67,7 @@ def prefill_groups(model, input_ids, model_kwargs) -> list[list[int]] | None:
         return None
     mask = model_kwargs.get("attention_mask")
     pixels, grid = model_kwargs.get("pixel_values"), model_kwargs.get("image_grid_thw")
-    images: list[list[torch.Tensor]] = [[] for _ in range(len(input_ids))]
+    images = None  # per row: its images' grids and pixels, in order (rows with equal tokens hold as many)
     if pixels is not None:
         counts = None if grid is None else _images_per_row(model, input_ids, grid)
         if counts is None:
@@ -81,18 +77,8 @@ def prefill_groups(model, input_ids, model_kwargs) -> list[list[int]] | None:
             return None
         chunks = iter(zip(grid, torch.split(pixels, sizes)))
         images = [[piece for _ in range(count) for piece in next(chunks)] for count in counts]
-    groups: list[list[int]] = []
-    for row in range(len(input_ids)):
-        for group in groups:
-            first = group[0]
-            if (torch.equal(input_ids[first], input_ids[row])
-                    and (mask is None or torch.equal(mask[first], mask[row]))
-                    and len(images[first]) == len(images[row])
-                    and all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(images[first], images[row]))):
-                group.append(row)
-                break
-        else:
-            groups.append([row])
+    rows = input_ids if mask is None else torch.stack([input_ids, mask.to(input_ids.dtype)], dim=1)
+    groups = _groups(list(rows), images)
     return groups if len(groups) < len(input_ids) else None
 
 

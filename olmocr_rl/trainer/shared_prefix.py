@@ -171,16 +171,19 @@ class _Layout:
 class SharedPrefixGuard:
     """The run's state of ``--shared_prefix``: whether the first call's check passed, or the speed-up is off."""
 
+    #: What the fallback's warning line names: the flag, and what runs instead.
+    FLAG, STOCK = "--shared_prefix", "the stock forward (one row per completion)"
+
     def __init__(self):
         self.checked = False
         self.off = False
-        self.shared_calls = 0  # forwards that shared at least one prompt (read by the tests and the bench)
+        self.shared_calls = 0  # calls that shared at least one prompt (read by the tests and the bench)
 
     def fall_back(self, reason: str) -> None:
         from olmocr_rl.model.fallback import fall_back
 
         self.off = True
-        fall_back("--shared_prefix", reason, "the stock forward (one row per completion)")
+        fall_back(self.FLAG, reason, self.STOCK)
 
 
 class SharedPrefixForward:

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_shared_prefix import SHAPES  # noqa: E402
-from speed_common import interleaved, model_dir, page_image  # noqa: E402
+from bench_shared_prefix import add_shape_arguments, load, page_prompt, shape_names, shape_params  # noqa: E402
+from speed_common import interleaved, page_image  # noqa: E402
 
 
 def setup(args, params: dict):
@@ -31,23 +31,12 @@ def setup(args, params: dict):
     import torch
     from transformers import GenerationConfig
 
-    from olmocr_rl.data.prompts import build_no_anchoring_v4_yaml_prompt
-    from olmocr_rl.model.loading import load_model_and_processor
-    from olmocr_rl.model.vision_speedups import share_page_encoding
     from olmocr_rl.trainer.shared_prefill import PrefillGuard, shared_prefill
 
-    folder = args.model_shape if Path(args.model_shape).is_dir() else str(model_dir(args.model_shape, args.work))
-    model, processor = load_model_and_processor(folder)
-    if params["released"]:
-        from olmocr_rl.model.families import _RELEASED_PIXELS_14
-
-        processor.image_processor.size.longest_edge = _RELEASED_PIXELS_14
-    share_page_encoding(model)
+    model, processor = load(args.model_shape, args.work, params["released"])
     model.eval()
     page = page_image(params["side"])
-    content = [{"type": "text", "text": build_no_anchoring_v4_yaml_prompt()}, {"type": "image", "image": page}]
-    text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
-                                         tokenize=False)
+    text = page_prompt(processor, page)
     g = params["generations"]
     inputs = processor(images=[[page]] * g, text=[text] * g, padding=True, return_tensors="pt")
     config = GenerationConfig(max_new_tokens=params["completion"], min_new_tokens=params["completion"],
@@ -79,8 +68,7 @@ def setup(args, params: dict):
 
 
 def measure(args, shape: str) -> None:
-    params = {**SHAPES[shape], **{k: v for k, v in (("side", args.side), ("generations", args.generations),
-                                                     ("completion", args.completion)) if v is not None}}
+    params = shape_params(args, shape)
     run, prompt = setup(args, params)
     arms = ("stock (TRL)", "--shared_prefix")
     prefill: dict[str, list[float]] = {arm: [] for arm in arms}
@@ -109,17 +97,11 @@ def measure(args, shape: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", default="demo,olmocr2", help="comma list of: " + ", ".join(SHAPES))
-    parser.add_argument("--model_shape", default="tiny", help="olmocr_rl.tiny_model shape, or a model folder")
-    parser.add_argument("--side", type=int, default=None, help="page size (px), instead of the shape's")
-    parser.add_argument("--generations", type=int, default=None, help="G, instead of the shape's")
-    parser.add_argument("--completion", type=int, default=None, help="completion tokens C, instead of the shape's")
+    add_shape_arguments(parser)  # --completion: every completion's length here (EOS held off)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--work", default=None, help="folder for the model (default: a temporary one)")
     args = parser.parse_args()
-    for shape in args.shapes.split(","):
-        if shape not in SHAPES:
-            sys.exit(f"error: --shapes {shape!r}: choose from {', '.join(SHAPES)}")
+    for shape in shape_names(args):
         measure(args, shape)
 
 

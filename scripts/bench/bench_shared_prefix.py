@@ -43,16 +43,60 @@ SHAPES = {"demo": {"side": 448, "generations": 16, "completion": 64, "released":
 ARMS = ("--padding_free", "--shared_prefix", "padded (TRL)")
 
 
+def page_prompt(processor, page) -> str:
+    """The chat text of one page prompt: the olmOCR v4 YAML prompt and the page image."""
+    from olmocr_rl.data.prompts import build_no_anchoring_v4_yaml_prompt
+
+    content = [{"type": "text", "text": build_no_anchoring_v4_yaml_prompt()}, {"type": "image", "image": page}]
+    return processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
+                                         tokenize=False)
+
+
+def load(shape: str, work: str | None, released: bool):
+    """The model of ``shape`` (an olmocr_rl.tiny_model shape or a folder) and its processor, the page encoded once
+    per forward; ``released``: the released Qwen2.5-VL processor's pixel budget."""
+    from olmocr_rl.model.loading import load_model_and_processor
+    from olmocr_rl.model.vision_speedups import share_page_encoding
+
+    model, processor = load_model_and_processor(shape if Path(shape).is_dir() else str(model_dir(shape, work)))
+    if released:
+        from olmocr_rl.model.families import _RELEASED_PIXELS_14
+
+        processor.image_processor.size.longest_edge = _RELEASED_PIXELS_14
+    share_page_encoding(model)
+    return model, processor
+
+
+def add_shape_arguments(parser) -> None:
+    """The shape flags both shared-prefix benchmarks take."""
+    parser.add_argument("--shapes", default="demo,olmocr2", help="comma list of: " + ", ".join(SHAPES))
+    parser.add_argument("--model_shape", default="tiny", help="olmocr_rl.tiny_model shape, or a model folder")
+    parser.add_argument("--side", type=int, default=None, help="page size (px), instead of the shape's")
+    parser.add_argument("--generations", type=int, default=None, help="G, instead of the shape's")
+    parser.add_argument("--completion", type=int, default=None, help="longest completion C, instead of the shape's")
+
+
+def shape_names(args) -> list[str]:
+    """--shapes, each checked (one error line naming the flag otherwise)."""
+    names = args.shapes.split(",")
+    for shape in names:
+        if shape not in SHAPES:
+            sys.exit(f"error: --shapes {shape!r}: choose from {', '.join(SHAPES)}")
+    return names
+
+
+def shape_params(args, shape: str) -> dict:
+    """The shape's side, G, C and pixel budget, with --side/--generations/--completion where given."""
+    overrides = {k: getattr(args, k) for k in ("side", "generations", "completion") if getattr(args, k) is not None}
+    return {**SHAPES[shape], **overrides}
+
+
 def trl_block(processor, page, lengths: list[int], vocab: int):
     """Inputs of TRL's log-prob forward for len(lengths) copies of one page prompt with those completion lengths."""
     import torch
     from trl.trainer.utils import pad
 
-    from olmocr_rl.data.prompts import build_no_anchoring_v4_yaml_prompt
-
-    content = [{"type": "text", "text": build_no_anchoring_v4_yaml_prompt()}, {"type": "image", "image": page}]
-    text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
-                                         tokenize=False)
+    text = page_prompt(processor, page)
     vision = processor(images=[[page]] * len(lengths), text=[text] * len(lengths), padding=True, return_tensors="pt")
     generator = torch.Generator().manual_seed(0)
     completions = [torch.randint(20, vocab, (n,), generator=generator) for n in lengths]
@@ -72,17 +116,10 @@ def setup(shape: str, side: int, generations: int, completion: int, work: str | 
     import torch
     from trl.trainer.utils import add_fused_lm_head
 
-    from olmocr_rl.model.loading import load_model_and_processor
-    from olmocr_rl.model.vision_speedups import share_page_encoding
     from olmocr_rl.trainer.padding_free import PackedForward
     from olmocr_rl.trainer.shared_prefix import SharedPrefixForward, SharedPrefixGuard, install_shared_prefix
 
-    model, processor = load_model_and_processor(shape if Path(shape).is_dir() else str(model_dir(shape, work)))
-    if released:
-        from olmocr_rl.model.families import _RELEASED_PIXELS_14
-
-        processor.image_processor.size.longest_edge = _RELEASED_PIXELS_14
-    share_page_encoding(model)
+    model, processor = load(shape, work, released)
     assert install_shared_prefix(model) is not None  # also the pack-aware SDPA of --padding_free
     add_fused_lm_head(model, outputs=("log_probs", "entropy"))
     model.train()
@@ -129,8 +166,7 @@ def _status_kib(key: str) -> int:
 
 
 def measure(args, shape: str, arms: list[str]) -> None:
-    params = {**SHAPES[shape], **{k: v for k, v in (("side", args.side), ("generations", args.generations),
-                                                     ("completion", args.completion)) if v is not None}}
+    params = shape_params(args, shape)
     phase, prompt, lengths = setup(args.model_shape, params["side"], params["generations"], params["completion"],
                                    args.work, params["released"])
     tokens: dict[str, int] = {}
@@ -160,11 +196,7 @@ def measure(args, shape: str, arms: list[str]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", default="demo,olmocr2", help="comma list of: " + ", ".join(SHAPES))
-    parser.add_argument("--model_shape", default="tiny", help="olmocr_rl.tiny_model shape, or a model folder")
-    parser.add_argument("--side", type=int, default=None, help="page size (px), instead of the shape's")
-    parser.add_argument("--generations", type=int, default=None, help="G, instead of the shape's")
-    parser.add_argument("--completion", type=int, default=None, help="longest completion C, instead of the shape's")
+    add_shape_arguments(parser)
     parser.add_argument("--padded", action="store_true", help="also TRL's padded block at every shape")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip_memory", action="store_true", help="no peak-memory runs (one process per arm)")
@@ -178,9 +210,7 @@ def main() -> None:
     import tempfile
 
     args.work = args.work or tempfile.mkdtemp(prefix="olmocr_rl_bench_")
-    for shape in args.shapes.split(","):
-        if shape not in SHAPES:
-            sys.exit(f"error: --shapes {shape!r}: choose from {', '.join(SHAPES)}")
+    for shape in shape_names(args):
         arms = list(ARMS) if shape == "demo" or args.padded else list(ARMS[:2])
         measure(args, shape, arms)
 
