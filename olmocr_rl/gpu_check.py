@@ -6,7 +6,7 @@ bf16 — vLLM colocate when vLLM is importable, HF generation otherwise — with
 a fixed completion length, one run per *arm*: an objective (plain GRPO, ``--olmorl``, or LoRA: ``--use_peft``
 with its defaults, r 16 on the language model, the frozen vision tower's features computed once per step) with a
 set of speed-ups (``stock``: none, the step as it was before them; ``vision``: the vision-tower ones; ``all``: the
-trainer's defaults), each arm in its own process on a GPU. vLLM runs to the length with ``ignore_eos`` (it only
+trainer's defaults; ``noprefix``: the defaults but ``--shared_prefix``), each arm in its own process on a GPU. vLLM runs to the length with ``ignore_eos`` (it only
 stops stopping: the sampled distribution and the log-probs TRL's importance-sampling correction compares are the
 model's own); ``min_tokens`` would mask EOS out of the logits, and vLLM's processed log-probs would then differ from
 the trainer's on every token (docs/gpu_check.md). HF generation uses ``min_new_tokens`` (no correction there). On CPU the same runs use the tiny model and
@@ -152,14 +152,18 @@ def _run_arm_in_own_process(cli: list[str]) -> tuple[int, float]:
     return results.get()
 
 
-#: Speed-up settings of an arm: ``stock`` is the step as it ran before any speed-up (the 2026-11-30 table),
-#: ``vision`` adds the vision-tower speed-ups, ``all`` is the trainer's defaults (every exact speed-up on).
+#: Speed-up settings of an arm: ``stock`` is the step as it ran before any speed-up (the 2026-11-30 table: every
+#: flag of the speed group off, every layer recomputing), ``vision`` adds the vision-tower speed-ups, ``all`` is the
+#: trainer's defaults (every exact speed-up on), ``noprefix`` the defaults but ``--shared_prefix`` (what it adds).
 SPEEDUP_FLAGS = {
     "stock": ["--no-share_page_encoding", "--no-batched_vision_attention", "--no-share_page_processing",
-              "--no-padding_free", "--gradient_checkpointing", "true", "--compiled_generation", "false"],
+              "--no-padding_free", "--no-shared_prefix", "--no-cache_vision_features", "--gradient_checkpointing",
+              "true", "--compiled_generation", "false"],
     "vision": ["--share_page_encoding", "--batched_vision_attention", "--no-share_page_processing",
-               "--no-padding_free", "--gradient_checkpointing", "true", "--compiled_generation", "false"],
+               "--no-padding_free", "--no-shared_prefix", "--no-cache_vision_features", "--gradient_checkpointing",
+               "true", "--compiled_generation", "false"],
     "all": [],
+    "noprefix": ["--no-shared_prefix"],
 }
 
 
@@ -212,8 +216,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--image_dim", type=int, default=None, help="page size, longest side (default: the trainer's --target_longest_image_dim on GPU, 448 on CPU)")
     parser.add_argument("--arms", default="grpo/stock,grpo/all,olmorl/stock,olmorl/all,lora/all",
                         help="comma list of objective/speedups arms: objective grpo, olmorl or lora (--use_peft); "
-                             "speedups stock (none: the step before any speed-up), vision (the vision-tower ones) or "
-                             "all (the defaults); a bare objective means /all")
+                             "speedups stock (none: the step before any speed-up), vision (the vision-tower ones), "
+                             "all (the defaults) or noprefix (the defaults but --shared_prefix); a bare objective "
+                             "means /all")
     parser.add_argument("--profile", action="store_true",
                         help="profile the last step of the first arm with every speed-up on (torch.profiler, per "
                              "phase; that step is left out of the arm's means when another remains)")
@@ -249,17 +254,19 @@ def _build_model(work: Path, family: str, shape: str, cuda: bool) -> tuple[Path,
                          device="cuda" if cuda else "cpu")
     return model_dir, json.loads((model_dir / "olmocr_rl_tiny_model.json").read_text())["parameters"]
 
-def _run_arms(plan: list[tuple[str, str]], args, settings: dict, work: Path, start: float) -> tuple[list, list, dict]:
-    """Run each (shape, arm) of ``plan`` in order; returns (rows, arms left out for time, the profile or {})."""
+def _run_arms(plan: list[tuple[str, str]], args, settings: dict, work: Path, start: float, report) -> dict:
+    """Run each (shape, arm) of ``plan`` in order, calling ``report(state)`` after each so that a run stopped
+    from outside keeps the arms it finished. ``state``: rows, arms left out for time (``not_measured``), arms that
+    failed (``failed``: "arm: exit code N"; the next arm still runs) and the profile (or {})."""
     import torch
 
     cuda = settings["cuda"]
-    rows, skipped, profile = [], [], {}
+    state = {"rows": [], "not_measured": [], "failed": [], "profile": {}}
     profile_arm = next((i for i, (_, arm) in enumerate(plan) if parse_arm(arm)[1] == "all"), None) \
         if args.profile else None
     for index, (shape, arm) in enumerate(plan):
         if args.time_budget_s is not None and time.time() - start > args.time_budget_s:
-            skipped.append(f"{shape} {arm}")
+            state["not_measured"].append(f"{shape} {arm}")
             continue
         model_dir, params = _build_model(work, settings["family"], shape, cuda)
         out_dir = work / f"run-{shape}-{arm.replace('/', '-')}"
@@ -269,18 +276,26 @@ def _run_arms(plan: list[tuple[str, str]], args, settings: dict, work: Path, sta
         print(f"[gpu_check] arm {shape} {arm}: python -m olmocr_rl.grpo_train {' '.join(cli)}", flush=True)
         # On a GPU each arm gets its own process: a colocated engine, compiled graphs and the allocator's
         # cache would otherwise carry into the next arm's numbers.
+        arm_start = time.time()
         code, peak = _run_arm_in_own_process(cli) if cuda else _run_arm(cli)
+        name = f"{shape} {arm}" if shape != settings["shape"] else arm
         if code != 0:
-            print(f"[gpu_check] arm {shape} {arm} failed with exit code {code}", file=sys.stderr)
-            raise SystemExit(code)
-        row = summarise(out_dir / "metrics.jsonl", params=params, peak_flops=_peak_flops(settings["device"]),
-                        peak_mem_gb=peak, arm=f"{shape} {arm}" if shape != settings["shape"] else arm, profiled=profiled)
-        rows.append(row)
-        if profiled is not None:
-            profile = {"arm": row["arm"], **json.loads((out_dir / f"profile_step_{profiled}.json").read_text())}
+            print(f"[gpu_check] arm {name} failed with exit code {code} (its log is above); going on with the next",
+                  file=sys.stderr, flush=True)
+            state["failed"].append(f"{name}: exit code {code}")
+        else:
+            row = summarise(out_dir / "metrics.jsonl", params=params, peak_flops=_peak_flops(settings["device"]),
+                            peak_mem_gb=peak, arm=name, profiled=profiled)
+            state["rows"].append(row)
+            print(f"[gpu_check] arm {name} done in {time.time() - arm_start:.0f}s: {row['step_s']:.2f} s/step, "
+                  f"train {row['train_s']:.2f} s, peak {row['peak_mem_gb']:.1f} GiB", flush=True)
+            if profiled is not None:
+                state["profile"] = {"arm": row["arm"],
+                                    **json.loads((out_dir / f"profile_step_{profiled}.json").read_text())}
+        report(state)
         if cuda:
             torch.cuda.empty_cache()
-    return rows, skipped, profile
+    return state
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -325,27 +340,43 @@ def main(argv: list[str] | None = None) -> int:
           f"{time.time() - start:.0f}s; generation backend: {backend}", flush=True)
     with_7b = args.with_7b and "7b" in FAMILIES[args.family].shapes and shape != "7b"
     plan = [(shape, arm) for arm in arms] + ([("7b", "grpo/all")] if with_7b else [])
-    rows, skipped, profile = _run_arms(plan, args, settings, work, start)
-    result = {
-        "date": time.strftime("%Y-%m-%d"), "device": settings["device"], "family": args.family, "shape": shape,
-        "parameters": params,
-        "backend": backend, "num_generations": settings["G"], "completion_length": length,
-        "image_dim": settings["image_dim"], "steps": settings["steps"], "peak_flops": _peak_flops(settings["device"]),
-        "memory": "GPU peak allocated" if cuda else "process peak RSS", "total_s": time.time() - start,
-        "rows": rows, "not_measured": skipped, "profile": profile,
-        "versions": {"torch": torch.__version__, **_versions()},
-    }
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    versions = {"torch": torch.__version__, **_versions()}
+    docs_base = None
+    if args.write_docs:
+        docs_path = Path(args.write_docs)
+        docs_base = docs_path.read_text() if docs_path.is_file() else "# GPU check\n"
+
+    def result_of(state: dict, complete: bool) -> dict:
+        return {
+            "date": time.strftime("%Y-%m-%d"), "device": settings["device"], "family": args.family, "shape": shape,
+            "parameters": params, "backend": backend, "num_generations": settings["G"], "completion_length": length,
+            "image_dim": settings["image_dim"], "steps": settings["steps"],
+            "peak_flops": _peak_flops(settings["device"]),
+            "memory": "GPU peak allocated" if cuda else "process peak RSS", "total_s": time.time() - start,
+            **state, "complete": complete, "versions": versions,
+        }
+
+    def write(state: dict, complete: bool = False) -> dict:
+        """The JSON and the docs as they stand (after each arm: a run stopped from outside keeps what it measured)."""
+        result = result_of(state, complete)
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        if docs_base is not None:
+            Path(args.write_docs).write_text(docs_base.rstrip("\n") + "\n\n" + markdown_section(result))
+        return result
+
+    state = _run_arms(plan, args, settings, work, start, write)
+    result = write(state, complete=True)
     print(f"\n[gpu_check] {settings['device']}, {shape}, {backend}, G={settings['G']}, {length} tokens/completion, "
           f"{settings['image_dim']}px pages, {settings['steps']} steps (first excluded); total {result['total_s']:.0f}s")
-    print(format_table(rows))
-    if skipped:
-        print(f"[gpu_check] not measured (time budget): {', '.join(skipped)}")
+    print(format_table(state["rows"]))
+    if state["not_measured"]:
+        print(f"[gpu_check] not measured (time budget): {', '.join(state['not_measured'])}")
+    if state["failed"]:
+        print(f"[gpu_check] failed: {'; '.join(state['failed'])}", file=sys.stderr)
     if args.write_docs:
-        append_to_docs(Path(args.write_docs), result)
         print(f"[gpu_check] appended the table to {args.write_docs}")
     print(f"[gpu_check] wrote {args.out}")
-    return 0
+    return 1 if state["failed"] else 0
 
 
 def markdown_section(result: dict) -> str:
@@ -365,6 +396,10 @@ def markdown_section(result: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     if result.get("not_measured"):
         lines += ["", f"Not measured (time budget): {', '.join(result['not_measured'])}."]
+    if result.get("failed"):
+        lines += ["", f"Failed (see the run's log): {'; '.join(result['failed'])}."]
+    if not result.get("complete", True):
+        lines += ["", "The run stopped before its last arm: the rows above are the arms it finished."]
     profile = result.get("profile") or {}
     if profile:
         lines += ["", f"Profile of step {profile['step']} of `{profile['arm']}` (torch.profiler; GPU busy = kernel "
@@ -376,12 +411,6 @@ def markdown_section(result: dict) -> str:
             lines.append(f"| {phase} | {f['wall_s']:.2f} | {f['gpu_busy']:.0%} | {f['kernels']:,} | "
                          f"{f['mean_kernel_us']:.1f} | {f['verdict']} | {top} |")
     return "\n".join(lines) + "\n"
-
-
-def append_to_docs(path: Path, result: dict) -> None:
-    """Append :func:`markdown_section` of ``result`` to the markdown file ``path``."""
-    text = path.read_text() if path.is_file() else "# GPU check\n"
-    path.write_text(text.rstrip("\n") + "\n\n" + markdown_section(result))
 
 
 def _versions() -> dict[str, str]:

@@ -7,7 +7,7 @@
 set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 packages=(trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 xxhash==4.1.0 pypdfium2==5.15.2
-          rapidfuzz==3.14.6 latex2mathml==3.81.1)
+          rapidfuzz==3.14.6 latex2mathml==3.81.1 peft==0.21.2)
 if [[ -z "${NO_PYARROW:-}" ]]; then packages+=(pyarrow==26.0.1); fi
 python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 -d "$repo_root/.whl" "${packages[@]}"

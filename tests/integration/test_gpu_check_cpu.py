@@ -43,7 +43,8 @@ def test_the_device_script_runs_on_cpu_with_tiny_shapes(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "WITH_7B": "0", "ARMS": "grpo/stock,grpo/all",
-           "STEPS": "3", "WORK_DIR": str(tmp_path / "work"), "BUDGET_S": "600", "HF_HUB_OFFLINE": "1"}
+           "STEPS": "3", "WORK_DIR": str(tmp_path / "work"), "BUDGET_S": "600", "HF_HUB_OFFLINE": "1",
+           "WHEELS": str(tmp_path / "no-wheels")}  # a checkout holding .whl/ for a GPU run: not for this Python
     result = subprocess.run(["bash", "scripts/device_gpu_check.sh"], cwd=REPO, capture_output=True, text=True,
                             timeout=900, env=env)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
@@ -113,3 +114,50 @@ def test_gpu_check_refuses_a_shape_the_family_lacks(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == "error: --shape 7b: Qwen3-VL has tiny, 2b, 4b, 8b"
     assert not list(tmp_path.glob("model-*"))
+
+
+def test_a_failed_arm_is_recorded_and_the_next_arm_still_runs(tmp_path, monkeypatch):
+    """One arm crashing (a GPU path never run before, say) must not cost the other arms' rows: it is listed as
+    failed, the next arm runs, and the results are written after every arm."""
+    import argparse
+
+    from olmocr_rl import gpu_check
+
+    monkeypatch.setattr(gpu_check, "_build_model", lambda work, family, shape, cuda: (work / "model", 10))
+    codes = iter([3, 0])
+    monkeypatch.setattr(gpu_check, "_run_arm", lambda cli: (next(codes), 1.5))
+    monkeypatch.setattr(gpu_check, "summarise", lambda path, **kw: {"arm": kw["arm"], "step_s": 2.0, "train_s": 1.0,
+                                                                    "peak_mem_gb": kw["peak_mem_gb"]})
+    reports = []
+    args = argparse.Namespace(profile=False, time_budget_s=None, bench="b")
+    settings = {"cuda": False, "family": "qwen2_5_vl", "shape": "tiny", "steps": 2, "G": 4, "length": 16,
+                "image_dim": 448, "backend": "hf-generate", "length_kwargs": {}, "device": "cpu"}
+    state = gpu_check._run_arms([("tiny", "grpo/all"), ("tiny", "grpo/noprefix")], args, settings, tmp_path, 0.0,
+                                lambda s: reports.append((len(s["rows"]), list(s["failed"]))))
+    assert state["failed"] == ["grpo/all: exit code 3"] and [r["arm"] for r in state["rows"]] == ["grpo/noprefix"]
+    assert reports == [(0, ["grpo/all: exit code 3"]), (1, ["grpo/all: exit code 3"])]
+    section = gpu_check.markdown_section({
+        "date": "2026-12-04", "device": "cpu", "backend": "hf-generate", "versions": {"torch": "x"}, "shape": "tiny",
+        "num_generations": 4, "completion_length": 16, "image_dim": 448, "steps": 2, "memory": "RSS", "total_s": 1.0,
+        "rows": [], "failed": state["failed"], "complete": False})
+    assert "Failed (see the run's log): grpo/all: exit code 3." in section
+    assert "The run stopped before its last arm" in section
+
+
+def test_the_stock_arm_turns_every_speed_up_off():
+    """Every flag of the speed group is off in ``stock`` (a new speed-up on by default would otherwise leak into
+    the before row), and ``noprefix`` is the defaults but the shared prefix."""
+    import dataclasses
+
+    from olmocr_rl.config import parse_args
+    from olmocr_rl.config.options import FLAG, SPEED, ResolvedConfig
+    from olmocr_rl.gpu_check import SPEEDUP_FLAGS
+
+    stock, noprefix = parse_args(SPEEDUP_FLAGS["stock"]), parse_args(SPEEDUP_FLAGS["noprefix"])
+    speed = [f.name for f in dataclasses.fields(ResolvedConfig) if FLAG in f.metadata and f.metadata[FLAG].group == SPEED]
+    assert "shared_prefix" in speed and "cache_vision_features" in speed
+    for name in speed:
+        assert getattr(stock, name) in (False, "true"), name
+    defaults = parse_args([])
+    assert noprefix.shared_prefix is False and defaults.shared_prefix is True
+    assert all(getattr(noprefix, name) == getattr(defaults, name) for name in speed if name != "shared_prefix")

@@ -300,3 +300,23 @@ def test_frozen_tower_shared_forward_equals_the_stock_forward(models):
         for parameter in frozen:
             parameter.requires_grad_(True)
     _assert_same(mine, theirs, trained="language_model", untrained="visual")
+
+
+def test_shared_forward_with_layers_recomputing_equals_the_stock_forward(models):
+    """--gradient_checkpointing (on a GPU, auto recomputes the vision blocks and some decoder layers): a layer that
+    replays its forward in the backward pass replays the shared layout too (it travels as a forward keyword, not as
+    state of the call), so the gradients are the stock ones."""
+    from olmocr_rl.model.grad_checkpointing import CheckpointPlan, apply_checkpointing
+
+    stock, shared, processor = models
+    recomputing = copy.deepcopy(shared).train()
+    layers = len(recomputing.model.language_model.layers)
+    done = apply_checkpointing(recomputing, CheckpointPlan(mode="partial", text_layers=layers, reason="test"))
+    assert done and f"{layers} of {layers} decoder layers" in done
+    replays = []
+    for layer in recomputing.model.language_model.layers:
+        layer.self_attn.register_forward_pre_hook(lambda module, args: replays.append(torch.is_grad_enabled()))
+    mine, theirs = _both_paths((stock, recomputing, processor), 0)
+    _assert_same(mine, theirs)
+    # every layer's attention ran twice with gradients: the forward, then its replay in the backward pass
+    assert replays == [True] * (2 * layers)
