@@ -6,8 +6,8 @@ bf16 — vLLM colocate when vLLM is importable, HF generation otherwise — with
 a fixed completion length, one run per *arm*: an objective (plain GRPO, ``--olmorl``, or LoRA: ``--use_peft``
 with its defaults, r 16 on the language model, the frozen vision tower's features computed once per step) with a
 set of speed-ups (``stock``: none, the step as it was before them; ``vision``: the vision-tower ones; ``all``: the
-trainer's defaults; ``noprefix``: the defaults but ``--shared_prefix``), each arm in its own process on a GPU. vLLM runs to the length with ``ignore_eos`` (it only
-stops stopping: the sampled distribution and the log-probs TRL's importance-sampling correction compares are the
+trainer's defaults; ``noprefix``: the defaults but ``--shared_prefix``), each arm in its own process on a GPU.
+vLLM runs to the length with ``ignore_eos`` (it only stops stopping: the sampled distribution and the log-probs TRL's importance-sampling correction compares are the
 model's own); ``min_tokens`` would mask EOS out of the logits, and vLLM's processed log-probs would then differ from
 the trainer's on every token (docs/gpu_check.md). HF generation uses ``min_new_tokens`` (no correction there). On CPU the same runs use the tiny model and
 tiny sizes (under a minute an arm), so CI checks it.
@@ -138,18 +138,36 @@ def _arm_process(cli: list[str], results) -> None:
     results.put(_run_arm(cli))
 
 
-def _run_arm_in_own_process(cli: list[str]) -> tuple[int, float]:
-    """:func:`_run_arm` in a fresh spawned process (its engine and memory go away with it)."""
+def _run_arm_in_own_process(cli: list[str], exit_grace_s: float = 120.0) -> tuple[int, float]:
+    """:func:`_run_arm` in a fresh spawned process (its engine and memory go away with it). Once the process has
+    sent its result, it gets ``exit_grace_s`` to exit; one that does not (something it started still running) is
+    killed with one line saying so, and its result stands."""
     import multiprocessing
+    import queue
 
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     process = context.Process(target=_arm_process, args=(cli, results))
     process.start()
-    process.join()
-    if process.exitcode != 0 or results.empty():
+    result = None
+    while result is None:
+        try:
+            result = results.get(timeout=5)
+        except queue.Empty:
+            if not process.is_alive():
+                try:  # it may have put its result just before it exited
+                    result = results.get(timeout=1)
+                except queue.Empty:
+                    break
+    process.join(exit_grace_s)
+    if process.is_alive():
+        print(f"[gpu_check] the arm's process was still running {exit_grace_s:.0f}s after it finished; killed",
+              file=sys.stderr, flush=True)
+        process.kill()
+        process.join()
+    if result is None:
         return process.exitcode or 1, float("nan")
-    return results.get()
+    return result
 
 
 #: Speed-up settings of an arm: ``stock`` is the step as it ran before any speed-up (the 2026-11-30 table: every

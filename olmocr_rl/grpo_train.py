@@ -137,9 +137,12 @@ def _run(cfg: ResolvedConfig) -> int:
         grpo_config, peft_config, checkpointing = _check_trainer_setup(cfg)
         model, processor = _load_model(cfg)
         rewards = _build_rewards(cfg, processor)
-        trainer = _build_trainer(cfg, grpo_config, model, processor, rewards, train_dataset, eval_dataset, resume,
-                                 peft_config, checkpointing)
-        return _train_and_save(cfg, trainer, processor, resume)
+        try:
+            trainer = _build_trainer(cfg, grpo_config, model, processor, rewards, train_dataset, eval_dataset,
+                                     resume, peft_config, checkpointing)
+            return _train_and_save(cfg, trainer, processor, resume)
+        finally:
+            _stop_reward_workers(rewards[0])
     except _Stop as stop:
         return _fail(stop.message, stop.code)
     except _Done as done:
@@ -393,6 +396,15 @@ def _build_rewards(cfg: ResolvedConfig, processor):
         raise _Stop(str(exc), code=status.BAD_FLAGS) from None
     logger.info("rewards: %s", ", ".join(f"{n} x {w:g}" for n, w in zip(names, weights)))
     return funcs, weights, names, reward_logger
+
+
+def _stop_reward_workers(reward_funcs) -> None:
+    """Stop the bench rewards' worker pools when the run ends, however it ends: a process that called ``main`` (a
+    launcher's child, gpu_check's per-arm process) would otherwise wait at its exit for workers that wait for work."""
+    for func in reward_funcs:
+        scorer = getattr(func, "scorer", None)
+        if scorer is not None:
+            scorer.close()
 
 
 def _build_trainer(cfg: ResolvedConfig, grpo_config, model, processor, rewards, train_dataset, eval_dataset, resume,

@@ -25,7 +25,7 @@ import logging
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["fall_back", "fallbacks", "relative_difference", "reason_of", "tolerance"]
+__all__ = ["compute_dtype", "fall_back", "fallbacks", "relative_difference", "reason_of", "tolerance"]
 
 #: Every fallback of this process as (flag, reason), in order (read by the tests; the log has each line).
 _FALLBACKS: list[tuple[str, str]] = []
@@ -58,6 +58,21 @@ def tolerance(dtype) -> float:
 
     bits = torch.finfo(dtype).bits if dtype.is_floating_point else 64
     return RELATIVE_TOLERANCE.get(bits, RELATIVE_TOLERANCE[16])
+
+
+def compute_dtype(model, result_dtype):
+    """The least precise dtype a result of ``model`` went through: its own (``result_dtype``), the model's floating
+    weights' (a bf16 model's log-probs come out in fp32, but carry bf16 rounding) and autocast's where it is on.
+    The tolerance of a first-use check is that dtype's: measured on an H200, the 3B shape in bf16, the shared
+    prefix's first log-probs differed from the stock forward's by 0.0033 (relative), bf16 rounding, which the
+    fp32 tolerance of its fp32 output had turned off."""
+    import torch
+
+    dtypes = {result_dtype} | {p.dtype for p in model.parameters() if p.is_floating_point()}
+    for device_type in {p.device.type for p in model.parameters()}:
+        if torch.is_autocast_enabled(device_type):
+            dtypes.add(torch.get_autocast_dtype(device_type))
+    return min(dtypes, key=lambda dtype: (torch.finfo(dtype).bits, str(dtype)))
 
 
 def relative_difference(result, stock) -> float:

@@ -152,7 +152,7 @@ class _SharedPrefill:
                 inner.rope_deltas = deltas
 
     def _checked(self, input_ids, generation_config, model_kwargs, groups, *args, **kwargs):
-        from olmocr_rl.model.fallback import reason_of, tolerance
+        from olmocr_rl.model.fallback import compute_dtype, reason_of, tolerance
 
         empty = copy.deepcopy(model_kwargs["past_key_values"])  # an empty DynamicCache: nothing to copy
         stock_kwargs = {**model_kwargs, "past_key_values": empty}
@@ -164,14 +164,16 @@ class _SharedPrefill:
         if self.guard.checked:
             return trial
         reference = self.stock(input_ids, generation_config, stock_kwargs, *args, **kwargs)
-        difference, allowed = _agreement(trial, reference), tolerance(reference.logits.dtype)
+        dtype = compute_dtype(self.model, reference.logits.dtype)
+        difference, allowed = _agreement(trial, reference), tolerance(dtype)
         if difference > allowed:
             self.guard.fall_back(f"its first prefill differs from the stock one by {difference:.2g} (relative), "
-                                 f"more than the {allowed:.0e} allowed in {reference.logits.dtype}")
+                                 f"more than the {allowed:.0e} allowed in {dtype}")
             return reference  # generate goes on with the stock prefill's cache (it takes the cache from the output)
         self.guard.checked = True
         logger.info("shared prefill: the first generation's prefill (%d rows, %d prompts) matches the stock one "
-                    "(relative difference %.1e, %.0e allowed)", len(input_ids), len(groups), difference, allowed)
+                    "(relative difference %.1e, %.0e allowed in %s)", len(input_ids), len(groups), difference, allowed,
+                    dtype)
         return trial
 
     def _shared(self, input_ids, generation_config, model_kwargs, groups, *args, **kwargs):

@@ -204,7 +204,7 @@ class SharedPrefixForward:
             return self.stock(**inputs)
         if self.guard.checked:
             return self._shared(inputs, plan)
-        from olmocr_rl.model.fallback import reason_of, relative_difference, tolerance
+        from olmocr_rl.model.fallback import compute_dtype, reason_of, relative_difference, tolerance
 
         try:
             with torch.no_grad():
@@ -216,16 +216,17 @@ class SharedPrefixForward:
         columns = slice(-self.width, None)
         difference = max(relative_difference(getattr(trial, name)[:, columns], getattr(reference, name)[:, columns])
                          for name in ("log_probs", "entropy") if getattr(reference, name, None) is not None)
-        allowed = tolerance(reference.log_probs.dtype)
+        dtype = compute_dtype(self.model, reference.log_probs.dtype)
+        allowed = tolerance(dtype)
         if difference > allowed:
             self.guard.fall_back(f"its first result differs from the stock forward's by {difference:.2g} (relative), "
-                                 f"more than the {allowed:.0e} allowed in {reference.log_probs.dtype}")
+                                 f"more than the {allowed:.0e} allowed in {dtype}")
             return self.stock(**inputs) if torch.is_grad_enabled() else reference
         self.guard.checked = True
         logger.info("shared prefix: the first forward (%d rows, %d prompts) matches the stock forward (relative "
-                    "difference %.1e, %.0e allowed); %d tokens forwarded instead of %d", len(inputs["input_ids"]),
-                    len(plan.packed[SHARED_PREFIX].groups), difference, allowed, plan.packed["input_ids"].shape[1],
-                    int(inputs["attention_mask"].sum()))
+                    "difference %.1e, %.0e allowed in %s); %d tokens forwarded instead of %d",
+                    len(inputs["input_ids"]), len(plan.packed[SHARED_PREFIX].groups), difference, allowed, dtype,
+                    plan.packed["input_ids"].shape[1], int(inputs["attention_mask"].sum()))
         return self._shared(inputs, plan) if torch.is_grad_enabled() else trial
 
     def _shared(self, inputs: dict, plan: "_Plan"):

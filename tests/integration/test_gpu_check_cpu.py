@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,43 @@ def test_the_stock_arm_turns_every_speed_up_off():
     defaults = parse_args([])
     assert noprefix.shared_prefix is False and defaults.shared_prefix is True
     assert all(getattr(noprefix, name) == getattr(defaults, name) for name in speed if name != "shared_prefix")
+
+
+def test_a_run_stops_its_reward_workers(tiny_model_dir, tmp_path, monkeypatch):
+    """A run's bench reward pool is stopped when ``main`` returns: a process that called it (gpu_check's per-arm
+    process, a launcher's child) otherwise waited at its exit for workers that waited for work (seen on an H200:
+    the first arm's process never exited)."""
+    import multiprocessing
+
+    from olmocr_rl import grpo_train
+
+    monkeypatch.setenv("OLMOCR_RL_REWARD_WORKERS", "2")
+    before = set(multiprocessing.active_children())
+    code = grpo_train.main([
+        "--config", str(REPO / "configs" / "tiny-cpu.yaml"), "--model_name", str(tiny_model_dir),
+        "--output_dir", str(tmp_path / "out"), "--train_bench_data_folder", str(REPO / "bench_data_sample"),
+        "--num_generations", "4", "--per_device_train_batch_size", "4", "--max_completion_length", "8",
+        "--max_steps", "1", "--save_steps", "100", "--vllm_mode", "none"])
+    assert code == 0
+    deadline = time.time() + 20
+    while set(multiprocessing.active_children()) - before and time.time() < deadline:
+        time.sleep(0.2)
+    assert not set(multiprocessing.active_children()) - before
+
+
+def _finish_and_linger(cli, results):
+    """An arm's process that sends its result, then cannot exit (a non-daemon thread that never ends)."""
+    import threading
+
+    results.put((0, 1.25))
+    threading.Thread(target=time.sleep, args=(3600,)).start()
+
+
+def test_an_arm_process_that_does_not_exit_is_killed_and_its_result_kept(monkeypatch, capsys):
+    from olmocr_rl import gpu_check
+
+    monkeypatch.setattr(gpu_check, "_arm_process", _finish_and_linger)
+    start = time.time()
+    assert gpu_check._run_arm_in_own_process(["--flags"], exit_grace_s=1) == (0, 1.25)
+    assert time.time() - start < 60
+    assert "still running 1s after it finished; killed" in capsys.readouterr().err

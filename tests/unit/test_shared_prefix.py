@@ -320,3 +320,24 @@ def test_shared_forward_with_layers_recomputing_equals_the_stock_forward(models)
     _assert_same(mine, theirs)
     # every layer's attention ran twice with gradients: the forward, then its replay in the backward pass
     assert replays == [True] * (2 * layers)
+
+
+def test_a_bf16_model_is_checked_at_the_bf16_tolerance(models, caplog):
+    """The log-probs come out in fp32 whatever the model's dtype; the first-use check judges a bf16 model's result
+    by bf16's tolerance (on an H200, 3B in bf16, it differed by 0.0033 from the stock forward: bf16 rounding, which the
+    fp32 tolerance had turned into a fallback for the whole run)."""
+    stock, shared, processor = models
+    stock16, shared16 = copy.deepcopy(stock).to(torch.bfloat16), copy.deepcopy(shared).to(torch.bfloat16)
+    inputs, width = _trl_batch(processor, [_page(56, 56, 0)] * 3 + [_page(112, 84, 1)] * 3, (5, 11, 2, 8, 1, 8))
+    inputs["pixel_values"] = inputs["pixel_values"].to(torch.bfloat16)
+    guard = SharedPrefixGuard()
+    caplog.set_level(logging.INFO, logger="olmocr_rl.trainer.shared_prefix")
+    before = len(fallback.fallbacks())
+    with torch.no_grad():
+        SharedPrefixForward(shared16, stock16, width, guard)(**inputs)
+        stock_out, shared_out = stock16(**inputs), SharedPrefixForward(shared16, None, width, guard)(**inputs)
+    assert stock_out.log_probs.dtype == torch.float32  # what the check compares
+    difference = fallback.relative_difference(shared_out.log_probs[:, -width:], stock_out.log_probs[:, -width:])
+    assert 1e-4 < difference < 2e-2  # above fp32's tolerance, within bf16's: the case this test is about
+    assert guard.checked and not guard.off and len(fallback.fallbacks()) == before
+    assert "allowed in torch.bfloat16" in caplog.text

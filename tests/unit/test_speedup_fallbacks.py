@@ -352,3 +352,15 @@ def test_checkpointing_plan_on_a_gpu_that_reads_plans_by_its_memory(tiny_model_d
         tight = _gpu_plan(tiny_model_dir, monkeypatch, lambda index: SimpleNamespace(total_memory=2 * 2**30))
     assert roomy.mode == "off" and "nothing recomputes" in roomy.reason and not _warnings(caplog)
     assert tight.mode == "full" and "every layer recomputes: " in tight.reason  # 2 GiB: all of it headroom
+
+
+def test_the_checks_judge_by_the_least_precise_dtype_the_result_went_through():
+    from olmocr_rl.model.fallback import compute_dtype
+
+    model = torch.nn.Linear(2, 2)
+    assert compute_dtype(model, torch.float32) == torch.float32
+    assert compute_dtype(model.to(torch.bfloat16), torch.float32) == torch.bfloat16  # fp32 log-probs of bf16 weights
+    mixed = torch.nn.Sequential(torch.nn.Linear(2, 2).to(torch.float16), torch.nn.Linear(2, 2))  # LoRA on a half base
+    assert compute_dtype(mixed, torch.float32) == torch.float16
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert compute_dtype(torch.nn.Linear(2, 2), torch.float32) == torch.bfloat16
