@@ -138,10 +138,11 @@ def _arm_process(cli: list[str], results) -> None:
     results.put(_run_arm(cli))
 
 
-def _run_arm_in_own_process(cli: list[str], exit_grace_s: float = 120.0) -> tuple[int, float]:
-    """:func:`_run_arm` in a fresh spawned process (its engine and memory go away with it). Once the process has
-    sent its result, it gets ``exit_grace_s`` to exit; one that does not (something it started still running) is
-    killed with one line saying so, and its result stands."""
+def _run_arm_in_own_process(cli: list[str], on_result=None, exit_grace_s: float = 30.0) -> tuple[int, float]:
+    """:func:`_run_arm` in a fresh spawned process (its engine and memory go away with it). ``on_result(code,
+    peak)`` is called as soon as the process has sent its result, before it has exited; it then gets
+    ``exit_grace_s`` to exit, and one that does not is killed with one line saying so (on an H200 an arm's process
+    that had finished stayed up for minutes), its result standing."""
     import multiprocessing
     import queue
 
@@ -159,6 +160,8 @@ def _run_arm_in_own_process(cli: list[str], exit_grace_s: float = 120.0) -> tupl
                     result = results.get(timeout=1)
                 except queue.Empty:
                     break
+    if result is not None and on_result is not None:
+        on_result(*result)
     process.join(exit_grace_s)
     if process.is_alive():
         print(f"[gpu_check] the arm's process was still running {exit_grace_s:.0f}s after it finished; killed",
@@ -166,7 +169,9 @@ def _run_arm_in_own_process(cli: list[str], exit_grace_s: float = 120.0) -> tupl
         process.kill()
         process.join()
     if result is None:
-        return process.exitcode or 1, float("nan")
+        result = (process.exitcode or 1, float("nan"))
+        if on_result is not None:
+            on_result(*result)
     return result
 
 
@@ -295,22 +300,31 @@ def _run_arms(plan: list[tuple[str, str]], args, settings: dict, work: Path, sta
         # On a GPU each arm gets its own process: a colocated engine, compiled graphs and the allocator's
         # cache would otherwise carry into the next arm's numbers.
         arm_start = time.time()
-        code, peak = _run_arm_in_own_process(cli) if cuda else _run_arm(cli)
         name = f"{shape} {arm}" if shape != settings["shape"] else arm
-        if code != 0:
-            print(f"[gpu_check] arm {name} failed with exit code {code} (its log is above); going on with the next",
-                  file=sys.stderr, flush=True)
-            state["failed"].append(f"{name}: exit code {code}")
+
+        def finished(code: int, peak: float, name=name, out_dir=out_dir, params=params, profiled=profiled,
+                     arm_start=arm_start) -> None:
+            """The arm's row (or its failure), written at once: before its process has exited, on a GPU."""
+            if code != 0:
+                print(f"[gpu_check] arm {name} failed with exit code {code} (its log is above); going on with the "
+                      "next", file=sys.stderr, flush=True)
+                state["failed"].append(f"{name}: exit code {code}")
+            else:
+                row = summarise(out_dir / "metrics.jsonl", params=params, peak_flops=_peak_flops(settings["device"]),
+                                peak_mem_gb=peak, arm=name, profiled=profiled)
+                state["rows"].append(row)
+                print(f"[gpu_check] arm {name} done in {time.time() - arm_start:.0f}s: {row['step_s']:.2f} s/step, "
+                      f"generate {row['generate_s']:.2f} s, train {row['train_s']:.2f} s, peak "
+                      f"{row['peak_mem_gb']:.1f} GiB", flush=True)
+                if profiled is not None:
+                    state["profile"] = {"arm": row["arm"],
+                                        **json.loads((out_dir / f"profile_step_{profiled}.json").read_text())}
+            report(state)
+
+        if cuda:
+            _run_arm_in_own_process(cli, on_result=finished)
         else:
-            row = summarise(out_dir / "metrics.jsonl", params=params, peak_flops=_peak_flops(settings["device"]),
-                            peak_mem_gb=peak, arm=name, profiled=profiled)
-            state["rows"].append(row)
-            print(f"[gpu_check] arm {name} done in {time.time() - arm_start:.0f}s: {row['step_s']:.2f} s/step, "
-                  f"train {row['train_s']:.2f} s, peak {row['peak_mem_gb']:.1f} GiB", flush=True)
-            if profiled is not None:
-                state["profile"] = {"arm": row["arm"],
-                                    **json.loads((out_dir / f"profile_step_{profiled}.json").read_text())}
-        report(state)
+            finished(*_run_arm(cli))
         if cuda:
             torch.cuda.empty_cache()
     return state

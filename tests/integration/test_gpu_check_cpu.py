@@ -128,6 +128,7 @@ def test_a_failed_arm_is_recorded_and_the_next_arm_still_runs(tmp_path, monkeypa
     codes = iter([3, 0])
     monkeypatch.setattr(gpu_check, "_run_arm", lambda cli: (next(codes), 1.5))
     monkeypatch.setattr(gpu_check, "summarise", lambda path, **kw: {"arm": kw["arm"], "step_s": 2.0, "train_s": 1.0,
+                                                                    "generate_s": 0.5,
                                                                     "peak_mem_gb": kw["peak_mem_gb"]})
     reports = []
     args = argparse.Namespace(profile=False, time_budget_s=None, bench="b")
@@ -195,10 +196,15 @@ def _finish_and_linger(cli, results):
 
 
 def test_an_arm_process_that_does_not_exit_is_killed_and_its_result_kept(monkeypatch, capsys):
+    """The arm's row is written as soon as its result arrives (on_result), before the lingering process is
+    killed: a run stopped from outside meanwhile keeps it."""
     from olmocr_rl import gpu_check
 
     monkeypatch.setattr(gpu_check, "_arm_process", _finish_and_linger)
-    start = time.time()
-    assert gpu_check._run_arm_in_own_process(["--flags"], exit_grace_s=1) == (0, 1.25)
+    start, seen = time.time(), []
+    result = gpu_check._run_arm_in_own_process(
+        ["--flags"], on_result=lambda code, peak: seen.append((code, peak, capsys.readouterr().err)), exit_grace_s=1)
+    assert result == (0, 1.25) and [s[:2] for s in seen] == [(0, 1.25)]
+    assert "killed" not in seen[0][2]  # reported before the kill
     assert time.time() - start < 60
     assert "still running 1s after it finished; killed" in capsys.readouterr().err
