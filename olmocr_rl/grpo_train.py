@@ -404,7 +404,7 @@ def _stop_reward_workers(reward_funcs) -> None:
     for func in reward_funcs:
         scorer = getattr(func, "scorer", None)
         if scorer is not None:
-            scorer.close()
+            scorer.close(wait=True)  # ended here: nothing of the pool left to the interpreter's exit
 
 
 def _build_trainer(cfg: ResolvedConfig, grpo_config, model, processor, rewards, train_dataset, eval_dataset, resume,

@@ -167,9 +167,9 @@ class BenchRewardScorer:
         self._reported.add(dedupe_key)
         logger.warning(message)
 
-    def close(self) -> None:
-        """Stop the worker processes."""
-        self.evaluator.close()
+    def close(self, wait: bool = False) -> None:
+        """Stop the worker processes (``wait``: until they have ended; see ``BenchEvaluator.close``)."""
+        self.evaluator.close(wait=wait)
 
 
 def _only_file(files: Sequence[str | None], wanted: str) -> list[str]:

@@ -238,10 +238,13 @@ class BenchEvaluator:
             self._failures, reason, WORKERS_ENV, self._pool_method,
         )
 
-    def close(self) -> None:
-        """Stop the worker processes (a later batch starts a new pool)."""
+    def close(self, wait: bool = False) -> None:
+        """Stop the worker processes (a later batch starts a new pool). ``wait``: until they and the pool's manager
+        thread have ended -- at the end of a run, so that nothing of the pool is left to the interpreter's exit
+        (Python 3.11's exit hook can write to the manager's wake-up pipe while that thread closes it: "Bad file
+        descriptor", exit status 1, after a pool stopped without waiting)."""
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(wait=wait, cancel_futures=True)
             self._pool = None
 
     def __del__(self):  # best effort: do not leave workers behind when the evaluator is dropped

@@ -170,6 +170,7 @@ def test_a_run_stops_its_reward_workers(tiny_model_dir, tmp_path, monkeypatch):
     process, a launcher's child) otherwise waited at its exit for workers that waited for work (seen on an H200:
     the first arm's process never exited)."""
     import multiprocessing
+    import threading
 
     from olmocr_rl import grpo_train
 
@@ -181,10 +182,10 @@ def test_a_run_stops_its_reward_workers(tiny_model_dir, tmp_path, monkeypatch):
         "--num_generations", "4", "--per_device_train_batch_size", "4", "--max_completion_length", "8",
         "--max_steps", "1", "--save_steps", "100", "--vllm_mode", "none"])
     assert code == 0
-    deadline = time.time() + 20
-    while set(multiprocessing.active_children()) - before and time.time() < deadline:
-        time.sleep(0.2)
+    # ended by the time main returns: the workers, and the pool's manager thread (one still closing its wake-up pipe
+    # when the interpreter's exit hook writes to it fails the exit on Python 3.11: "Bad file descriptor")
     assert not set(multiprocessing.active_children()) - before
+    assert not [t for t in threading.enumerate() if type(t).__name__ == "_ExecutorManagerThread"]
 
 
 def _finish_and_linger(cli, results):
