@@ -2,16 +2,17 @@
 # The one prepared GPU run (a few minutes) for a lent GPU machine (Python 3.12 with torch/transformers/accelerate
 # preinstalled, no trl/datasets/pypdfium2/vLLM): install the carried wheels (.whl/, made by
 # scripts/device_wheels.sh) to /tmp/site, then `python -m olmocr_rl.gpu_check`:
-#   - the table: plain GRPO with every speed-up off (stock: the step as measured on 2026-11-30) and on (the
-#     defaults), the defaults but --shared_prefix (what it adds), LoRA, --olmorl, the vision speed-ups alone, as
-#     long as the time budget lasts; an arm that fails is listed as failed and the next one runs;
+#   - the table: plain GRPO with the defaults, the defaults but --shared_prefix (what it adds), every speed-up off
+#     (stock: the step as measured on 2026-11-30), LoRA, --olmorl, the vision speed-ups alone, as long as the time
+#     budget lasts (the first two first: the stock step is known); an arm that fails is listed and the next one runs;
 #   - torch.profiler over the last step of the first all-speed-ups arm, per phase (generate / reward / train):
 #     top operators, GPU busy share, launch-bound or compute-bound;
 #   - the 7B row (grpo/all) if the budget still allows.
 # Writes to $OUT: gpu_check.json, gpu_check.log, and gpu_check.md (docs/gpu_check.md with the new dated section
 # appended; copy it over docs/gpu_check.md), rewritten after every arm, so a run stopped at its time limit keeps the
 # arms it finished. Override with ARMS=..., STEPS=..., BUDGET_S=... (seconds after
-# which no arm starts; an arm of the 3B shape takes ~1.5-2 min), WITH_7B=0. On a CPU machine (no .whl/, the
+# which no arm starts; an arm of the 3B shape took ~2.5 min on the H200 on 2026-12-04, 75-85 s of it the first step's
+# compiling and checks, ~40 s more for the profiled one), WITH_7B=0. On a CPU machine (no .whl/, the
 # stack importable from PYTHON) the same script runs the tiny shape: tests/integration/test_gpu_check_cpu.py.
 set -uo pipefail
 python="${PYTHON:-python3}"
@@ -29,7 +30,7 @@ cp docs/gpu_check.md "$out/gpu_check.md"
 extra=()
 if [[ "${WITH_7B:-1}" != 0 ]]; then extra+=(--with_7b); fi
 PYTHON="$python" bash scripts/gpu_check.sh --work_dir "$work" --out "$out/gpu_check.json" \
-  --arms "${ARMS:-grpo/stock,grpo/all,grpo/noprefix,lora/all,olmorl/all,grpo/vision}" --steps "${STEPS:-3}" --profile \
+  --arms "${ARMS:-grpo/all,grpo/noprefix,grpo/stock,lora/all,olmorl/all,grpo/vision}" --steps "${STEPS:-3}" --profile \
   --time_budget_s "${BUDGET_S:-300}" --write_docs "$out/gpu_check.md" "${extra[@]}" "$@" 2>&1 \
   | tee "$out/gpu_check.log" | grep -a -v "Warning\|warn\|it/s\]"
 exit "${PIPESTATUS[0]}"
