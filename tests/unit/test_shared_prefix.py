@@ -105,22 +105,26 @@ def _both_paths(models, case):
     return mine, theirs
 
 
-@pytest.mark.parametrize("segment_calls", ["padded", "each"])
+@pytest.mark.parametrize("segment_calls", ["split", "padded", "each"])
 @pytest.mark.parametrize("case", range(len(GROUPS)))
 def test_shared_forward_equals_the_stock_forward(models, case, segment_calls, monkeypatch):
-    """Both ways of attending a group's segments: one padded call (short completions, as here) and one call per
-    segment (long ones: forced here by a threshold of one token)."""
+    """Every way of attending a group's segments: on CPU the prefix and own parts as two kernels merged by their
+    log-sum-exp (the default there), else one padded call (short completions, as here) or one call per segment (long
+    ones: forced here by a threshold of one token)."""
     from olmocr_rl.trainer import shared_prefix
 
+    if segment_calls != "split":
+        monkeypatch.setattr(shared_prefix, "SPLIT_SEGMENT_ATTENTION", False)
     if segment_calls == "each":
         monkeypatch.setattr(shared_prefix, "SEGMENT_CALL_TOKENS", 1)
     calls = []
-    for name in ("_each_segment", "_segments_padded"):
+    names = {"split": "_segments_split", "each": "_each_segment", "padded": "_segments_padded"}
+    for name in names.values():
         original = getattr(shared_prefix, name)
         monkeypatch.setattr(shared_prefix, name,
                             lambda *a, _name=name, _original=original, **k: calls.append(_name) or _original(*a, **k))
     _assert_same(*_both_paths(models, case))
-    assert calls and set(calls) == {"_each_segment" if segment_calls == "each" else "_segments_padded"}
+    assert calls and set(calls) == {names[segment_calls]}
 
 
 def test_tokens_forwarded_once_per_group(models):
