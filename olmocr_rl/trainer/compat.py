@@ -1,27 +1,24 @@
 """The private TRL / transformers / vLLM surface olmocr_rl relies on, as data, and its check.
 
-The trainers subclass TRL's ``GRPOTrainer`` and wrap dozens of its and transformers' private points
-(``super()`` is always called, nothing is copied). A renamed method, a changed parameter list or a rewritten
-call site in a new release would not fail: the override would simply stop being called. Every such point is
-one :class:`Point` in :data:`SURFACE`; :func:`require_surface` checks them all in a fraction of a second:
+The trainers subclass TRL's ``GRPOTrainer`` and wrap dozens of its and transformers' private points (``super()`` is
+always called, nothing is copied). A renamed method, a changed parameter list or a rewritten call site in a new
+release would not fail: the override would simply stop being called. Every such point is one :class:`Point` in
+:data:`SURFACE`; :func:`require_surface` checks them all in a fraction of a second:
 
 - ``grpo_train`` calls it in its trainer setup, before the model loads (``_check_trainer_setup``);
 - both trainers call it first thing in ``__init__`` (a trainer built directly is checked too).
 
-A mismatch raises :class:`CompatError`, one line naming the point, what relies on it, and the pin
-(``pip install trl==1.16.0``). Points that only data can show (TRL's per-process slice, the sampler
-class, the keys of a scored batch) are also checked where the data passes, by the code that relies on
-them, through :func:`broken`.
+A mismatch raises :class:`CompatError`, one line naming the point, what relies on it, and the pin (``pip install
+trl==1.16.0``). Points that only data can show (TRL's per-process slice, the sampler class, the keys of a scored
+batch) are also checked where the data passes, by the code that relies on them, through :func:`broken`.
 
-**Adding a private use** (a method you override or wrap, an attribute you read, a module attribute you
-swap): add one :class:`Point` below, next to its owner's others. ``target`` is ``module:Qualified.name``;
-fill in ``params`` when you call or override it with positional arguments, and ``source`` when you rely
-on how TRL uses it (each snippet must appear, whitespace-insensitively, in the source of ``in_source``,
-default the target itself). ``python scripts/check/structure.py`` fails on a private name (``._x``) used
-on the stack that no point lists. An attribute of our own kept on a stack object is named ``_olmocr_rl_*``
-(the check knows those are ours). docs/design.md ("Upgrading the pinned stack") says how to bump a pin.
-Importing this module imports nothing but the standard library.
-"""
+**Adding a private use** (a method you override or wrap, an attribute you read, a module attribute you swap): add one
+:class:`Point` below, next to its owner's others. ``target`` is ``module:Qualified.name``; fill in ``params`` when you
+call or override it with positional arguments, and ``source`` when you rely on how TRL uses it (each snippet must
+appear, whitespace-insensitively, in the source of ``in_source``, default the target itself). ``python
+scripts/check/structure.py`` fails on a private name (``._x``) used on the stack that no point lists. An attribute of
+our own kept on a stack object is named ``_olmocr_rl_*`` (the check knows those are ours). docs/design.md ("Upgrading
+the pinned stack") says how to bump a pin. Importing this module imports nothing but the standard library."""
 
 from __future__ import annotations
 
@@ -420,6 +417,9 @@ OTHER_PRIVATE_NAMES = {
                 "fails every config test)",
     "_noop": "wandb's settings (telemetry/wandb_run.py; any change there degrades to a warning)",
     "_offline": "wandb's settings (telemetry/wandb_run.py; any change there degrades to a warning)",
+    **dict.fromkeys(("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward"),
+                    "torch's CPU flash attention and its backward, which return and take the log-sum-exp "
+                    "(trainer/shared_prefix.py's split attention; used only where both exist)"),
 }
 
 
