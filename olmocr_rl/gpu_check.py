@@ -1,16 +1,17 @@
 """One-command check and measurement of the training path: ``bash scripts/gpu_check.sh``.
 
-On a CUDA machine: builds a random-weight model with the real Qwen2.5-VL-3B architecture (the tiny
-tokenizer's vocabulary; ``--family qwen3_vl --shape 8b`` or ``--family qwen3_vl_moe`` for Qwen3-VL's), then runs the training CLI for a few steps on ``bench_data_sample/`` in
-bf16 — vLLM colocate when vLLM is importable, HF generation otherwise — with 1288 px pages, G = 8 and
-a fixed completion length, one run per *arm*: an objective (plain GRPO, ``--olmorl``, or LoRA: ``--use_peft``
-with its defaults, r 16 on the language model, the frozen vision tower's features computed once per step) with a
-set of speed-ups (``stock``: none, the step as it was before them; ``vision``: the vision-tower ones; ``all``: the
-trainer's defaults; ``noprefix``: the defaults but ``--shared_prefix``), each arm in its own process on a GPU.
-vLLM runs to the length with ``ignore_eos`` (it only stops stopping: the sampled distribution and the log-probs TRL's importance-sampling correction compares are the
-model's own); ``min_tokens`` would mask EOS out of the logits, and vLLM's processed log-probs would then differ from
-the trainer's on every token (docs/gpu_check.md). HF generation uses ``min_new_tokens`` (no correction there). On CPU the same runs use the tiny model and
-tiny sizes (under a minute an arm), so CI checks it.
+On a CUDA machine: builds a random-weight model with the real Qwen2.5-VL-3B architecture (the tiny tokenizer's
+vocabulary; ``--family qwen3_vl --shape 8b`` or ``--family qwen3_vl_moe`` for Qwen3-VL's), then runs the training CLI
+for a few steps on ``bench_data_sample/`` in bf16 — vLLM colocate when vLLM is importable, HF generation otherwise —
+with 1288 px pages, G = 8 and a fixed completion length, one run per *arm*: an objective (plain GRPO, ``--olmorl``, or
+LoRA: ``--use_peft`` with its defaults, r 16 on the language model, the frozen vision tower's features computed once
+per step) with a set of speed-ups (``stock``: none, the step as it was before them; ``vision``: the vision-tower ones;
+``all``: the trainer's defaults; ``noprefix``: the defaults but ``--shared_prefix``), each arm in its own process on a
+GPU. vLLM runs to the length with ``ignore_eos`` (it only stops stopping: the sampled distribution and the log-probs
+TRL's importance-sampling correction compares are the model's own); ``min_tokens`` would mask EOS out of the logits,
+and vLLM's processed log-probs would then differ from the trainer's on every token (docs/gpu_check.md). HF generation
+uses ``min_new_tokens`` (no correction there). On CPU the same runs use the tiny model and tiny sizes (under a minute
+an arm), so CI checks it.
 
 Prints one table and writes it as JSON (``--out``): seconds per step split into generation / reward /
 training (log-probs, forward/backward, optimizer), generated and trained tokens per second, a model

@@ -97,6 +97,28 @@ def test_render_errors_name_file_and_page(tmp_path):
     assert info.value.reason == "corrupt"
 
 
+@pytest.mark.parametrize("vanishes_in", ["pypdfium2's check", "PDFium's open"])
+def test_a_pdf_gone_between_the_check_and_the_open_is_missing(tmp_path, monkeypatch, vanishes_in):
+    """A PDF whose folder is renamed while a run reads it (tests/integration/test_fault_runs.py) can pass the
+    existence check and be gone when PDFium opens it: the same one-line "missing" error, not PDFium's exception."""
+    from olmocr_rl.data import render
+
+    path = _pdf(tmp_path, "one.pdf", [(612, 792, 0, None)])
+    opened = pdfium.PdfDocument
+
+    def vanishing(source, *args, **kwargs):
+        path.unlink()
+        if vanishes_in == "PDFium's open":  # pypdfium2's check passed, PDFium then failed to open the file
+            raise pdfium.PdfiumError("Failed to load document (PDFium: File access error).",
+                                     err_code=pdfium_c.FPDF_ERR_FILE)
+        return opened(source, *args, **kwargs)  # pypdfium2 finds it gone: FileNotFoundError
+
+    monkeypatch.setattr(render.pdfium, "PdfDocument", vanishing)
+    with pytest.raises(RenderError, match=r"one\.pdf page 1: PDF file not found") as info:
+        render_page(path, 1)
+    assert info.value.reason == "missing"
+
+
 @pytest.fixture()
 def letter_pdf(tmp_path):
     return _pdf(tmp_path, "pages.pdf", [(612, 792, 0, None)] * 3)
