@@ -29,6 +29,7 @@ against the whole step's time, and ``train_mfu`` the same FLOPs against the trai
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -278,6 +279,25 @@ def _build_model(work: Path, family: str, shape: str, cuda: bool) -> tuple[Path,
                          device="cuda" if cuda else "cpu")
     return model_dir, json.loads((model_dir / "olmocr_rl_tiny_model.json").read_text())["parameters"]
 
+def _arm_finished(state: dict, report, settings: dict, name: str, out_dir: Path, params: int, profiled: int | None,
+                  arm_start: float, code: int, peak: float) -> None:
+    """Add an arm's row (or its failure) to ``state`` and ``report`` it at once: on a GPU, before its process has
+    exited."""
+    if code != 0:
+        print(f"[gpu_check] arm {name} failed with exit code {code} (its log is above); going on with the next",
+              file=sys.stderr, flush=True)
+        state["failed"].append(f"{name}: exit code {code}")
+    else:
+        row = summarise(out_dir / "metrics.jsonl", params=params, peak_flops=_peak_flops(settings["device"]),
+                        peak_mem_gb=peak, arm=name, profiled=profiled)
+        state["rows"].append(row)
+        print(f"[gpu_check] arm {name} done in {time.time() - arm_start:.0f}s: {row['step_s']:.2f} s/step, generate "
+              f"{row['generate_s']:.2f} s, train {row['train_s']:.2f} s, peak {row['peak_mem_gb']:.1f} GiB", flush=True)
+        if profiled is not None:
+            state["profile"] = {"arm": row["arm"], **json.loads((out_dir / f"profile_step_{profiled}.json").read_text())}
+    report(state)
+
+
 def _run_arms(plan: list[tuple[str, str]], args, settings: dict, work: Path, start: float, report) -> dict:
     """Run each (shape, arm) of ``plan`` in order, calling ``report(state)`` after each so that a run stopped
     from outside keeps the arms it finished. ``state``: rows, arms left out for time (``not_measured``), arms that
@@ -300,28 +320,9 @@ def _run_arms(plan: list[tuple[str, str]], args, settings: dict, work: Path, sta
         print(f"[gpu_check] arm {shape} {arm}: python -m olmocr_rl.grpo_train {' '.join(cli)}", flush=True)
         # On a GPU each arm gets its own process: a colocated engine, compiled graphs and the allocator's
         # cache would otherwise carry into the next arm's numbers.
-        arm_start = time.time()
         name = f"{shape} {arm}" if shape != settings["shape"] else arm
-
-        def finished(code: int, peak: float, name=name, out_dir=out_dir, params=params, profiled=profiled,
-                     arm_start=arm_start) -> None:
-            """The arm's row (or its failure), written at once: before its process has exited, on a GPU."""
-            if code != 0:
-                print(f"[gpu_check] arm {name} failed with exit code {code} (its log is above); going on with the "
-                      "next", file=sys.stderr, flush=True)
-                state["failed"].append(f"{name}: exit code {code}")
-            else:
-                row = summarise(out_dir / "metrics.jsonl", params=params, peak_flops=_peak_flops(settings["device"]),
-                                peak_mem_gb=peak, arm=name, profiled=profiled)
-                state["rows"].append(row)
-                print(f"[gpu_check] arm {name} done in {time.time() - arm_start:.0f}s: {row['step_s']:.2f} s/step, "
-                      f"generate {row['generate_s']:.2f} s, train {row['train_s']:.2f} s, peak "
-                      f"{row['peak_mem_gb']:.1f} GiB", flush=True)
-                if profiled is not None:
-                    state["profile"] = {"arm": row["arm"],
-                                        **json.loads((out_dir / f"profile_step_{profiled}.json").read_text())}
-            report(state)
-
+        finished = functools.partial(_arm_finished, state, report, settings, name, out_dir, params, profiled,
+                                     time.time())
         if cuda:
             _run_arm_in_own_process(cli, on_result=finished)
         else:

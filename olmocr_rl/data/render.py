@@ -72,17 +72,19 @@ def target_size(width: float, height: float, target_longest_image_dim: int) -> t
 
 def _open_document(pdf_path: str | os.PathLike) -> pdfium.PdfDocument:
     """Open a PDF (caller holds _PDFIUM_LOCK), turning PDFium's failures into RenderError."""
-    missing = RenderError(pdf_path, None, "missing", "PDF file not found; check the path under pdfs/")
+    def missing() -> RenderError:
+        return RenderError(pdf_path, None, "missing", "PDF file not found; check the path under pdfs/")
+
     if not os.path.isfile(pdf_path):
-        raise missing
+        raise missing()
     try:
         return pdfium.PdfDocument(str(pdf_path))
     except FileNotFoundError:  # gone since the check above (its folder renamed or deleted mid-run)
-        raise missing from None
+        raise missing() from None
     except pdfium.PdfiumError as exc:
         code = getattr(exc, "err_code", None)
         if code == pdfium_c.FPDF_ERR_FILE and not os.path.isfile(pdf_path):  # gone inside PDFium's own open
-            raise missing from None
+            raise missing() from None
         if code == pdfium_c.FPDF_ERR_PASSWORD:
             raise RenderError(
                 pdf_path, None, "encrypted", "PDF is encrypted with a password; decrypt it (e.g. qpdf --decrypt) or remove it"
