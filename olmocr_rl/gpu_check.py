@@ -33,6 +33,7 @@ import functools
 import json
 import os
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -298,6 +299,24 @@ def _arm_finished(state: dict, report, settings: dict, name: str, out_dir: Path,
     report(state)
 
 
+#: What an arm leaves in its output folder that the table does not read: the end-of-run checkpoint and the saved
+#: model. At the 3B shape that is ~26 GB an arm (19.2 GB the checkpoint with its optimizer state), and on 2026-12-04
+#: the third arm of an H200 run failed with its disk full.
+_ARM_WEIGHTS = ("*.safetensors", "*.bin", "*.pt", "*.pth")
+
+
+def _free_arm_outputs(out_dir: Path) -> None:
+    """Delete an arm's checkpoints and weight files once its row is written; its metrics and profile stay."""
+    if not out_dir.is_dir():
+        return
+    for checkpoint in out_dir.glob("checkpoint-*"):
+        if checkpoint.is_dir():
+            shutil.rmtree(checkpoint, ignore_errors=True)
+    for pattern in _ARM_WEIGHTS:
+        for weights in out_dir.glob(pattern):
+            weights.unlink(missing_ok=True)
+
+
 def _run_arms(plan: list[tuple[str, str]], args, settings: dict, work: Path, start: float, report) -> dict:
     """Run each (shape, arm) of ``plan`` in order, calling ``report(state)`` after each so that a run stopped
     from outside keeps the arms it finished. ``state``: rows, arms left out for time (``not_measured``), arms that
@@ -327,6 +346,7 @@ def _run_arms(plan: list[tuple[str, str]], args, settings: dict, work: Path, sta
             _run_arm_in_own_process(cli, on_result=finished)
         else:
             finished(*_run_arm(cli))
+        _free_arm_outputs(out_dir)
         if cuda:
             torch.cuda.empty_cache()
     return state

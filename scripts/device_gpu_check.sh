@@ -12,7 +12,8 @@
 # appended; copy it over docs/gpu_check.md), rewritten after every arm, so a run stopped at its time limit keeps the
 # arms it finished. Override with ARMS=..., STEPS=..., BUDGET_S=... (seconds after
 # which no arm starts; an arm of the 3B shape took ~2.5 min on the H200 on 2026-12-04, 75-85 s of it the first step's
-# compiling and checks, ~40 s more for the profiled one), WITH_7B=0. On a CPU machine (no .whl/, the
+# compiling and checks, ~40 s more for the profiled one), WITH_7B=0, PROFILE=0 (no profiled step: every
+# step after the first is measured). On a CPU machine (no .whl/, the
 # stack importable from PYTHON) the same script runs the tiny shape: tests/integration/test_gpu_check_cpu.py.
 set -uo pipefail
 python="${PYTHON:-python3}"
@@ -29,8 +30,9 @@ work="${WORK_DIR:-/tmp/gpu_check}"
 cp docs/gpu_check.md "$out/gpu_check.md"
 extra=()
 if [[ "${WITH_7B:-1}" != 0 ]]; then extra+=(--with_7b); fi
+if [[ "${PROFILE:-1}" != 0 ]]; then extra+=(--profile); fi
 PYTHON="$python" bash scripts/gpu_check.sh --work_dir "$work" --out "$out/gpu_check.json" \
-  --arms "${ARMS:-grpo/all,grpo/noprefix,grpo/stock,lora/all,olmorl/all,grpo/vision}" --steps "${STEPS:-3}" --profile \
+  --arms "${ARMS:-grpo/all,grpo/noprefix,grpo/stock,lora/all,olmorl/all,grpo/vision}" --steps "${STEPS:-3}" \
   --time_budget_s "${BUDGET_S:-300}" --write_docs "$out/gpu_check.md" "${extra[@]}" "$@" 2>&1 \
   | tee "$out/gpu_check.log" | grep -a -v "Warning\|warn\|it/s\]"
 exit "${PIPESTATUS[0]}"

@@ -63,6 +63,13 @@ def test_the_device_script_runs_on_cpu_with_tiny_shapes(tmp_path):
     assert table["date"] in section and "| grpo/stock |" in section and "| grpo/all |" in section
     assert "| generate |" in section and "| train |" in section
     assert (out / "gpu_check.log").is_file()
+    # each arm's checkpoint and saved model are deleted once its row is written (a 3B arm left ~26 GB: the third arm
+    # of an H200 run found its disk full); its metrics stay
+    runs = sorted((tmp_path / "work").glob("run-*"))
+    assert [run.name for run in runs] == ["run-tiny-grpo-all", "run-tiny-grpo-stock"]
+    for run in runs:
+        assert (run / "metrics.jsonl").is_file()
+        assert not list(run.glob("checkpoint-*")) and not list(run.rglob("*.safetensors")), sorted(run.rglob("*"))
 
 
 def test_arms_and_their_flags():
