@@ -62,6 +62,7 @@ class MotoS3Server:
     _server: object = None
     _client: object = None
     stopped_after: str | None = None  # the key stop_after_put stopped the server after
+    puts: list = field(default_factory=list)  # PATH_INFO of each PUT an after_put gate saw (for failure messages)
 
     def stop(self) -> None:
         """Shut the server down AND close its socket, so clients get "connection refused" at once."""
@@ -91,6 +92,8 @@ class MotoS3Server:
 
         def gate(environ, start_response):
             answer = app(environ, start_response)
+            if environ["REQUEST_METHOD"] == "PUT":
+                self.puts.append(environ.get("PATH_INFO", ""))
             if environ["REQUEST_METHOD"] == "PUT" and environ.get("PATH_INFO", "").endswith(key):
                 body = b"".join(answer)  # stored: moto's work is done
                 action()

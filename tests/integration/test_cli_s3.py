@@ -108,7 +108,8 @@ def test_training_finishes_when_the_s3_server_goes_away_mid_run_and_exits_74(mot
             if proc.poll() is None:
                 proc.kill()
     log = log_path.read_text()
-    assert moto_s3.stopped_after == marker, "checkpoint-1 never reached S3:\n" + log[-6000:]
+    assert moto_s3.stopped_after == marker, (f"the server never stopped after {marker}; the PUTs it saw: "
+                                             f"{moto_s3.puts}\n" + log[-6000:])
     assert returncode == 74, log[-8000:]  # trained, but the final model never reached S3: not a success
     assert f"to {save_uri}/ failed; training goes on, checkpoints stay on local disk" in log
     assert "cannot reach the S3 endpoint" in log
