@@ -3,6 +3,7 @@
     OMP_NUM_THREADS=1 python scripts/bench/bench_shared_prefix.py                       # demo and olmOCR 2 shapes
     OMP_NUM_THREADS=1 python scripts/bench/bench_shared_prefix.py --shapes olmocr2 --generations 28
     python scripts/bench/bench_shared_prefix.py --shapes demo --side 224 --repeats 1    # the smoke test's size
+    OMP_NUM_THREADS=1 python scripts/bench/bench_shared_prefix.py --shapes olmocr2 --frozen_tower  # LoRA's phase
 
 The micro-batch is what TRL 1.16 scores for one page: G rows of the page prompt (the olmOCR v4 YAML prompt and
 a page of bench_data_sample/ rendered at --side px) and G completions whose lengths are spread evenly over
@@ -16,6 +17,10 @@ per group in each (``--share_page_encoding``, the default):
 * ``--padding_free`` (the default before): the rows packed into one row, attention per sequence;
 * ``--shared_prefix`` (with ``--padding_free``): the prompt once, each completion attending to it;
 * ``padded (TRL)``: TRL's padded block as is (shape ``demo`` only, or ``--padded``).
+
+``--frozen_tower``: the vision tower frozen and its features cached per step (``--freeze_vision_tower``, and LoRA,
+whose vision side is frozen): the page is encoded before the phase, as generation's prefill does in a step, so the
+phase is the merger and the language model, without the tower's work that is the same in both arms.
 
 Time: medians of --repeats interleaved rounds in this process. Tokens: the rows the language model forwarded
 (its embedding's input). Peak memory: each arm once more in a fresh process, the rise of its peak RSS over
@@ -52,9 +57,11 @@ def page_prompt(processor, page) -> str:
                                          tokenize=False)
 
 
-def load(shape: str, work: str | None, released: bool):
+def load(shape: str, work: str | None, released: bool, frozen_tower: bool = False):
     """The model of ``shape`` (an olmocr_rl.tiny_model shape or a folder) and its processor, the page encoded once
-    per forward; ``released``: the released Qwen2.5-VL processor's pixel budget."""
+    per forward; ``released``: the released Qwen2.5-VL processor's pixel budget; ``frozen_tower``: the vision
+    tower frozen and its features cached per step, as the trainer runs it with ``--freeze_vision_tower`` or LoRA
+    (the merger still trains)."""
     from olmocr_rl.model.loading import load_model_and_processor
     from olmocr_rl.model.vision_speedups import share_page_encoding
 
@@ -64,6 +71,13 @@ def load(shape: str, work: str | None, released: bool):
 
         processor.image_processor.size.longest_edge = _RELEASED_PIXELS_14
     share_page_encoding(model)
+    if frozen_tower:
+        from olmocr_rl.model.frozen_vision import freeze_vision, install_feature_cache
+
+        freeze_vision(model, tower=True, merger=False)
+        cache, what = install_feature_cache(model)
+        if cache is None:
+            sys.exit(f"error: --frozen_tower: no feature cache for this model ({what})")
     return model, processor
 
 
@@ -111,15 +125,18 @@ def trl_block(processor, page, lengths: list[int], vocab: int):
                 image_grid_thw=vision["image_grid_thw"], mm_token_type_ids=mm, labels=labels, fused_lm_head=True)
 
 
-def setup(shape: str, side: int, generations: int, completion: int, work: str | None, released: bool):
-    """The model (pack-aware attention, page encoded once per group), the inputs, and each arm's phase."""
+def setup(shape: str, side: int, generations: int, completion: int, work: str | None, released: bool,
+          frozen_tower: bool = False):
+    """The model (pack-aware attention, page encoded once per group), the inputs, and each arm's phase. With
+    ``frozen_tower`` the page's features are encoded here, as generation's prefill encodes them in a step, so the
+    phase runs the merger and the language model only."""
     import torch
     from trl.trainer.utils import add_fused_lm_head
 
     from olmocr_rl.trainer.padding_free import PackedForward
     from olmocr_rl.trainer.shared_prefix import SharedPrefixForward, SharedPrefixGuard, install_shared_prefix
 
-    model, processor = load(shape, work, released)
+    model, processor = load(shape, work, released, frozen_tower)
     assert install_shared_prefix(model) is not None  # also the pack-aware SDPA of --padding_free
     add_fused_lm_head(model, outputs=("log_probs", "entropy"))
     model.train()
@@ -144,6 +161,9 @@ def setup(shape: str, side: int, generations: int, completion: int, work: str | 
         ((out.log_probs[:, -width:] * mask).sum() + out.entropy[:, -width:].mean()).backward()
         return sum(seen)
 
+    if frozen_tower:  # generation's prefill has encoded the page by the time the training phase runs
+        with torch.no_grad():
+            calls["--padding_free"](**inputs)
     prompt = int(inputs["attention_mask"][0].sum()) - lengths[0]
     return phase, prompt, lengths
 
@@ -151,7 +171,8 @@ def setup(shape: str, side: int, generations: int, completion: int, work: str | 
 def memory_child(args) -> None:
     """One arm's phase in this fresh process: the rise of peak RSS over the RSS before it (MiB), as JSON. The
     kernel's peak (VmHWM) is reset first (``/proc/self/clear_refs``), so loading and page processing do not count."""
-    phase, _, _ = setup(args.shape_name, args.side, args.generations, args.completion, args.work, args.released)
+    phase, _, _ = setup(args.shape_name, args.side, args.generations, args.completion, args.work, args.released,
+                        args.frozen_tower)
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := the current RSS
     before = _status_kib("VmHWM")
     tokens = phase(args.memory_arm)
@@ -168,14 +189,15 @@ def _status_kib(key: str) -> int:
 def measure(args, shape: str, arms: list[str]) -> None:
     params = shape_params(args, shape)
     phase, prompt, lengths = setup(args.model_shape, params["side"], params["generations"], params["completion"],
-                                   args.work, params["released"])
+                                   args.work, params["released"], args.frozen_tower)
     tokens: dict[str, int] = {}
     times = interleaved({arm: (lambda arm=arm: tokens.__setitem__(arm, phase(arm))) for arm in arms}, args.repeats)
     memory = {arm: float("nan") for arm in arms}
     for arm in arms if not args.skip_memory else ():
         command = [sys.executable, __file__, f"--memory_arm={arm}", "--shape_name", args.model_shape, "--work", args.work,
                    "--side", str(params["side"]), "--generations", str(params["generations"]),
-                   "--completion", str(params["completion"])] + (["--released"] if params["released"] else [])
+                   "--completion", str(params["completion"])] + (["--released"] if params["released"] else []) \
+            + (["--frozen_tower"] if args.frozen_tower else [])
         done = subprocess.run(command, capture_output=True, text=True, env={**os.environ})
         if done.returncode != 0:
             sys.exit(f"memory run of {arm} failed:\n{done.stderr[-3000:]}")
@@ -185,7 +207,8 @@ def measure(args, shape: str, arms: list[str]) -> None:
     import torch
 
     print(f"[bench_shared_prefix] shape {shape}: {args.model_shape} model, G = {params['generations']} completions of "
-          f"{lengths[0]}..{lengths[-1]} tokens on a {prompt}-token page prompt ({params['side']} px); training phase "
+          f"{lengths[0]}..{lengths[-1]} tokens on a {prompt}-token page prompt ({params['side']} px)"
+          f"{', vision tower frozen (features cached per step)' if args.frozen_tower else ''}; training phase "
           f"(no-grad forward + forward + backward), median of {args.repeats}, {torch.get_num_threads()} threads")
     base = statistics.median(times["--padding_free"])
     print(f"  {'arm':<16} {'time ms':>9} {'speed-up':>9} {'tokens':>8} {'peak rise MiB':>14}")
@@ -200,6 +223,9 @@ def main() -> None:
     parser.add_argument("--padded", action="store_true", help="also TRL's padded block at every shape")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip_memory", action="store_true", help="no peak-memory runs (one process per arm)")
+    parser.add_argument("--frozen_tower", action="store_true",
+                        help="the vision tower frozen, its features cached per step (--freeze_vision_tower, LoRA): "
+                             "the phase without the tower, the same in both arms")
     parser.add_argument("--work", default=None, help="folder for the model (default: a temporary one)")
     parser.add_argument("--memory_arm", choices=ARMS, help=argparse.SUPPRESS)
     parser.add_argument("--shape_name", help=argparse.SUPPRESS)

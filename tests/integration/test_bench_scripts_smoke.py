@@ -165,3 +165,17 @@ def test_bench_script_runs_at_its_smallest_size(name, tmp_path, tiny_model_dir, 
         output = captured.out + captured.err
     assert code == 0, f"{name} {' '.join(argv)} exited {code}:\n{output[-4000:]}"
     assert entry.expect in output, f"{name} ran but did not print {entry.expect!r}:\n{output[-4000:]}"
+
+
+def test_the_shared_prefix_bench_with_the_tower_frozen(tmp_path, tiny_model_dir, monkeypatch, capfd):
+    """bench_shared_prefix.py --frozen_tower (the LoRA / --freeze_vision_tower phase) at its smallest size: the page's
+    features cached before the phase, both arms run, the shared one forwarding fewer tokens."""
+    argv = ["--model_shape", str(tiny_model_dir), "--shapes", "demo", "--side", "224", "--generations", "2",
+            "--completion", "4", "--repeats", "1", "--skip_memory", "--work", str(tmp_path), "--frozen_tower"]
+    code = _run_here(BENCH_DIR / "bench_shared_prefix.py", argv, tmp_path, monkeypatch)
+    output = "".join(capfd.readouterr())
+    assert code == 0, output[-4000:]
+    assert "vision tower frozen (features cached per step)" in output
+    rows = {line.split()[0]: int(line.split()[3]) for line in output.splitlines()
+            if line.strip().startswith("--padding_free") or line.strip().startswith("--shared_prefix")}
+    assert rows["--shared_prefix"] < rows["--padding_free"], output
