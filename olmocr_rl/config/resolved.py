@@ -74,6 +74,7 @@ def validate(args: argparse.Namespace, env: Environment | None = None) -> Resolv
     compiled_generation, generation_notices = checks.resolve_compiled_generation(args, env, backend.vllm_mode)
     notices += generation_notices
     notices += checks.importance_sampling_notices(args, backend.vllm_mode)
+    notices += checks.shared_prefix_notices(args, backend.vllm_mode, steps_per_generation)
     report_to = checks.resolve_report_to(args)
     resume = checks.resolve_resume(args)
     _first(checks.check_s3(args))

@@ -46,6 +46,28 @@ def test_resolve_loss():
     assert str(error.value) == "--scale_rewards 'sometimes': choose group, batch or none (true = group)"
 
 
+def test_shared_prefix_notices_say_what_the_batch_geometry_lets_it_share():
+    # the defaults: one completion a micro-batch, so only HF generation's prefill shares
+    (notice,) = checks.shared_prefix_notices(flags(), "none", 8)
+    assert notice.startswith("--shared_prefix: with --per_device_train_batch_size 1 each micro-batch holds one "
+                             "completion, so the training forwards share no page prompt (generation's prefill is "
+                             "still shared)")
+    assert "--per_device_train_batch_size 28 --gradient_accumulation_steps 1" in notice
+    (notice,) = checks.shared_prefix_notices(flags(), "colocate", 8)
+    assert "(with vLLM generation nothing is shared)" in notice
+    (notice,) = checks.shared_prefix_notices(flags(per_device_train_batch_size=4, gradient_accumulation_steps=2), "none", 2)
+    assert notice.startswith("--shared_prefix: TRL shuffles each generation batch's rows before it splits them into 2 "
+                             "micro-batches of 4")
+    assert checks.shared_prefix_notices(flags(per_device_train_batch_size=8, num_generations=8,
+                                              gradient_accumulation_steps=1), "none", 1) == []
+    assert checks.shared_prefix_notices(flags(shared_prefix=False), "none", 8) == []
+    # validate() logs it with the run's other notices
+    config = validate(parse_args(["--train_bench_data_folder", str(REPO / "bench_data_sample"), "--reward_bench",
+                                  "--num_generations", "8"]),
+                      CPU)
+    assert any(n.startswith("--shared_prefix: with --per_device_train_batch_size 1") for n in config.notices)
+
+
 def test_check_ranges():
     assert checks.check_ranges(flags()) == []
     assert checks.check_ranges(flags(learning_rate=0.0, top_p=1.5)) == [
