@@ -2,9 +2,10 @@
 # The one prepared GPU run (a few minutes) for a lent GPU machine (Python 3.12 with torch/transformers/accelerate
 # preinstalled, no trl/datasets/pypdfium2/vLLM): install the carried wheels (.whl/, made by
 # scripts/device_wheels.sh) to /tmp/site, then `python -m olmocr_rl.gpu_check`:
-#   - the table: plain GRPO with the defaults, the defaults but --shared_prefix (what it adds), every speed-up off
-#     (stock: the step as measured on 2026-11-30), LoRA, --olmorl, the vision speed-ups alone, as long as the time
-#     budget lasts (the first two first: the stock step is known); an arm that fails is listed and the next one runs;
+#   - the table: plain GRPO with the defaults, then the arms no GPU has measured yet (--olmorl and LoRA with the
+#     defaults, the vision speed-ups alone), then the defaults but --shared_prefix and every speed-up off (stock),
+#     both measured on 2026-12-04, as long as the time budget lasts; an arm that fails is listed and the next one
+#     runs;
 #   - torch.profiler over the last step of the first all-speed-ups arm, per phase (generate / reward / train):
 #     top operators, GPU busy share, launch-bound or compute-bound;
 #   - the 7B row (grpo/all) if the budget still allows.
@@ -32,7 +33,7 @@ extra=()
 if [[ "${WITH_7B:-1}" != 0 ]]; then extra+=(--with_7b); fi
 if [[ "${PROFILE:-1}" != 0 ]]; then extra+=(--profile); fi
 PYTHON="$python" bash scripts/gpu_check.sh --work_dir "$work" --out "$out/gpu_check.json" \
-  --arms "${ARMS:-grpo/all,grpo/noprefix,grpo/stock,lora/all,olmorl/all,grpo/vision}" --steps "${STEPS:-3}" \
+  --arms "${ARMS:-grpo/all,olmorl/all,lora/all,grpo/vision,grpo/noprefix,grpo/stock}" --steps "${STEPS:-3}" \
   --time_budget_s "${BUDGET_S:-300}" --write_docs "$out/gpu_check.md" "${extra[@]}" "$@" 2>&1 \
   | tee "$out/gpu_check.log" | grep -a -v "Warning\|warn\|it/s\]"
 exit "${PIPESTATUS[0]}"
