@@ -90,10 +90,11 @@ def install_shared_prefix(model) -> str | None:
 SEGMENT_CALL_TOKENS = 256
 
 
-def shared_prefix_attention(module, query, key, value, layout, **kwargs):
+def shared_prefix_attention(module, query, key, value, layout, masks: dict | None = None, **kwargs):
     """Attention over a packed row laid out as ``layout``: per group ``(prefix, (n_1, ..., n_k))``, the prefix's
     tokens then k segments of n_j tokens. The prefix attends causally to itself; segment j to the whole prefix
-    and causally to itself. query/key/value (1, heads, T, head_dim); returns (1, T, heads, head_dim)."""
+    and causally to itself. query/key/value (1, heads, T, head_dim); returns (1, T, heads, head_dim). ``masks``:
+    where the masked calls' masks are kept for reuse (one forward's, every layer and the backward's replays)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     kwargs.pop("is_causal", None)
@@ -108,21 +109,29 @@ def shared_prefix_attention(module, query, key, value, layout, **kwargs):
             attend = _segments_split
         else:
             attend = _each_segment if max(segments) >= SEGMENT_CALL_TOKENS else _segments_padded
-        pieces += attend(module, query, key, value, k_prefix, v_prefix, start, segments, **kwargs)
+        pieces += attend(module, query, key, value, k_prefix, v_prefix, start, segments, masks=masks, **kwargs)
         start += sum(segments)
     return torch.cat(pieces, dim=0).unsqueeze(0), None
 
 
-def _segment_mask(query, prefix: int, width: int):
+def _segment_mask(query, prefix: int, width: int, masks: dict | None = None):
     """The additive mask of ``width`` queries over the prefix and ``width`` segment keys: the prefix visible, the
-    segment's own tokens causally. Additive, not boolean: SDPA's CPU kernel then keeps no weights."""
+    segment's own tokens causally. Additive, not boolean: SDPA's CPU kernel then keeps no weights. Built once per
+    forward for each (prefix, width) when ``masks`` is given: every layer's calls, and the autograd graph that
+    saves them, share one tensor (on a GPU: fewer kernel launches, and one mask kept for the backward, not one a
+    segment and layer)."""
+    cache_key = (prefix, width, query.dtype, query.device)
+    if masks is not None and cache_key in masks:
+        return masks[cache_key]
     mask = query.new_zeros(1, 1, width, prefix + width)
     mask[..., prefix:] = torch.full((width, width), torch.finfo(query.dtype).min, dtype=query.dtype,
                                     device=query.device).triu(1)
+    if masks is not None:
+        masks[cache_key] = mask
     return mask
 
 
-def _each_segment(module, query, key, value, k_prefix, v_prefix, start, segments, **kwargs):
+def _each_segment(module, query, key, value, k_prefix, v_prefix, start, segments, masks=None, **kwargs):
     """One call per segment, its keys the prefix's and its own (no padding)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -131,13 +140,14 @@ def _each_segment(module, query, key, value, k_prefix, v_prefix, start, segments
         own = slice(start, start + n)
         keys, values = torch.cat([k_prefix, key[:, :, own]], dim=2), torch.cat([v_prefix, value[:, :, own]], dim=2)
         out, _ = sdpa_attention_forward(module, query[:, :, own], keys, values,
-                                        _segment_mask(query, k_prefix.shape[2], n), is_causal=False, **kwargs)
+                                        _segment_mask(query, k_prefix.shape[2], n, masks), is_causal=False,
+                                        **kwargs)
         pieces.append(out[0])
         start += n
     return pieces
 
 
-def _segments_padded(module, query, key, value, k_prefix, v_prefix, start, segments, **kwargs):
+def _segments_padded(module, query, key, value, k_prefix, v_prefix, start, segments, masks=None, **kwargs):
     """All segments in one call, each padded to the longest by repeating its last token: a segment's padding is
     hidden from its real tokens by causality, and the padded queries' outputs are dropped."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -157,7 +167,7 @@ def _segments_padded(module, query, key, value, k_prefix, v_prefix, start, segme
     keys = torch.cat([k_prefix.expand(count, -1, -1, -1), take(key)], dim=2)
     values = torch.cat([v_prefix.expand(count, -1, -1, -1), take(value)], dim=2)
     out, _ = sdpa_attention_forward(module, take(query), keys, values,
-                                    _segment_mask(query, k_prefix.shape[2], longest), is_causal=False,
+                                    _segment_mask(query, k_prefix.shape[2], longest, masks), is_causal=False,
                                     **kwargs)
     return [out[j, :n] for j, n in enumerate(segments)]
 
@@ -222,9 +232,9 @@ class _PrefixAndOwn(torch.autograd.Function):
                 torch.cat(d_values, dim=2), None, None)
 
 
-def _segments_split(module, query, key, value, k_prefix, v_prefix, start, segments, **kwargs):
+def _segments_split(module, query, key, value, k_prefix, v_prefix, start, segments, masks=None, **kwargs):
     """All of a group's segments through :class:`_PrefixAndOwn` (key/value heads repeated for grouped-query
-    attention, as transformers' SDPA path does); one piece of ``sum(segments)`` rows."""
+    attention, as transformers' SDPA path does); one piece of ``sum(segments)`` rows. No masks (``masks`` unused)."""
     from transformers.integrations.sdpa_attention import repeat_kv
 
     repeats = query.shape[1] // key.shape[1]
@@ -241,9 +251,10 @@ class _Layout:
 
     def __init__(self, groups: tuple):
         self.groups = groups
+        self.masks: dict = {}  # the masked calls' masks, built once for this forward (_segment_mask)
 
     def attend(self, module, query, key, value, **kwargs):
-        return shared_prefix_attention(module, query, key, value, self.groups, **kwargs)
+        return shared_prefix_attention(module, query, key, value, self.groups, masks=self.masks, **kwargs)
 
 
 class SharedPrefixGuard:

@@ -345,3 +345,30 @@ def test_a_bf16_model_is_checked_at_the_bf16_tolerance(models, caplog):
     assert 1e-4 < difference < 2e-2  # above fp32's tolerance, within bf16's: the case this test is about
     assert guard.checked and not guard.off and len(fallback.fallbacks()) == before
     assert "allowed in torch.bfloat16" in caplog.text
+
+
+@pytest.mark.parametrize("segment_calls", ["padded", "each"])
+def test_the_masked_calls_build_each_mask_once_per_forward(segment_calls, monkeypatch):
+    """The masked ways (a GPU's) build one additive mask per (prefix, segment width) for a whole forward: the second
+    layer reuses the first's tensors, and the result equals the one with masks built per call."""
+    from types import SimpleNamespace
+
+    from olmocr_rl.trainer import shared_prefix
+
+    monkeypatch.setattr(shared_prefix, "SPLIT_SEGMENT_ATTENTION", False)
+    monkeypatch.setattr(shared_prefix, "SEGMENT_CALL_TOKENS", 1 if segment_calls == "each" else 10**6)
+    module = SimpleNamespace(is_causal=True, num_key_value_groups=2, training=False)
+    generator = torch.Generator().manual_seed(0)
+    layout = ((5, (3, 4, 3)), (4, (2, 2)))
+    total = sum(prefix + sum(segments) for prefix, segments in layout)
+    query = torch.randn(1, 4, total, 8, generator=generator)
+    key, value = (torch.randn(1, 2, total, 8, generator=generator) for _ in range(2))
+    masks: dict = {}
+    first, _ = shared_prefix.shared_prefix_attention(module, query, key, value, layout, masks=masks, scaling=0.35)
+    widths = {(5, 3), (5, 4), (4, 2)} if segment_calls == "each" else {(5, 4), (4, 2)}  # padded: the longest
+    assert {(prefix, width) for prefix, width, _, _ in masks} == widths
+    built = dict(masks)
+    second, _ = shared_prefix.shared_prefix_attention(module, query, key, value, layout, masks=masks, scaling=0.35)
+    assert masks.keys() == built.keys() and all(masks[k] is built[k] for k in built)  # reused, none rebuilt
+    alone, _ = shared_prefix.shared_prefix_attention(module, query, key, value, layout, scaling=0.35)
+    assert torch.equal(first, second) and torch.equal(first, alone)
