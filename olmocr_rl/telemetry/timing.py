@@ -16,6 +16,10 @@ the logs (this process's view):
     timing/padding_fraction          (padded positions / all positions of the (rows, prompt + completion)
                                       blocks TRL's training forwards take: what a padded forward spends on
                                       padding; --padding_free packs them away)
+    timing/shared_prefix_tokens      (with --shared_prefix: the tokens the language model forwarded in the
+                                      training forwards / those rows' real tokens: 1.0 where no micro-batch
+                                      holds two completions of a page, about (P + G(C + 1)) / (G(P + C)) where each
+                                      holds whole groups of G; trainer.shared_prefix)
 
 ``train_s`` = step − generation − rewards: old/reference log-probs, forward/backward and the
 optimizer step.
@@ -38,6 +42,7 @@ class _Totals:
         self.model_flops = 0.0
         self.padded_positions = 0
         self.forward_positions = 0
+        self.shared_tokens_saved = 0  # real tokens of the training forwards the shared prefix did not forward
 
     def reset(self):
         self.__init__()
@@ -52,12 +57,12 @@ class StepClock:
     olmocr_rl.telemetry.profile). :attr:`callback` is the :class:`StepTimingCallback` to put first.
     """
 
-    def __init__(self, trainer, label_phases: bool = False, log_refill: bool = False):
+    def __init__(self, trainer, label_phases: bool = False, log_refill: bool = False, shared_prefix: bool = False):
         self.trainer = trainer
         self.totals = _Totals()
         self.label_phases = label_phases
         self.count_flops = _flops_counter(trainer, add=self._add_flops)
-        self.callback = StepTimingCallback(self.totals, log_refill=log_refill)
+        self.callback = StepTimingCallback(self.totals, log_refill=log_refill, shared_prefix=shared_prefix)
 
     def _add_flops(self, flops: float) -> None:
         self.totals.model_flops += flops
@@ -101,6 +106,11 @@ class StepClock:
             self.totals.forward_positions += attention_mask.numel()
             self.totals.padded_positions += attention_mask.numel() - int(attention_mask.sum())
 
+    def shared(self, saved_tokens: int) -> None:
+        """A training forward's real tokens that the shared prefix did not forward (counted with ``forward``'s)."""
+        if getattr(self.trainer.model, "training", True):
+            self.totals.shared_tokens_saved += saved_tokens
+
 
 class _Generated:
     """What ``_generate`` returned, handed to :meth:`StepClock.generation` to count after its timer stops."""
@@ -142,9 +152,10 @@ def _flops_counter(trainer, add=None):
 
 
 class StepTimingCallback(TrainerCallback):
-    def __init__(self, totals: _Totals, log_refill: bool = False):
+    def __init__(self, totals: _Totals, log_refill: bool = False, shared_prefix: bool = False):
         self.totals = totals
         self.log_refill = log_refill  # log timing/active_sampling_s every log step, 0 included
+        self.shared_prefix = shared_prefix  # log timing/shared_prefix_tokens
         self.step_s = 0.0
         self.steps = 0
         self._start: float | None = None
@@ -172,6 +183,9 @@ class StepTimingCallback(TrainerCallback):
         logs["timing/model_flops"] = t.model_flops / n
         if t.forward_positions:
             logs["timing/padding_fraction"] = t.padded_positions / t.forward_positions
+            real = t.forward_positions - t.padded_positions
+            if self.shared_prefix and real > 0:
+                logs["timing/shared_prefix_tokens"] = (real - t.shared_tokens_saved) / real
         if self.log_refill or t.refill_s > 0:
             logs["timing/active_sampling_s"] = t.refill_s / n
         self.step_s, self.steps = 0.0, 0

@@ -97,7 +97,8 @@ class PlainGRPOTrainer(GRPOTrainer):
 
             install_shared_prefix(self.ref_model)  # TRL loaded it again: its log-probs share prompts too
         self.step_clock = StepClock(self, label_phases=label_phases,
-                                    log_refill=self._active_sampler is not None)
+                                    log_refill=self._active_sampler is not None,
+                                    shared_prefix=self.shared_prefix is not None)
         self.callback_handler.callbacks.insert(0, self.step_clock.callback)  # timing/* keys, before the reporters
         if self._rollouts is not None:
             self.callback_handler.callbacks.append(self._rollouts.callback)  # waits for a request left in flight
@@ -176,9 +177,14 @@ class PlainGRPOTrainer(GRPOTrainer):
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         self.step_clock.forward(attention_mask)
         stock = PackedForward(model) if self.padding_free else model
-        model = SharedPrefixForward(model, stock, logits_to_keep, self.shared_prefix) if self.shared_prefix else stock
-        return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, *args,
-                                                          **kwargs)
+        if not self.shared_prefix:
+            return super()._get_per_token_logps_and_entropies(stock, input_ids, attention_mask, logits_to_keep, *args,
+                                                              **kwargs)
+        shared = SharedPrefixForward(model, stock, logits_to_keep, self.shared_prefix)
+        out = super()._get_per_token_logps_and_entropies(shared, input_ids, attention_mask, logits_to_keep, *args,
+                                                         **kwargs)
+        self.step_clock.shared(shared.saved_tokens)  # timing/shared_prefix_tokens
+        return out
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         completions.table_as_text(self)

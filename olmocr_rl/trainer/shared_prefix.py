@@ -284,6 +284,7 @@ class SharedPrefixForward:
 
     def __init__(self, model, stock, width: int, guard: SharedPrefixGuard):
         self.model, self.stock, self.width, self.guard = model, stock, width, guard
+        self.saved_tokens = 0  # the rows' real tokens the language model did not forward, over this object's calls
 
     def __call__(self, **inputs: Any):
         if self.guard.off:
@@ -297,7 +298,7 @@ class SharedPrefixForward:
 
         try:
             with torch.no_grad():
-                trial = self._shared(inputs, plan)
+                trial = self._shared(inputs, plan, count=False)
                 reference = self.stock(**inputs)
         except Exception as exc:  # noqa: BLE001 - any failure of the speed-up falls back to the stock forward
             self.guard.fall_back(f"its first forward failed: {reason_of(exc)}")
@@ -316,12 +317,20 @@ class SharedPrefixForward:
                     "difference %.1e, %.0e allowed in %s); %d tokens forwarded instead of %d",
                     len(inputs["input_ids"]), len(plan.packed[SHARED_PREFIX].groups), difference, allowed, dtype,
                     plan.packed["input_ids"].shape[1], int(inputs["attention_mask"].sum()))
-        return self._shared(inputs, plan) if torch.is_grad_enabled() else trial
+        if torch.is_grad_enabled():
+            return self._shared(inputs, plan)
+        self._count(inputs, plan)
+        return trial
 
-    def _shared(self, inputs: dict, plan: "_Plan"):
+    def _count(self, inputs: dict, plan: "_Plan") -> None:
+        self.saved_tokens += int(inputs["attention_mask"].sum()) - plan.packed["input_ids"].shape[1]
+
+    def _shared(self, inputs: dict, plan: "_Plan", count: bool = True):
         self.guard.shared_calls += 1
         with packed_call():
             out = self.model(**plan.packed)
+        if count:
+            self._count(inputs, plan)
         for name in ("log_probs", "entropy"):
             value = getattr(out, name, None)
             if value is not None:

@@ -125,6 +125,9 @@ def test_two_steps_with_wandb_offline_then_resume_to_four(tmp_path, tiny_model_d
                     and not k.startswith("bench_reward/jsonl_")]
         assert per_type, sorted(record)
         assert record["timing/step_s"] > 0 and record["timing/generated_tokens"] > 0
+        # --shared_prefix (default on): the micro-batch holds the page's 2 completions, so its prompt (most of a
+        # row's ~180 tokens) went through the language model once, not twice: a little over half the real tokens
+        assert 0.5 < record["timing/shared_prefix_tokens"] < 0.7, record["timing/shared_prefix_tokens"]
 
     # The console table on stdout: its header once, then one row per step (step, reward, ...).
     assert len(re.findall(r"^\s+step\s+reward\s.*s/step$", first.stdout, re.M)) == 1, first.stdout

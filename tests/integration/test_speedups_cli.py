@@ -74,6 +74,10 @@ def test_default_speedups_train_the_stock_numbers(warm_tiny_model_dir, tmp_path,
     assert _completions(tmp_path / "run") == _completions(stock_out)
     assert [r["step"] for r in records] == [r["step"] for r in stock] == [1, 2, 3]
     assert any(r["loss"] != 0 for r in stock) and any(r["timing/padding_fraction"] > 0 for r in records)
+    # micro-batches of 2 rows drawn from 2 pages x 4 (shuffled by TRL): a page's rows meet by chance
+    assert all(0 < r["timing/shared_prefix_tokens"] <= 1 for r in records)
+    assert any(r["timing/shared_prefix_tokens"] < 1 for r in records)
+    assert not any("timing/shared_prefix_tokens" in r for r in stock)
     for mine, theirs in zip(records, stock):
         for key in ("loss", "grad_norm", "entropy", "reward"):
             assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), (mine["step"], key)

@@ -134,11 +134,14 @@ def test_tokens_forwarded_once_per_group(models):
     hook = shared.get_input_embeddings().register_forward_hook(lambda module, args, out: seen.append(args[0].shape))
     guard = SharedPrefixGuard()
     guard.checked = True
+    forward = SharedPrefixForward(shared, None, width, guard)
     with torch.no_grad():
-        SharedPrefixForward(shared, None, width, guard)(**inputs)
+        forward(**inputs)
     hook.remove()
     prompt = int(inputs["attention_mask"][0, :-width].sum())
     assert seen == [torch.Size([1, prompt - 1 + (5 + 11 + 2 + 8) + 4])]  # the prompt once, not 4 times
+    # what it did not forward, for timing/shared_prefix_tokens: the rows' real tokens less the packed row's
+    assert forward.saved_tokens == 4 * prompt + (5 + 11 + 2 + 8) - seen[0][1] == 3 * prompt - 3
 
 
 def test_first_use_checks_itself_and_falls_back_with_one_line(models, monkeypatch, caplog):

@@ -306,3 +306,25 @@ def test_padding_fraction_counts_the_training_forwards_padded_positions(monkeypa
     logs = {"reward": 0.0}
     callback.on_log(None, _state(), None, logs=logs)
     assert logs["timing/padding_fraction"] == pytest.approx(4 / 16)
+
+
+def test_shared_prefix_tokens_is_the_share_of_real_tokens_the_language_model_forwarded():
+    import torch
+
+    for shared_prefix in (True, False):
+        trainer = _fake_trainer(FakeClock(), gen_s=0.0, reward_s=0.0)
+        clock = timing.StepClock(trainer, shared_prefix=shared_prefix)
+        clock.callback.on_step_begin(None, _state(), None)
+        clock.forward(torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]]))  # 7 real tokens
+        clock.shared(3)  # the shared prefix forwarded 4 of them
+        clock.forward(torch.ones(1, 5, dtype=torch.long))  # 5 more, forwarded as they are
+        trainer.model.training = False
+        clock.shared(100)  # evaluation's forwards are not counted
+        trainer.model.training = True
+        clock.callback.on_step_end(None, _state(), None)
+        logs = {"reward": 0.0}
+        clock.callback.on_log(None, _state(), None, logs=logs)
+        if shared_prefix:
+            assert logs["timing/shared_prefix_tokens"] == pytest.approx(9 / 12)
+        else:
+            assert "timing/shared_prefix_tokens" not in logs  # the flag off: no key
