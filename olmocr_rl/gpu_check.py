@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import resource
 import shutil
@@ -109,6 +110,9 @@ def summarise(metrics_file: Path, *, params: int, peak_flops: float, peak_mem_gb
         "reward_share": reward_s / step_s if step_s > 0 else float("nan"),
         "steps_measured": len(measured),
         "mean_reward": _mean(r.get("reward") for r in measured),
+        "step_seconds": [r["timing/step_s"] for r in measured],  # the spread behind the means
+        # the training forwards' real tokens the language model forwarded (--shared_prefix; NaN with it off)
+        "shared_prefix_tokens": _mean(r.get("timing/shared_prefix_tokens") for r in measured),
     }
 
 
@@ -448,6 +452,15 @@ def markdown_section(result: dict) -> str:
                  f"{row['mfu_6n']:.2%}", f"{row['mfu']:.2%}", f"{row['train_mfu']:.2%}", f"{row['peak_mem_gb']:.1f}",
                  f"{row['reward_share']:.2%}"]
         lines.append("| " + " | ".join(cells) + " |")
+    if result["rows"]:
+        spread = "; ".join(f"{row['arm']} {', '.join(f'{v:.2f}' for v in row.get('step_seconds', []))}"
+                           for row in result["rows"])
+        lines += ["", f"Seconds of each measured step: {spread}."]
+        shared = [f"{row['arm']} {row['shared_prefix_tokens']:.2f}" for row in result["rows"]
+                  if not math.isnan(row.get("shared_prefix_tokens", float("nan")))]
+        if shared:
+            lines += ["", "The training forwards' real tokens the language model forwarded (`--shared_prefix`; 1.00: "
+                      f"nothing shared): {'; '.join(shared)}."]
     if result.get("not_measured"):
         lines += ["", f"Not measured (time budget): {', '.join(result['not_measured'])}."]
     if result.get("failed"):

@@ -62,6 +62,12 @@ def test_the_device_script_runs_on_cpu_with_tiny_shapes(tmp_path):
     section = docs[docs.rindex("## Measured: "):]
     assert table["date"] in section and "| grpo/stock |" in section and "| grpo/all |" in section
     assert "| generate |" in section and "| train |" in section
+    # the spread behind the means, and what the shared prefix forwarded (on in grpo/all, off in grpo/stock)
+    stock, defaults = table["rows"]
+    assert len(stock["step_seconds"]) == 2 and len(defaults["step_seconds"]) == 1
+    assert f"Seconds of each measured step: grpo/stock {stock['step_seconds'][0]:.2f}" in section
+    assert 0 < defaults["shared_prefix_tokens"] < 1 and stock["shared_prefix_tokens"] != stock["shared_prefix_tokens"]
+    assert f"nothing shared): grpo/all {defaults['shared_prefix_tokens']:.2f}." in section
     assert (out / "gpu_check.log").is_file()
     # each arm's checkpoint and saved model are deleted once its row is written (a 3B arm left ~26 GB: the third arm
     # of an H200 run found its disk full); its metrics stay
