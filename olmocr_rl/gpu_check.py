@@ -185,13 +185,12 @@ def _run_arm_in_own_process(cli: list[str], on_result=None, exit_grace_s: float 
 #: Speed-up settings of an arm: ``stock`` is the step as it ran before any speed-up (the 2026-11-30 table: every
 #: flag of the speed group off, every layer recomputing), ``vision`` adds the vision-tower speed-ups, ``all`` is the
 #: trainer's defaults (every exact speed-up on), ``noprefix`` the defaults but ``--shared_prefix`` (what it adds).
+_STOCK_FLAGS = ["--no-share_page_encoding", "--no-batched_vision_attention", "--no-share_page_processing",
+                "--no-padding_free", "--no-shared_prefix", "--no-cache_vision_features", "--gradient_checkpointing",
+                "true", "--compiled_generation", "false"]
 SPEEDUP_FLAGS = {
-    "stock": ["--no-share_page_encoding", "--no-batched_vision_attention", "--no-share_page_processing",
-              "--no-padding_free", "--no-shared_prefix", "--no-cache_vision_features", "--gradient_checkpointing",
-              "true", "--compiled_generation", "false"],
-    "vision": ["--share_page_encoding", "--batched_vision_attention", "--no-share_page_processing",
-               "--no-padding_free", "--no-shared_prefix", "--no-cache_vision_features", "--gradient_checkpointing",
-               "true", "--compiled_generation", "false"],
+    "stock": _STOCK_FLAGS,
+    "vision": [*_STOCK_FLAGS, "--share_page_encoding", "--batched_vision_attention"],  # the later flag wins
     "all": [],
     "noprefix": ["--no-shared_prefix"],
 }

@@ -96,6 +96,8 @@ def test_arms_and_their_flags():
     assert (args.share_page_encoding, args.batched_vision_attention, args.share_page_processing, args.padding_free,
             args.compiled_generation, args.gradient_checkpointing) == (False, False, False, False, False, "true")
     assert parse_args(SPEEDUP_FLAGS["vision"]).batched_vision_attention is True
+    vision = parse_args(SPEEDUP_FLAGS["vision"])
+    assert (vision.share_page_encoding, vision.padding_free, vision.shared_prefix) == (True, False, False)
     assert SPEEDUP_FLAGS["all"] == []  # the defaults
 
 
