@@ -319,18 +319,20 @@ class SharedPrefixForward:
                     plan.packed["input_ids"].shape[1], int(inputs["attention_mask"].sum()))
         if torch.is_grad_enabled():
             return self._shared(inputs, plan)
-        self._count(inputs, plan)
+        self._count(plan)
         return trial
 
-    def _count(self, inputs: dict, plan: "_Plan") -> None:
-        self.saved_tokens += int(inputs["attention_mask"].sum()) - plan.packed["input_ids"].shape[1]
+    def _count(self, plan: "_Plan") -> None:
+        """Each row's real tokens are its group's prefix and its segment: the packed row holds each prefix once."""
+        layout = plan.packed[SHARED_PREFIX].groups
+        self.saved_tokens += sum((len(segments) - 1) * prefix for prefix, segments in layout)
 
     def _shared(self, inputs: dict, plan: "_Plan", count: bool = True):
         self.guard.shared_calls += 1
         with packed_call():
             out = self.model(**plan.packed)
         if count:
-            self._count(inputs, plan)
+            self._count(plan)
         for name in ("log_probs", "entropy"):
             value = getattr(out, name, None)
             if value is not None:
