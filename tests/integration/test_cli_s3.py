@@ -94,7 +94,10 @@ def test_training_finishes_when_the_s3_server_goes_away_mid_run_and_exits_74(mot
     out = tmp_path / "out"
     # A checkpoint every step: checkpoint-1's upload succeeds, the server stops as soon as it has stored that
     # checkpoint's last file (trainer_state.json), and the uploads of checkpoints 2-4 and of the final model cannot.
-    flags = s3_flags(tiny_model_dir, out, save_uri, 4, tmp_path / "cache")
+    # Every checkpoint is kept (the config's save_total_limit is 3): with checkpoint-1 rotated out at checkpoint-4's
+    # save, a machine that trains faster than the first upload pass runs saw checkpoint-1/trainer_state.json (sent
+    # last) vanish before its upload, and the server never stopped (a fresh-clone CI run, 2026-12-04).
+    flags = [*s3_flags(tiny_model_dir, out, save_uri, 4, tmp_path / "cache"), "--save_total_limit", 10]
     flags[flags.index("--save_steps") + 1] = 1
     marker = "runs/gone/checkpoint-1/trainer_state.json"
     moto_s3.stop_after_put(marker)
