@@ -217,6 +217,9 @@ SURFACE: tuple[Point, ...] = (
           "the logits and DynamicCache rows copied to every row", "HF generation prefills every copy of the page "
           "again, or fails", params=("input_ids", "generation_config", "model_kwargs"),
           source=("outputs = self._prefill(",), in_source="transformers.generation.utils:GenerationMixin._sample"),
+    Point("transformers.cache_utils:DynamicLayer.update", "subclass", "trainer/shared_prefill.py", "--shared_prefix "
+          "decodes into room made at the prefill", "the decoding cache differs from DynamicCache's (wrong samples)",
+          params=("key_states", "value_states"), source=("self.keys = torch.cat([self.keys, key_states], dim=-2)",)),
     Point(_GRPO + "._tokenize_prompts", "call", "trainer/async_rollouts.py",
           "the next batch's prompts are tokenized (page images included) as TRL tokenizes a batch's",
           "--async_generation misses every batch (its prompts differ from the trainer's)", params=("prompts",),
@@ -415,8 +418,7 @@ OTHER_PRIVATE_NAMES = {
              "is gone: leave at once, no cleanup that could hang)",
     "_actions": "argparse's parser (config/flags.py converts --config YAML values by each flag's action; a change "
                 "fails every config test)",
-    "_noop": "wandb's settings (telemetry/wandb_run.py; any change there degrades to a warning)",
-    "_offline": "wandb's settings (telemetry/wandb_run.py; any change there degrades to a warning)",
+    **dict.fromkeys(("_noop", "_offline"), "wandb's settings (telemetry/wandb_run.py; any change there degrades to a warning)"),
     **dict.fromkeys(("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward"),
                     "torch's CPU flash attention and its backward, which return and take the log-sum-exp "
                     "(trainer/shared_prefix.py's split attention; used only where both exist)"),
@@ -525,9 +527,7 @@ def _check(p: Point) -> tuple[int, str] | None:
         extra = _EXTRA_CHECKS.get(p.target)
         problem = extra() if extra else None
         return (1, problem) if problem else None
-    except ImportError as exc:
-        return 1, f"cannot be checked: {exc}"
-    except AttributeError as exc:
+    except (ImportError, AttributeError) as exc:
         return 1, f"cannot be checked: {exc}"
     except (OSError, TypeError) as exc:  # no source file
         return 1, f"cannot be inspected ({type(exc).__name__}: {exc})"

@@ -8,6 +8,12 @@ prefill's result is copied to each row of the group: the last position's logits 
 rows gathered), the M-RoPE deltas of the whole batch left as ``generate`` computed them. Decoding then runs on all
 G rows as before, drawing the same random numbers in the same order.
 
+The rows' cache is gathered into room for the whole completion (prompt + ``max_new_tokens`` positions), so each
+decoding step writes its token's keys and values in place: ``DynamicCache`` copies every layer's whole cache once
+per generated token (``torch.cat``), which grows with the prompt times the completion. The attention reads the same
+values (a view of the first positions), so nothing else changes; a cache edited in between (cropped is fine;
+rows re-selected or reordered, moved, or full) goes back to ``DynamicCache``'s copying update.
+
 What a row sees is what the stock prefill computes for it: the same tokens, mask and positions, in a batch of the
 groups' first rows instead of all rows (the same padding, since the longest prompt stays). The first use checks
 itself: the stock prefill runs too, into a cache of its own, and the last logits and every layer's keys and values
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 
 import torch
@@ -47,6 +54,7 @@ class PrefillGuard(SharedPrefixGuard):
     def __init__(self):
         super().__init__()
         self.rows = self.prefilled = 0  # rows generated, rows prefilled, over the shared calls
+        self.in_place = True  # decoding writes into room made at the prefill (False: DynamicCache's copying update)
 
 
 def _images_per_row(model, input_ids, grid) -> list[int] | None:
@@ -180,7 +188,8 @@ class _SharedPrefill:
         deltas = getattr(getattr(self.model, "model", None), "rope_deltas", None)
         ids, reduced, index = _reduced(self.model, input_ids, model_kwargs, groups)
         out = self.stock(ids, generation_config, reduced, *args, **kwargs)
-        out.past_key_values.batch_select_indices(index)
+        room = _new_tokens(generation_config, input_ids) if self.guard.in_place else None
+        _select_rows(out.past_key_values, index, room)
         out.logits = out.logits[index]
         if getattr(out, "rope_deltas", None) is not None and deltas is not None:
             out.rope_deltas = deltas
@@ -188,6 +197,60 @@ class _SharedPrefill:
         self.guard.rows += len(input_ids)
         self.guard.prefilled += len(groups)
         return out
+
+
+def _new_tokens(generation_config, input_ids) -> int | None:
+    """The most tokens this ``generate`` call decodes (None: not known, so no room is made for them)."""
+    if generation_config.max_new_tokens is not None:
+        return int(generation_config.max_new_tokens)
+    if generation_config.max_length is not None:
+        return max(0, int(generation_config.max_length) - input_ids.shape[1])
+    return None
+
+
+@functools.cache
+def _in_place_layer():
+    """``DynamicLayer`` whose update writes into room made beforehand (``_olmocr_rl_room``: keys' and values'
+    buffers, positions on dim -2) instead of concatenating; the class is built on first use (transformers' import)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class InPlaceLayer(DynamicLayer):
+        def update(self, key_states, value_states, *args, **kwargs):
+            keys, values = self._olmocr_rl_room
+            length, new = self.keys.shape[-2], key_states.shape[-2]
+            if (self.keys.data_ptr() != keys.data_ptr() or self.values.data_ptr() != values.data_ptr()
+                    or self.keys.stride() != keys.stride() or key_states.shape[:2] != keys.shape[:2]
+                    or length + new > keys.shape[-2]):  # rows re-selected, moved or reordered; or no room left
+                self.__class__ = DynamicLayer
+                del self._olmocr_rl_room
+                return DynamicLayer.update(self, key_states, value_states, *args, **kwargs)
+            keys[:, :, length:length + new] = key_states
+            values[:, :, length:length + new] = value_states
+            self.keys, self.values = keys[:, :, :length + new], values[:, :, :length + new]
+            return self.keys, self.values
+
+    return InPlaceLayer
+
+
+def _select_rows(cache, index: torch.Tensor, new_tokens: int | None) -> None:
+    """``cache.batch_select_indices(index)``, each plain ``DynamicLayer``'s rows gathered into room for
+    ``new_tokens`` more positions (decoding then writes in place); other layers as ``DynamicCache`` does it."""
+    from transformers.cache_utils import DynamicLayer
+
+    for layer in cache.layers:
+        if new_tokens is None or type(layer) is not DynamicLayer or layer.get_seq_length() == 0 or \
+                layer.keys.dim() != 4:
+            layer.batch_select_indices(index)
+            continue
+        length = layer.keys.shape[-2]
+        room = []
+        for held in (layer.keys, layer.values):
+            buffer = held.new_empty(len(index), held.shape[1], length + new_tokens, held.shape[-1])
+            buffer[:, :, :length] = held.index_select(0, index.to(held.device))
+            room.append(buffer)
+        layer.__class__ = _in_place_layer()
+        layer._olmocr_rl_room = tuple(room)
+        layer.keys, layer.values = room[0][:, :, :length], room[1][:, :, :length]
 
 
 def _generation_model(model):

@@ -6,10 +6,12 @@
 The batch is what TRL 1.16 generates from for one page: G copies of the page prompt (the olmOCR v4 YAML prompt and
 a page of bench_data_sample/ rendered at the shape's size; shape ``demo``: the CPU demo's G = 16 at 448 px with the
 tiny processor's pixel budget; ``olmocr2``: G = 8 and about 1,800 prompt tokens, the released processor's budget),
-sampled with TRL's settings (temperature 1, no top-k/top-p, EOS held off so every completion is C tokens). Both
+sampled with TRL's settings (temperature 1, no top-k/top-p, EOS held off so every completion is C tokens). The
 arms use a DynamicCache and no compilation (TRL's HF path), the page encoded once per call
-(``--share_page_encoding``). Printed: generate's time and its prefill's (medians of --repeats interleaved rounds),
-the prompt tokens the prefill forwarded, and whether the ids equal the stock arm's for the same seed.
+(``--share_page_encoding``): the stock prefill; the shared prefill with DynamicCache's copying update (each decoded
+token concatenated to the whole cache: ``copying cache``); and ``--shared_prefix`` as the CLI runs it, decoding
+into room made at the prefill. Printed: generate's time and its prefill's (medians of --repeats interleaved
+rounds), the prompt tokens the prefill forwarded, and whether each arm's ids equal the stock arm's for the same seed.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_shared_prefix import add_shape_arguments, load, page_prompt, shape_names, shape_params  # noqa: E402
 from speed_common import interleaved, page_image  # noqa: E402
+
+COPYING = "shared, copying cache"
 
 
 def setup(args, params: dict):
@@ -43,8 +47,10 @@ def setup(args, params: dict):
                               do_sample=True, temperature=1.0, top_p=1.0, top_k=0, disable_compile=True,
                               pad_token_id=processor.tokenizer.pad_token_id,
                               eos_token_id=processor.tokenizer.eos_token_id)
-    guard, off = PrefillGuard(), PrefillGuard()
+    guard, copying, off = PrefillGuard(), PrefillGuard(), PrefillGuard()
     off.off = True  # shared_prefill() leaves the stock prefill in place
+    copying.in_place = False  # the shared prefill, decoding with DynamicCache's own update
+    guards = {"--shared_prefix": guard, COPYING: copying}
     clock = {}
 
     def timed_prefill(*a, **k):
@@ -56,7 +62,7 @@ def setup(args, params: dict):
     def run(arm: str):
         torch.manual_seed(0)
         try:
-            with torch.no_grad(), shared_prefill(model, guard if arm == "--shared_prefix" else off):
+            with torch.no_grad(), shared_prefill(model, guards.get(arm, off)):
                 timed_prefill.inner, model._prefill = model._prefill, timed_prefill  # the prefill, shared or not
                 ids = model.generate(**inputs, generation_config=config)
         finally:
@@ -64,13 +70,14 @@ def setup(args, params: dict):
         return ids, clock["prefill"]
 
     run("--shared_prefix")  # the first use's check (the stock prefill once more) is not what is timed
+    run(COPYING)
     return run, int(inputs["attention_mask"][0].sum())
 
 
 def measure(args, shape: str) -> None:
     params = shape_params(args, shape)
     run, prompt = setup(args, params)
-    arms = ("stock (TRL)", "--shared_prefix")
+    arms = ("stock (TRL)", COPYING, "--shared_prefix")
     prefill: dict[str, list[float]] = {arm: [] for arm in arms}
     ids: dict = {}
 
@@ -81,17 +88,17 @@ def measure(args, shape: str) -> None:
     times = interleaved({arm: (lambda arm=arm: call(arm)) for arm in arms}, args.repeats)
     import torch
 
-    same = torch.equal(ids[arms[0]], ids[arms[1]])
+    same = all(torch.equal(ids[arms[0]], ids[arm]) for arm in arms[1:])
     g = params["generations"]
     print(f"[bench_shared_prefill] shape {shape}: {args.model_shape} model, G = {g} completions of "
           f"{params['completion']} tokens on a {prompt}-token page prompt ({params['side']} px); HF generate, median "
-          f"of {args.repeats}, {torch.get_num_threads()} threads; ids equal to the stock arm's: {same}")
+          f"of {args.repeats}, {torch.get_num_threads()} threads; every arm's ids equal to the stock arm's: {same}")
     base, base_prefill = statistics.median(times[arms[0]]), statistics.median(prefill[arms[0]])
     header = ("arm", "generate ms", "speed-up", "prefill ms", "speed-up", "prefill tokens")
-    print("  {:<16} {:>12} {:>9} {:>11} {:>9} {:>15}".format(*header))
-    for arm, rows in zip(arms, (g, 1)):
+    print("  {:<32} {:>12} {:>9} {:>11} {:>9} {:>15}".format(*header))
+    for arm, rows in zip(arms, (g, 1, 1)):
         whole, first = statistics.median(times[arm]), statistics.median(prefill[arm])
-        print(f"  {arm:<16} {whole * 1000:12.1f} {base / whole:8.2f}x {first * 1000:11.1f} "
+        print(f"  {arm:<32} {whole * 1000:12.1f} {base / whole:8.2f}x {first * 1000:11.1f} "
               f"{base_prefill / first:8.2f}x {rows * prompt:15d}")
 
 

@@ -176,3 +176,82 @@ def test_a_later_failure_falls_back_and_that_batch_samples_the_stock_ids(tiny_mo
     assert torch.equal(_generate(model, inputs, config, guard), stock)  # that batch from the stock prefill
     assert guard.off and len(fallback.fallbacks()) == before + 1
     assert fallback.fallbacks()[-1][1].startswith("a prefill failed: ")
+
+
+def test_decoding_writes_into_the_room_made_at_the_prefill(tiny_model_dir):
+    """The rows' cache gets room for max_new_tokens at the prefill; every decoding step writes in place (the final
+    cache is a view of that room, no copy made), and the ids equal those of DynamicCache's copying update."""
+    from olmocr_rl.model.loading import load_model_and_processor
+
+    model, processor = load_model_and_processor(str(tiny_model_dir))
+    model.eval()
+    inputs, config = _inputs(processor), _config(model, processor, tokens=9)
+    stock = _generate(model, inputs, config)
+    guard = PrefillGuard()
+    _generate(model, inputs, config, guard)  # the first use, checked
+    torch.manual_seed(0)
+    with torch.no_grad(), shared_prefill(model, guard):
+        out = model.generate(**inputs, generation_config=config, return_dict_in_generate=True)
+    assert torch.equal(out.sequences, stock)
+    prompt = inputs["input_ids"].shape[1]
+    for layer in out.past_key_values.layers:
+        keys, values = layer._olmocr_rl_room
+        assert keys.shape[:2] == layer.keys.shape[:2] and keys.shape[2] == prompt + 9
+        assert layer.keys.shape[2] == prompt + 8  # the last sampled token is never forwarded
+        assert layer.keys.data_ptr() == keys.data_ptr() and layer.values.data_ptr() == values.data_ptr()
+    copying = PrefillGuard()
+    copying.in_place = False
+    _generate(model, inputs, config, copying)
+    torch.manual_seed(0)
+    with torch.no_grad(), shared_prefill(model, copying):
+        plain = model.generate(**inputs, generation_config=config, return_dict_in_generate=True)
+    assert torch.equal(plain.sequences, stock)
+    assert not any(hasattr(layer, "_olmocr_rl_room") for layer in plain.past_key_values.layers)
+
+
+def test_the_in_place_layer_matches_the_copying_one_and_goes_back_to_it_when_edited():
+    """Against DynamicCache's own layer, step for step: updates in the room, a crop (written over in place), no room
+    left and rows re-selected (both back to the copying update, the values still right)."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    from olmocr_rl.trainer.shared_prefill import _select_rows
+
+    generator = torch.Generator().manual_seed(0)
+
+    def states(rows, length=1):
+        return (torch.randn(rows, 2, length, 4, generator=generator),
+                torch.randn(rows, 2, length, 4, generator=generator))
+
+    ours, theirs = DynamicCache(), DynamicCache()
+    prompt = states(2, 5)
+    ours.update(*prompt, 0)
+    theirs.update(*prompt, 0)
+    index = torch.tensor([0, 0, 1])
+    _select_rows(ours, index, new_tokens=3)
+    theirs.batch_select_indices(index)
+    layer = ours.layers[0]
+    room = layer._olmocr_rl_room[0]
+
+    def step(*new):
+        got, want = ours.update(*new, 0), theirs.update(*new, 0)
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+    step(*states(3))
+    step(*states(3))
+    assert layer.keys.data_ptr() == room.data_ptr() and layer.keys.shape[2] == 7
+    ours.crop(-1), theirs.crop(-1)  # speculative decoding's kind of edit: the next token is written over in place
+    step(*states(3))
+    step(*states(3))
+    assert layer.keys.data_ptr() == room.data_ptr() and layer.keys.shape[2] == 8  # the room is full
+    step(*states(3))  # no room left: the copying update
+    assert type(layer) is DynamicLayer and not hasattr(layer, "_olmocr_rl_room")
+    again, reference = DynamicCache(), DynamicCache()
+    for cache in (again, reference):
+        cache.update(*prompt, 0)
+    _select_rows(again, index, new_tokens=4)
+    reference.batch_select_indices(index)
+    again.batch_select_indices(torch.tensor([2, 0]))  # rows re-selected: a new tensor, so the copying update
+    reference.batch_select_indices(torch.tensor([2, 0]))
+    new = states(2)
+    assert all(torch.equal(a, b) for a, b in zip(again.update(*new, 0), reference.update(*new, 0)))
+    assert type(again.layers[0]) is DynamicLayer
