@@ -283,6 +283,7 @@ def _build_model(work: Path, family: str, shape: str, cuda: bool) -> tuple[Path,
                          device="cuda" if cuda else "cpu")
     return model_dir, json.loads((model_dir / "olmocr_rl_tiny_model.json").read_text())["parameters"]
 
+
 def _arm_finished(state: dict, report, settings: dict, name: str, out_dir: Path, params: int, profiled: int | None,
                   arm_start: float, code: int, peak: float) -> None:
     """Add an arm's row (or its failure) to ``state`` and ``report`` it at once: on a GPU, before its process has

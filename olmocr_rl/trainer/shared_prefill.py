@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import logging
 
 import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from olmocr_rl.trainer.shared_prefix import SharedPrefixGuard, _groups
 
@@ -116,8 +116,6 @@ def _reduced(model, input_ids, model_kwargs, groups):
 
 
 def _unsupported(generation_config, model_kwargs) -> str | None:
-    from transformers import DynamicCache
-
     cache = model_kwargs.get("past_key_values")
     if type(cache) is not DynamicCache or cache.get_seq_length() != 0:
         return "cache"
@@ -208,35 +206,28 @@ def _new_tokens(generation_config, input_ids) -> int | None:
     return None
 
 
-@functools.cache
-def _in_place_layer():
+class _InPlaceLayer(DynamicLayer):
     """``DynamicLayer`` whose update writes into room made beforehand (``_olmocr_rl_room``: keys' and values'
-    buffers, positions on dim -2) instead of concatenating; the class is built on first use (transformers' import)."""
-    from transformers.cache_utils import DynamicLayer
+    buffers, positions on dim -2) instead of concatenating."""
 
-    class InPlaceLayer(DynamicLayer):
-        def update(self, key_states, value_states, *args, **kwargs):
-            keys, values = self._olmocr_rl_room
-            length, new = self.keys.shape[-2], key_states.shape[-2]
-            if (self.keys.data_ptr() != keys.data_ptr() or self.values.data_ptr() != values.data_ptr()
-                    or self.keys.stride() != keys.stride() or key_states.shape[:2] != keys.shape[:2]
-                    or length + new > keys.shape[-2]):  # rows re-selected, moved or reordered; or no room left
-                self.__class__ = DynamicLayer
-                del self._olmocr_rl_room
-                return DynamicLayer.update(self, key_states, value_states, *args, **kwargs)
-            keys[:, :, length:length + new] = key_states
-            values[:, :, length:length + new] = value_states
-            self.keys, self.values = keys[:, :, :length + new], values[:, :, :length + new]
-            return self.keys, self.values
-
-    return InPlaceLayer
+    def update(self, key_states, value_states, *args, **kwargs):
+        keys, values = self._olmocr_rl_room
+        length, new = self.keys.shape[-2], key_states.shape[-2]
+        if (self.keys.data_ptr() != keys.data_ptr() or self.values.data_ptr() != values.data_ptr()
+                or self.keys.stride() != keys.stride() or key_states.shape[:2] != keys.shape[:2]
+                or length + new > keys.shape[-2]):  # rows re-selected, moved or reordered; or no room left
+            self.__class__ = DynamicLayer
+            del self._olmocr_rl_room
+            return DynamicLayer.update(self, key_states, value_states, *args, **kwargs)
+        keys[:, :, length:length + new] = key_states
+        values[:, :, length:length + new] = value_states
+        self.keys, self.values = keys[:, :, :length + new], values[:, :, :length + new]
+        return self.keys, self.values
 
 
 def _select_rows(cache, index: torch.Tensor, new_tokens: int | None) -> None:
     """``cache.batch_select_indices(index)``, each plain ``DynamicLayer``'s rows gathered into room for
     ``new_tokens`` more positions (decoding then writes in place); other layers as ``DynamicCache`` does it."""
-    from transformers.cache_utils import DynamicLayer
-
     for layer in cache.layers:
         if new_tokens is None or type(layer) is not DynamicLayer or layer.get_seq_length() == 0 or \
                 layer.keys.dim() != 4:
@@ -248,7 +239,7 @@ def _select_rows(cache, index: torch.Tensor, new_tokens: int | None) -> None:
             buffer = held.new_empty(len(index), held.shape[1], length + new_tokens, held.shape[-1])
             buffer[:, :, :length] = held.index_select(0, index.to(held.device))
             room.append(buffer)
-        layer.__class__ = _in_place_layer()
+        layer.__class__ = _InPlaceLayer
         layer._olmocr_rl_room = tuple(room)
         layer.keys, layer.values = room[0][:, :, :length], room[1][:, :, :length]
 
