@@ -6,7 +6,8 @@ One :class:`Renderer` holds one browser for many pages. Two browser contexts:
   output: "html"})`` turns each equation into HTML, or its parse error into :class:`KatexError`;
 - the *page* context prints the page with JavaScript off, so a page's own scripts never run. Every request goes
   through one route: ``http://synth.invalid/page.html`` (the page) and ``/katex/…`` (KaTeX's CSS and fonts, from
-  the local KaTeX folder) are served, anything else is aborted and counted: the network is off.
+  the local KaTeX folder: only files inside it, see :func:`katex_file`) are served, anything else is aborted and
+  counted: the network is off, and no other local file reaches a PDF.
 
 Fonts are pinned: a style placed before the page's own sets ``Liberation Serif`` (then DejaVu) as the default
 family and a body margin; the page's CSS may override it with the fonts installed. A page that prints on more
@@ -21,11 +22,12 @@ import json
 import os
 import re
 import shutil
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["Renderer", "RenderedPage", "KatexError", "PageTooLongError", "BrowserMissingError", "find_browser",
-           "find_katex", "fix_pdf_dates", "tool_versions", "check_setup", "BROWSER_PACKAGE", "MIN_SCALE", "PAGE_ORIGIN"]
+           "find_katex", "katex_file", "fix_pdf_dates", "tool_versions", "check_setup", "BROWSER_PACKAGE", "MIN_SCALE", "PAGE_ORIGIN"]
 
 BROWSER_PACKAGE = "chromium-headless-shell"
 BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
@@ -88,6 +90,24 @@ def find_katex() -> Path:
     return folder
 
 
+def katex_file(katex_root: Path, url: str) -> Path | None:
+    """The file of KaTeX's folder that ``url`` (``PAGE_ORIGIN/katex/...``) names, or None: the path is
+    percent-decoded, and the file must lie inside ``katex_root`` (resolved: symlinks followed, ``..`` removed)
+    after that, so no URL (``/katex//etc/x``, ``%2e%2e``, ``%2F``, a symlink pointing out) reaches another file."""
+    parts = urllib.parse.urlsplit(url)
+    if f"{parts.scheme}://{parts.netloc}" != PAGE_ORIGIN or not parts.path.startswith("/katex/"):
+        return None
+    relative = urllib.parse.unquote(parts.path[len("/katex/"):])
+    if not relative or "\x00" in relative or relative.startswith("/"):
+        return None
+    try:
+        path = (katex_root / relative).resolve()
+        inside = path.is_relative_to(katex_root) and path.is_file()
+    except (OSError, ValueError, RuntimeError):  # a name too long, a symlink loop
+        return None
+    return path if inside else None
+
+
 def katex_version(folder: Path) -> str:
     try:
         return json.loads((folder.parent / "package.json").read_text())["version"]
@@ -120,6 +140,7 @@ class Renderer:
         self.timeout_ms = int(timeout_s * 1000)
         self.executable = find_browser()
         self.katex_dir = find_katex()
+        self._katex_root = self.katex_dir.resolve()
         self._start = _import_playwright()
         self._playwright = self._browser = None
         self._html = ""
@@ -161,12 +182,10 @@ class Renderer:
         url = route.request.url
         if url == f"{PAGE_ORIGIN}/page.html":
             route.fulfill(body=self._html, content_type="text/html; charset=utf-8")
-        elif url.startswith(f"{PAGE_ORIGIN}/katex/") and ".." not in url:
-            path = self.katex_dir / url[len(f"{PAGE_ORIGIN}/katex/"):].split("?")[0]
-            if path.is_file():
-                route.fulfill(path=str(path))
-            else:
-                route.abort()
+            return
+        path = katex_file(self._katex_root, url)
+        if path is not None:
+            route.fulfill(path=str(path))
         else:
             self._blocked.append(url[:200])
             route.abort()

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from olmocr_rl.synth import cli
+from synth_helpers import LEAK_PARAGRAPHS, leak_tricks, leaky_katex
 from olmocr_rl.synth.guarantee import on_layer, text_layer_of
 from olmocr_rl.synth.pipeline import pdf_text_layer
 from olmocr_rl.synth.render import BrowserMissingError, check_setup
@@ -119,6 +120,29 @@ def test_bad_input_one_line_each_and_nothing_half_written(browser_ready, tmp_pat
     assert any("script(s) not run" in n for n in notices["scripted.html"])
     assert any("blocked" in n and "example.com" in n for n in notices["scripted.html"])
     assert any("ragged" in n for n in notices["ragged.html"])
+
+
+def test_no_local_file_outside_katex_reaches_a_pdf(browser_ready, tmp_path, monkeypatch):
+    katex, secrets = leaky_katex(tmp_path)
+    monkeypatch.setenv("OLMOCR_RL_KATEX_DIR", str(katex))
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    tricks = leak_tricks(secrets)
+    for name, url in tricks.items():
+        (pages / f"{name}.html").write_text(f'<html><body>{LEAK_PARAGRAPHS}<iframe src="{url}"></iframe>'
+                                            f'<object data="{url}"></object></body></html>')
+    (pages / "math.html").write_text((PAGES / "math.html").read_text())  # KaTeX's own files are still served
+    out = tmp_path / "out"
+    assert cli.main(["--html", str(pages), "--out", str(out)]) == 0
+    manifest = json.loads((out / "synth_manifest.json").read_text())
+    notices = {p["html"]: p["notices"] for p in manifest["pages"]}
+    assert set(notices) == {f"{name}.html" for name in tricks} | {"math.html"}
+    for name in tricks:
+        layer = pdf_text_layer((out / "pdfs" / "synth" / f"{name}.pdf").read_bytes())[1]
+        assert "SECRETTOKEN" not in layer and "ordinary words" in layer, name
+        assert any(n.startswith("2 network request(s) blocked") for n in notices[f"{name}.html"]), (name, notices)
+    assert notices["math.html"] == []  # KaTeX's CSS and fonts: served, nothing blocked
+    assert not any(b"SECRETTOKEN" in p.read_bytes() for p in out.rglob("*") if p.is_file())
 
 
 def test_two_grpo_steps_of_the_cpu_demo_on_the_folder(made, tiny_model_dir, tmp_path):

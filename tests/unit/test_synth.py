@@ -226,3 +226,34 @@ def test_reference_is_written_from_content_alone():
     text = reference_text(content)
     assert text.startswith("---\nprimary_language: en\n") and "Running head" not in text and "\n3" not in text
     assert "## Title here" in text and "**bold words**" in text and "*it*" in text and "\\(x^2\\)" in text
+
+
+def test_the_katex_route_serves_only_files_inside_the_katex_folder(tmp_path):
+    from olmocr_rl.synth.render import PAGE_ORIGIN, katex_file
+
+    root = tmp_path / "dist"
+    (root / "fonts").mkdir(parents=True)
+    (root / "katex.min.css").write_text("css")
+    (root / "fonts" / "KaTeX_Main-Regular.woff2").write_bytes(b"font")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("private")
+    (root / "leak.txt").symlink_to(secret)
+    (root / "outside").symlink_to(tmp_path)
+    (root / "inside.css").symlink_to(root / "katex.min.css")  # a symlink staying inside is fine
+    root = root.resolve()
+    served = {f"/katex/katex.min.css": root / "katex.min.css",
+              "/katex/fonts/KaTeX_Main-Regular.woff2?v=1": root / "fonts" / "KaTeX_Main-Regular.woff2",
+              "/katex/fonts/%4BaTeX_Main-Regular.woff2": root / "fonts" / "KaTeX_Main-Regular.woff2",
+              "/katex/fonts/../katex.min.css": root / "katex.min.css", "/katex/inside.css": root / "katex.min.css"}
+    for path, file in served.items():
+        assert katex_file(root, PAGE_ORIGIN + path) == file, path
+    hops = "../" * 12
+    refused = [f"/katex/{secret}", f"/katex//{secret}", f"/katex/{hops}{secret}", f"/katex/%2e%2e/%2e%2e/{secret}",
+               f"/katex/{'%2e%2e%2f' * 12}{str(secret)[1:]}", f"/katex/%2F{str(secret)[1:].replace('/', '%2F')}",
+               f"/katex/..%5c..%5c{secret.name}", "/katex/leak.txt", "/katex/outside/secret.txt", "/katex/fonts",
+               "/katex/", "/katex/fonts/x%00.woff2", "/katex/missing.css", f"/page.html/../katex/{secret}",
+               f"/{secret}"]
+    for path in refused:
+        assert katex_file(root, PAGE_ORIGIN + path) is None, path
+    assert katex_file(root, "http://example.com/katex/katex.min.css") is None
+    assert katex_file(root, "file:///katex/katex.min.css") is None
