@@ -257,3 +257,46 @@ def test_the_katex_route_serves_only_files_inside_the_katex_folder(tmp_path):
         assert katex_file(root, PAGE_ORIGIN + path) is None, path
     assert katex_file(root, "http://example.com/katex/katex.min.css") is None
     assert katex_file(root, "file:///katex/katex.min.css") is None
+
+
+LETTER = REPO_ROOT / "tests" / "fixtures" / "synth" / "letter" / "letter.html"
+# The letter as a reader writes it: each <br> a new line, the blocks apart.
+LETTER_TRANSCRIPTION = """Harbour Books Ltd
+14 Quay Street
+Bristol BS1 4DJ
+12 March 2025
+
+Ms Adaeze Okonkwo
+27 Larkspur Avenue
+Leeds LS6 2QT
+
+Dear Ms Okonkwo,
+
+Thank you for your order of the illustrated coastal atlas. The second volume is being reprinted by the publisher and
+should reach our warehouse before the end of the month. We will send both volumes together so that you pay a single
+delivery charge.
+
+If you would rather receive the first volume straight away, please reply to this letter and we will dispatch it
+within two working days.
+
+Yours sincerely,
+Thomas Whitfield
+**Customer Services Manager**
+"""
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_br_is_a_line_break_in_the_reference_and_a_word_boundary_in_every_test(tmp_path, seed):
+    job = PageJob(str(LETTER), "letter.html", "t", "t/letter.pdf", "t_letter")
+    result = make_page(job, PageOptions(seed=seed), None)
+    assert isinstance(result, PageResult)
+    body = split_front_matter(result.reference)[1]
+    assert "14 Quay Street\nBristol BS1 4DJ\n12 March 2025" in body
+    assert "Thomas Whitfield\n**Customer Services Manager**" in body
+    for data in result.tests:
+        assert not any(joined in json.dumps(data) for joined in ("StreetBristol", "4DJ12", "WhitfieldCustomer")), data
+        test = load_single_test(data)
+        for rule in SCORING_RULES:
+            assert evaluate_page([test], LETTER_TRANSCRIPTION, rule)[0][1], (data, rule)
+    heading = reference_text(page_content(parse_html("<h2>Annual report<br>2024</h2><p>a b</p>")))
+    assert "## Annual report 2024\n" in heading  # a heading stays one line
