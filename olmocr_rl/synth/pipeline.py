@@ -17,8 +17,10 @@ from .content import page_content
 from .derive import DEFAULT_CAPS, SYNTH_TYPES, derive_tests
 from .guarantee import check_tests, glyphs_of_html, text_layer_of
 from .reference import reference_text
-from .render import KatexError, PageTooLongError, Renderer
+from .render import KatexError, PageTooLongError, PageTooWideError, Renderer
+from .shown import check_shown
 from .tree import MATH, NotHTMLError, parse_html, serialize
+from olmocr_rl.data.front_matter import split_front_matter
 
 __all__ = ["PageJob", "PageResult", "PageSkip", "PageOptions", "make_page", "pdf_text_layer"]
 
@@ -88,8 +90,11 @@ def _read(job: PageJob, options: PageOptions) -> str | PageSkip:
         return PageSkip(job, f"not UTF-8 text (byte {error.start}); save the page as UTF-8", "not_html")
 
 
-def _notices(content, blocked: list[str]) -> list[str]:
+def _notices(content, blocked: list[str], out_of_order: int = 0) -> list[str]:
     notes = []
+    if out_of_order:
+        notes.append(f"{out_of_order} block(s) printed out of the source order (a float is painted before the text "
+                     "around it, a positioned box after); order tests are checked on the printed order")
     if content.scripts:
         notes.append(f"{content.scripts} script(s) not run (JavaScript is off while printing)")
     if blocked:
@@ -131,12 +136,14 @@ def make_page(job: PageJob, options: PageOptions, renderer: Renderer | None) -> 
     content = page_content(root)
     reference = reference_text(content)
     candidates = derive_tests(content, options.seed, job.key, dict(options.caps), options.types)
-    pdf, scale, blocked, layer, glyphs = None, 1.0, [], None, None
+    pdf, scale, blocked, layer, glyphs, out_of_order = None, 1.0, [], None, None, 0
     if renderer is not None:
         try:
             printed = _print_page(root, renderer)
         except PageTooLongError as error:
             return PageSkip(job, str(error), "too_long", time.perf_counter() - start)
+        except PageTooWideError as error:
+            return PageSkip(job, str(error), "too_wide", time.perf_counter() - start)
         except Exception as error:  # noqa: BLE001 - a timeout or a browser error on this page only
             reason = f"the browser failed on it: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
             return PageSkip(job, reason, "render", time.perf_counter() - start)
@@ -144,10 +151,17 @@ def make_page(job: PageJob, options: PageOptions, renderer: Renderer | None) -> 
             return PageSkip(job, printed, "katex", time.perf_counter() - start)
         pdf, scale, blocked, glyphs = printed
         layer = text_layer_of(pdf_text_layer(pdf)[1])
+        shown = check_shown(split_front_matter(reference)[1], layer, glyphs)
+        if not shown.ok:
+            lost = shown.missing + [f"the equation {m}" for m in shown.math_missing]
+            return PageSkip(job, f"{len(lost)} line(s) of the reference are not on the printed page (hidden, clipped "
+                                 f"or laid out apart by the page's CSS?), first: {lost[0][:80]!r}", "not_shown",
+                            time.perf_counter() - start)
+        out_of_order = shown.out_of_order
     checked = check_tests(candidates, job.pdf, job.key, reference, layer, glyphs)
     wanted_more = set(options.types) - {"baseline"}  # a page of a baseline test alone is kept only when asked for
     if not checked.kept or (wanted_more and not any(t["type"] != "baseline" for t in checked.kept)):
         return PageSkip(job, f"no test survives the checks ({len(checked.dropped)} dropped)", "no_tests",
                         time.perf_counter() - start)
-    return PageResult(job, reference, checked.kept, checked.dropped, pdf, scale, _notices(content, blocked),
-                      time.perf_counter() - start)
+    return PageResult(job, reference, checked.kept, checked.dropped, pdf, scale,
+                      _notices(content, blocked, out_of_order), time.perf_counter() - start)

@@ -11,7 +11,9 @@ One :class:`Renderer` holds one browser for many pages. Two browser contexts:
 
 Fonts are pinned: a style placed before the page's own sets ``Liberation Serif`` (then DejaVu) as the default
 family and a body margin; the page's CSS may override it with the fonts installed. A page that prints on more
-than one Letter page is printed again at a smaller scale (0.9, 0.8, … down to ``MIN_SCALE``), else it is refused.
+than one Letter page is printed again at a smaller scale (0.9, 0.8, … down to ``MIN_SCALE``), else it is refused;
+content wider than the paper (measured in the page laid out at the paper's width) starts at the scale that fits
+it, or is refused below ``MIN_SCALE``.
 The PDF's creation and modification dates are set to a fixed value, so the same HTML gives the same bytes.
 """
 
@@ -26,13 +28,15 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Renderer", "RenderedPage", "KatexError", "PageTooLongError", "BrowserMissingError", "find_browser",
-           "find_katex", "katex_file", "fix_pdf_dates", "tool_versions", "check_setup", "BROWSER_PACKAGE", "MIN_SCALE", "PAGE_ORIGIN"]
+__all__ = ["Renderer", "RenderedPage", "KatexError", "PageTooLongError", "PageTooWideError", "BrowserMissingError",
+           "find_browser", "find_katex", "katex_file", "fix_pdf_dates", "tool_versions", "check_setup",
+           "BROWSER_PACKAGE", "MIN_SCALE", "PAGE_ORIGIN", "PAGE_PX"]
 
 BROWSER_PACKAGE = "chromium-headless-shell"
 BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
 PAGE_ORIGIN = "http://synth.invalid"
 MIN_SCALE = 0.5
+PAGE_PX = (816, 1056)  # US Letter in CSS pixels (8.5 x 11 in at 96 px/in): the width the page is laid out in
 FIXED_DATE = b"D:20000101000000+00'00'"
 _PDF_DATE = re.compile(rb"/(CreationDate|ModDate) \(D:\d{14}[+\-Z][0-9']*\)")
 DEFAULT_STYLE = ("<meta charset=\"utf-8\"><style>html{font-family:'Liberation Serif','DejaVu Serif',serif;font-size:12pt}"
@@ -50,6 +54,10 @@ class KatexError(ValueError):
 
 class PageTooLongError(ValueError):
     """The page prints on more than one page even at MIN_SCALE."""
+
+
+class PageTooWideError(ValueError):
+    """The page's content is wider than the paper even at MIN_SCALE (or at scale 1 when scaling is not allowed)."""
 
 
 @dataclass
@@ -153,7 +161,10 @@ class Renderer:
             self._math = self._browser.new_context().new_page()
             self._math.route("**/*", lambda route: route.abort())
             self._math.add_script_tag(path=str(self.katex_dir / "katex.min.js"))
-            self._page = self._browser.new_context(java_script_enabled=False).new_page()
+            # Laid out as printed (the paper's width, print media), so its width can be measured before printing.
+            self._page = self._browser.new_context(java_script_enabled=False, viewport={
+                "width": PAGE_PX[0], "height": PAGE_PX[1]}).new_page()
+            self._page.emulate_media(media="print")
             self._page.set_default_timeout(self.timeout_ms)
             self._page.route("**/*", self._route)
         except Exception:
@@ -212,15 +223,30 @@ class Renderer:
             f'<link rel="preload" as="font" type="font/woff2" crossorigin href="{PAGE_ORIGIN}/katex/fonts/{name}">'
             for name in fonts))
 
+    def _start_scale(self, allow_scaling: bool) -> float:
+        """1, or the scale at which content wider than the paper fits its width; PageTooWideError below MIN_SCALE.
+        (Printed wider than the paper, the content past its right edge is cut off: not on the page at all.)"""
+        width = self._page.evaluate("() => Math.max(document.documentElement.scrollWidth, "
+                                    "document.body ? document.body.scrollWidth : 0)")
+        if width <= PAGE_PX[0] + 1:
+            return 1.0
+        scale = int(100 * PAGE_PX[0] / width) / 100  # rounded down
+        if scale < MIN_SCALE or not allow_scaling:
+            fits = f"fits the paper only at scale {scale:.2f}" + (f", under {MIN_SCALE}" if allow_scaling else "")
+            raise PageTooWideError(f"its content is {width} px wide, the paper {PAGE_PX[0]} px: it {fits}; make "
+                                   "the page narrower")
+        return scale
+
     def render(self, body_html: str, allow_scaling: bool = True, math: bool = True) -> RenderedPage:
-        """Print ``body_html`` (the page with its math already typeset) on one Letter page, scaled down to
-        MIN_SCALE if need be (``allow_scaling``), else PageTooLongError."""
+        """Print ``body_html`` (the page with its math already typeset) on one Letter page, scaled down to fit
+        the paper's width and to MIN_SCALE if need be (``allow_scaling``), else PageTooWideError or
+        PageTooLongError."""
         import pypdfium2 as pdfium
 
         self._html = "<!doctype html>" + DEFAULT_STYLE + (self._math_head() if math else "") + body_html
         self._blocked = []
         self._page.goto(f"{PAGE_ORIGIN}/page.html", wait_until="load", timeout=self.timeout_ms)
-        scale = 1.0
+        scale = self._start_scale(allow_scaling)
         while True:
             pdf = self._print(scale)
             pages = len(pdfium.PdfDocument(pdf))

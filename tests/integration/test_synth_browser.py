@@ -85,6 +85,27 @@ def test_two_shards_merged_give_the_same_bytes(made, tmp_path):
     assert merged["tests_by_type"] == one["tests_by_type"] and merged["dropped_by_reason"] == one["dropped_by_reason"]
 
 
+PARAGRAPHS = ("<p>The first paragraph of the page holds a few plain sentences for the tests. It has a second "
+              "sentence too.</p>", "<p>Another paragraph follows with more words in it for the order rule. It "
+                                   "closes the section.</p>")
+# Pages whose HTML says more than they print (each skipped: not_shown, too_wide), or that print all of it after a
+# change of scale (wide_table) or in another paint order (float_columns).
+LAYOUTS = {
+    "css_hidden": "<style>.gone{display:none}</style><p class=gone>This secret paragraph is hidden by a style rule.</p>",
+    "clipped": '<div style="height:20px;overflow:hidden"><p>A visible line.</p><p>This clipped paragraph is cut off '
+               'by the box above it.</p></div>',
+    "off_page": '<p style="position:absolute;left:-9999px">This paragraph is placed far off the page.</p>',
+    "span_as_block": '<p>It ends here<span style="display:block">and a span shown as a block starts here</span></p>',
+    "wide": '<div style="width:40000px"><p>' + "A sentence of a page far wider than the paper. " * 200 + "</p></div>",
+    "wide_table": '<table style="width:1100px" border=1><tr><th>Region</th><th>Quarter one</th><th>Quarter two</th>'
+                  "</tr><tr><td>Northern district</td><td>1,204</td><td>1,377</td></tr><tr><td>Southern district"
+                  "</td><td>2,911</td><td>3,006</td></tr></table>",
+    "float_columns": '<div style="float:left;width:45%"><p>The left column, a float, is painted first.</p></div>'
+                     '<div style="float:right;width:45%"><p>The right column floats to the other side.</p></div>'
+                     '<p style="clear:both">A closing line below both of the columns on the page.</p>',
+}
+
+
 def test_bad_input_one_line_each_and_nothing_half_written(browser_ready, tmp_path, capsys):
     pages = tmp_path / "pages"
     pages.mkdir()
@@ -103,20 +124,31 @@ def test_bad_input_one_line_each_and_nothing_half_written(browser_ready, tmp_pat
         "<tr><th>Branch</th><th>Q1</th><th>Q2</th></tr><tr><td>Aberdeen</td><td>41</td></tr>"
         "<tr><td>Dundee</td><td>17</td><td>29</td><td>late</td></tr><tr><td>Inverness</td><td>33</td><td>36</td></tr>"
         "</table>")
+    for name, html in LAYOUTS.items():
+        (pages / f"{name}.html").write_text(f"<html><body><h1>The {name} page</h1>{PARAGRAPHS[0]}{html}"
+                                            f"{PARAGRAPHS[1]}</body></html>")
     out = tmp_path / "out"
     assert cli.main(["--html", str(pages), "--out", str(out), "--timeout_s", "10"]) == 0
     err = capsys.readouterr().err
     manifest = json.loads((out / "synth_manifest.json").read_text())
     kinds = {s["html"]: s["kind"] for s in manifest["skipped_pages"]}
     assert kinds == {"empty.html": "empty", "notes.html": "not_html", "binary.html": "not_html",
-                     "huge.html": "too_large", "badmath.html": "katex"}
+                     "huge.html": "too_large", "badmath.html": "katex", "wide.html": "too_wide",
+                     "css_hidden.html": "not_shown", "clipped.html": "not_shown", "off_page.html": "not_shown",
+                     "span_as_block.html": "not_shown"}
+    reasons = {s["html"]: s["reason"] for s in manifest["skipped_pages"]}
+    assert "40" in reasons["wide.html"] and "px wide" in reasons["wide.html"]
+    assert "This secret paragraph is hidden" in reasons["css_hidden.html"]
     for name in kinds:
         line = next(line for line in err.splitlines() if f" {name}: skipped" in line)
         assert line.startswith("[synth] ")
         assert not (out / "pdfs" / "synth" / f"{Path(name).stem}.pdf").exists()
         assert not list((out / "claude_original").rglob(f"{Path(name).stem}_page1*"))
     notices = {p["html"]: p["notices"] for p in manifest["pages"]}
-    assert set(notices) == {"good.html", "scripted.html", "ragged.html"}
+    assert set(notices) == {"good.html", "scripted.html", "ragged.html", "wide_table.html", "float_columns.html"}
+    scales = {p["html"]: p["scale"] for p in manifest["pages"]}
+    assert 0.5 <= scales["wide_table.html"] < 0.9 and scales["good.html"] == 1.0  # shrunk to the paper's width
+    assert any("out of the source order" in n for n in notices["float_columns.html"])
     assert any("script(s) not run" in n for n in notices["scripted.html"])
     assert any("blocked" in n and "example.com" in n for n in notices["scripted.html"])
     assert any("ragged" in n for n in notices["ragged.html"])

@@ -300,3 +300,34 @@ def test_br_is_a_line_break_in_the_reference_and_a_word_boundary_in_every_test(t
             assert evaluate_page([test], LETTER_TRANSCRIPTION, rule)[0][1], (data, rule)
     heading = reference_text(page_content(parse_html("<h2>Annual report<br>2024</h2><p>a b</p>")))
     assert "## Annual report 2024\n" in heading  # a heading stays one line
+
+
+def test_the_reference_lines_are_checked_on_the_layer_with_word_boundaries_and_in_order():
+    from olmocr_rl.synth.shown import check_shown, order_on_layer, reference_lines, shown_in
+
+    body = ("# Title here\n\nHarbour Books Ltd\n14 Quay Street\nBristol BS1 4DJ\n\nCrops fell below a fixed "
+            "threshold.<sup>1</sup> And more **bold words** here.\n\n- item one\n- item *two*\n\n\\[E = mc^2\\]\n\n"
+            "the \\(x\\)-axis is flat\n\n<table>\n<tr><th>Region</th><th>Sales</th></tr>\n<tr><td>North</td>"
+            "<td>x &amp; y</td></tr>\n</table>")
+    assert [(line.block, line.pieces) for line in reference_lines(body)][4:6] == [
+        (2, [("text", "Crops fell below a fixed threshold."), ("sup", "1"), ("text", " And more **bold words** here.")]),
+        (3, [("text", "item one")])]
+    glyphs = {"E = mc^2": "E=mc2", "x": "x"}
+    printed = ("Title here Harbour Books Ltd 14 Quay Street Bristol BS1 4DJ Crops fell below a fixed threshold. 1 "
+               "And more bold words here. item one item two E=mc2 the x-axis is flat Region Sales North x & y")
+    assert check_shown(body, printed, glyphs).ok
+    assert check_shown(body, printed.replace("threshold. 1 And", "threshold.1 And"), glyphs).ok  # sup: either way
+    joined = check_shown(body, printed.replace("Street Bristol", "StreetBristol"), glyphs)
+    assert joined.missing == ["14 Quay Street", "Bristol BS1 4DJ"]  # the page joins what the reference splits
+    assert check_shown("14 Quay StreetBristol", printed, {}).missing == ["14 Quay StreetBristol"]  # and the reverse
+    assert check_shown("Quay", "Quays and", {}).missing == ["Quay"]  # a line never ends inside a printed word
+    lost_math = check_shown(body, printed.replace("E=mc2", "E=m"), glyphs)
+    assert lost_math.math_missing and not lost_math.missing
+    floated = check_shown("Title here\n\nFirst column text.\n\nClosing line.",
+                          "First column text. Title here Closing line.", {})
+    assert floated.ok and floated.out_of_order == 1  # a float painted first: a notice, not a skip
+    swapped = check_shown("first line\nsecond line", "second line first line", {})
+    assert swapped.missing == ["first line (its block's lines are printed in another order)"]
+    assert shown_in("Street Bristol", printed) and not shown_in("StreetBristol", printed)
+    assert shown_in("\u201cbold\u201d", 'say "bold"') and shown_in("one two", "one\u00a0two")
+    assert order_on_layer("item one", "item two", printed) and not order_on_layer("item two", "item one", printed)
