@@ -13,10 +13,11 @@ against the printed text, line by line, **with word boundaries kept**:
   (a space or a line break) on the layer and no space being none: ``"StreetBristol"`` does not match a page that
   prints ``Street`` and ``Bristol`` on two lines, nor ``"Street Bristol"`` one that prints ``StreetBristol``;
   a line does not start or end inside a word of the layer;
-- the lines are found in order: each block (a paragraph's lines, a list, a table's cells) in its own order, and
-  the blocks in the reference's order; a block found only earlier on the layer is *out of order* (the PDF's text
-  comes in paint order: a float is painted before the text around it, a positioned box after), which is a
-  notice, and order tests are checked on the layer one by one (:func:`order_on_layer`).
+- the lines are found in order: each block (a paragraph's lines, a list) in its own order, and the blocks in
+  the reference's order; a block found only earlier on the layer is *out of order* (the PDF's text comes in
+  paint order: a float is painted before the text around it, a positioned box after), which is a notice, and
+  order tests are checked on the layer one by one (:func:`order_on_layer`). A table's cells are each found on
+  the page in any order (a cell spanning two rows can be painted after the second row's cells).
 
 :func:`shown_in` is the same word-boundary match for one test string (the guarantee's ``text_layer`` check).
 """
@@ -56,6 +57,7 @@ class ShownLine:
     source: str
     block: int
     pieces: list[tuple[str, str]] = field(default_factory=list)
+    cell: bool = False  # a table cell: found anywhere (a cell spanning rows may be painted after the next row's)
 
 
 class _Cells(HTMLParser):
@@ -104,7 +106,7 @@ def reference_lines(body: str) -> list[ShownLine]:
             if raw.strip() == "</table>":
                 parser = _Cells()
                 parser.feed("\n".join(table))
-                lines += [ShownLine(cell, block, _pieces(cell)) for cell in parser.cells if cell.strip()]
+                lines += [ShownLine(cell, block, _pieces(cell), cell=True) for cell in parser.cells if cell.strip()]
                 table = None
             continue
         if not raw.strip():
@@ -203,6 +205,9 @@ def check_shown(body: str, layer: str, glyphs: dict[str, str]) -> ShownCheck:
     pos = 0
     for lines in blocks.values():
         patterns = [_line_pattern(line, glyphs) for line in lines]
+        if lines[0].cell:  # a table: each cell on the page, in any order
+            result.missing += [line.source for line, pattern in zip(lines, patterns) if pattern.search(layer) is None]
+            continue
         end = _find_block(patterns, layer, pos)
         if end is not None:
             pos = end
