@@ -19,6 +19,7 @@ The PDF's creation and modification dates are set to a fixed value, so the same 
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import os
@@ -155,22 +156,26 @@ class Renderer:
         self._blocked: list[str] = []
 
     def __enter__(self) -> "Renderer":
-        self._playwright = self._start().start()
         try:
-            self._browser = self._playwright.chromium.launch(executable_path=self.executable)
-            self._math = self._browser.new_context().new_page()
-            self._math.route("**/*", lambda route: route.abort())
-            self._math.add_script_tag(path=str(self.katex_dir / "katex.min.js"))
-            # Laid out as printed (the paper's width, print media), so its width can be measured before printing.
-            self._page = self._browser.new_context(java_script_enabled=False, viewport={
-                "width": PAGE_PX[0], "height": PAGE_PX[1]}).new_page()
-            self._page.emulate_media(media="print")
-            self._page.set_default_timeout(self.timeout_ms)
-            self._page.route("**/*", self._route)
-        except Exception:
+            self._playwright = self._start().start()
+            self._open()
+        except Exception as error:  # noqa: BLE001 - the browser did not start: one line, not Playwright's log
             self.close()
-            raise
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise BrowserMissingError(f"the browser {self.executable} did not start: {first[:200]}") from None
         return self
+
+    def _open(self) -> None:
+        self._browser = self._playwright.chromium.launch(executable_path=self.executable)
+        self._math = self._browser.new_context().new_page()
+        self._math.route("**/*", lambda route: route.abort())
+        self._math.add_script_tag(path=str(self.katex_dir / "katex.min.js"))
+        # Laid out as printed (the paper's width, print media), so its width can be measured before printing.
+        self._page = self._browser.new_context(java_script_enabled=False, viewport={
+            "width": PAGE_PX[0], "height": PAGE_PX[1]}).new_page()
+        self._page.emulate_media(media="print")
+        self._page.set_default_timeout(self.timeout_ms)
+        self._page.route("**/*", self._route)
 
     def __exit__(self, *exc) -> None:
         self.close()
@@ -257,15 +262,28 @@ class Renderer:
             scale = round(max(MIN_SCALE, scale - 0.1), 2)
 
 
-def tool_versions() -> dict[str, str]:
-    """The versions the manifest names, read without starting a browser (Chromium's ``--version``)."""
+@functools.lru_cache(maxsize=8)
+def browser_version(executable: str) -> str:
+    """The first line ``executable --version`` prints ("Chromium 156.0..."); BrowserMissingError when it is not a
+    Chromium (``OLMOCR_RL_CHROMIUM`` set to another program) or does not answer."""
     import subprocess
 
-    executable = find_browser()
     try:
-        line = subprocess.run([executable, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        line = "unknown"
+        done = subprocess.run([executable, "--version"], capture_output=True, text=True, timeout=30,
+                              stdin=subprocess.DEVNULL)
+        line = (done.stdout.strip().splitlines() or [""])[0]
+    except (OSError, subprocess.SubprocessError) as error:
+        line = f"no answer: {type(error).__name__}"
+    if not re.search(r"\b(Chromium|Chrome)\b", line):
+        raise BrowserMissingError(f"{executable} is not a Chromium (its --version printed {line[:80]!r}); set "
+                                  f"OLMOCR_RL_CHROMIUM to a Chromium, or unset it to use {BROWSER_PACKAGE}")
+    return line
+
+
+def tool_versions() -> dict[str, str]:
+    """The versions the manifest names, read without starting a browser (Chromium's ``--version``)."""
+    executable = find_browser()
+    line = browser_version(executable)
     try:
         playwright = importlib.metadata.version("playwright")
     except importlib.metadata.PackageNotFoundError:
@@ -275,7 +293,8 @@ def tool_versions() -> dict[str, str]:
 
 
 def check_setup() -> None:
-    """BrowserMissingError (one line: what to install) unless Chromium, KaTeX and Playwright are all there."""
-    find_browser()
+    """BrowserMissingError (one line: what to install) unless Chromium (one that answers ``--version`` as
+    Chromium), KaTeX and Playwright are all there."""
+    browser_version(find_browser())
     find_katex()
     _import_playwright()

@@ -40,8 +40,9 @@ def made(browser_ready, tmp_path_factory) -> Path:
 
 
 def _files(folder: Path) -> dict[str, bytes]:
+    """The bench's files (not the manifest, which names the shards, nor the runs' lock files)."""
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and not p.name.startswith("synth_manifest")}
+            if p.is_file() and not p.name.startswith("synth_manifest") and not p.name.endswith(".lock")}
 
 
 def test_one_page_each_every_string_on_the_text_layer(made):
@@ -106,9 +107,22 @@ LAYOUTS = {
 }
 
 
-def test_bad_input_one_line_each_and_nothing_half_written(browser_ready, tmp_path, capsys):
+def test_bad_input_one_line_each_and_nothing_half_written(browser_ready, tmp_path, capsys, monkeypatch):
+    from olmocr_rl.synth import derive
+
     pages = tmp_path / "pages"
     pages.mkdir()
+    (pages / "deep.html").write_text("<div>" * 1000 + "<p>The innermost paragraph sits a thousand elements down."
+                                     "</p>" + "</div>" * 1000)
+    (pages / "buggy.html").write_text("<p>On this page a rule of synth raises an exception, a bug met here.</p>")
+    rule = derive.RULES["format"]
+
+    def buggy_rule(content, rng, cap):  # a bug met on one page only
+        if any("raises an exception" in b.text for b in content.blocks):
+            raise RecursionError("maximum recursion depth exceeded")
+        return rule(content, rng, cap)
+
+    monkeypatch.setitem(derive.RULES, "format", buggy_rule)
     shutil.copy(PAGES / "nested_header.html", pages / "good.html")
     (pages / "empty.html").write_text("")
     (pages / "notes.html").write_text("Shopping list: eggs, flour, milk.\n")
@@ -135,10 +149,11 @@ def test_bad_input_one_line_each_and_nothing_half_written(browser_ready, tmp_pat
     assert kinds == {"empty.html": "empty", "notes.html": "not_html", "binary.html": "not_html",
                      "huge.html": "too_large", "badmath.html": "katex", "wide.html": "too_wide",
                      "css_hidden.html": "not_shown", "clipped.html": "not_shown", "off_page.html": "not_shown",
-                     "span_as_block.html": "not_shown"}
+                     "span_as_block.html": "not_shown", "deep.html": "too_deep", "buggy.html": "error"}
     reasons = {s["html"]: s["reason"] for s in manifest["skipped_pages"]}
     assert "40" in reasons["wide.html"] and "px wide" in reasons["wide.html"]
     assert "This secret paragraph is hidden" in reasons["css_hidden.html"]
+    assert "RecursionError" in reasons["buggy.html"] and "200 deep" in reasons["deep.html"]
     for name in kinds:
         line = next(line for line in err.splitlines() if f" {name}: skipped" in line)
         assert line.startswith("[synth] ")

@@ -101,3 +101,30 @@ def test_html_is_taken_from_fences_or_the_document():
     assert extract_html("x\n```html\n<p>a</p>\n```\ny") == "<p>a</p>"
     assert extract_html("text <html><body>b</body></html> more") == "<html><body>b</body></html>"
     assert extract_html("no markup here") is None and extract_html("```\nplain\n```") is None
+
+
+def test_a_trickling_server_is_a_timed_skip_and_the_api_key_is_sent_but_written_nowhere(browser_ready, tmp_path,
+                                                                                       monkeypatch, capsys):
+    import time
+
+    pdfs = tmp_path / "pdfs"
+    pdfs.mkdir()
+    shutil.copy(BENCH_DATA_SAMPLE / "pdfs" / "simple_lines.pdf", pdfs / "a.pdf")
+    key = "sk-test-KEY-never-written-4242"
+    monkeypatch.setenv("OLMOCR_RL_SERVER_API_KEY", key)
+    out = tmp_path / "bench"
+    with standin_server(lambda seen: {"trickle": 0.3}) as (url, state):  # one byte every 0.3 s, for hours
+        start = time.monotonic()
+        code = cli.main(["--from_pdfs", str(pdfs), "--server", url, "--model", "standin", "--out", str(out),
+                         "--request_timeout_s", "1.5"])
+        seconds = time.monotonic() - start
+    captured = capsys.readouterr()
+    assert code == 1 and seconds < 30, seconds  # the request gave up at 1.5 s (the rest: the browser's start)
+    assert [seen.headers.get("Authorization") for seen in state.seen] == [f"Bearer {key}"]
+    manifest = json.loads((out / "synth_manifest.json").read_text())
+    (skip,) = manifest["skipped_pages"]
+    assert skip["pdf_page"] == "a.pdf:1" and skip["kind"] == "timeout" and "1.5 s" in skip["reason"]
+    assert captured.err.splitlines()[-1] == (f"error: no page written in {out}: 1 page(s) skipped, each with its "
+                                             f"reason in {out / 'synth_manifest.json'}")
+    assert key not in captured.out + captured.err
+    assert not [p for p in out.rglob("*") if p.is_file() and key.encode() in p.read_bytes()]

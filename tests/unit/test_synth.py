@@ -331,3 +331,164 @@ def test_the_reference_lines_are_checked_on_the_layer_with_word_boundaries_and_i
     assert shown_in("Street Bristol", printed) and not shown_in("StreetBristol", printed)
     assert shown_in("\u201cbold\u201d", 'say "bold"') and shown_in("one two", "one\u00a0two")
     assert order_on_layer("item one", "item two", printed) and not order_on_layer("item two", "item one", printed)
+
+
+def test_a_page_too_deep_or_failing_in_a_rule_is_skipped_with_its_reason_and_the_next_one_made(tmp_path, monkeypatch):
+    from olmocr_rl.synth import derive
+    from olmocr_rl.synth.tree import MAX_DEPTH
+
+    deep = _html(tmp_path, "<div>" * 1000 + "<p>The innermost paragraph sits a thousand elements down.</p>"
+                 + "</div>" * 1000, "deep.html")
+    skip = make_page(deep, PageOptions(), None)
+    assert isinstance(skip, PageSkip) and skip.kind == "too_deep" and f"more than {MAX_DEPTH} deep" in skip.reason
+    nested = "<div>" * (MAX_DEPTH - 5) + "<p>Five levels short of the limit, this paragraph is read whole.</p>"
+    assert isinstance(make_page(_html(tmp_path, nested, "just.html"), PageOptions(), None), PageResult)
+
+    def broken(content, rng, cap):
+        if "TRIGGER" in " ".join(b.text for b in content.blocks):
+            raise KeyError("a bug in a rule")
+        return []
+
+    monkeypatch.setitem(derive.RULES, "format", broken)
+    bad = make_page(_html(tmp_path, "<p>This TRIGGER page has enough words in it for tests.</p>", "bad.html"),
+                    PageOptions(), None)
+    assert isinstance(bad, PageSkip) and bad.kind == "error" and "KeyError" in bad.reason and "\n" not in bad.reason
+    assert isinstance(make_page(next(j for j in plan_pages(PAGES, "synth") if j.rel == "math.html"), PageOptions(),
+                                None), PageResult)
+
+
+@pytest.fixture
+def no_browser_cli(monkeypatch):
+    """cli.main with the pages made as the golden tests make them (no browser, empty PDFs): the command's own flow
+    (lock, writes, signals, manifest, last line) runs for real. Yields a list a test may fill with hooks
+    ``hook(done)`` called after each page."""
+    hooks: list = []
+
+    def run_pages(jobs, options, workers, timeout_s):
+        for done, job in enumerate(jobs, 1):
+            yield make_page(job, options, None)
+            for hook in hooks:
+                hook(done)
+
+    monkeypatch.setattr(cli, "check_setup", lambda: None)
+    monkeypatch.setattr(cli, "run_pages", run_pages)
+    monkeypatch.setattr(cli, "tool_versions", lambda: {"chromium": "test"})
+    monkeypatch.setattr(cli, "verify_folder", lambda out, jsonls: [])  # the PDFs are empty here
+    return hooks
+
+
+def _last_err(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if not line.startswith("[synth] ")]
+
+
+def test_a_second_run_into_the_same_folder_is_refused_in_one_line(tmp_path, no_browser_cli, capsys):
+    from olmocr_rl.synth.output import out_lock
+
+    out = tmp_path / "out"
+    with out_lock(out, None):  # another run holds the folder (flock: a second open file conflicts in-process too)
+        assert cli.main(["--html", str(PAGES), "--out", str(out)]) == 2
+        (line,) = _last_err(capsys)
+        assert line.startswith(f"error: --out {out} is in use by another synth run (pid ") and "wait for it" in line
+        assert cli.main(["--html", str(PAGES), "--out", str(out), "--shard", "1/2"]) == 2  # a shard too
+    with out_lock(out, (1, 2)):  # shard 1 running: shard 2 may run beside it, shard 1 again or a whole run not
+        with out_lock(out, (2, 2)):
+            pass
+        with pytest.raises(OutputError, match=r"in use by another synth run \(pid \d+"):
+            with out_lock(out, (1, 2)):
+                pass
+        with pytest.raises(OutputError, match=r"in use by another synth run \(shard run\(s\): pid"):
+            with out_lock(out, None):
+                pass
+    assert cli.main(["--html", str(PAGES), "--out", str(out)]) == 0  # free again
+
+
+def test_merge_refuses_shards_of_different_settings_naming_them(tmp_path, no_browser_cli, capsys):
+    out = tmp_path / "out"
+    assert cli.main(["--html", str(PAGES), "--out", str(out), "--shard", "1/2"]) == 0
+    assert cli.main(["--html", str(PAGES), "--out", str(out), "--shard", "2/2", "--seed", "3",
+                     "--cap", "present=2"]) == 0
+    capsys.readouterr()
+    assert cli.main(["--out", str(out), "--merge"]) == 2
+    (line,) = _last_err(capsys)
+    assert "different settings: --seed (shard 1/2: 0; shard 2/2: 3), --cap (shard 1/2: present=6; shard 2/2: " \
+           "present=2)" in line
+    assert len([p for p in out.glob("*shard-*") if not p.name.startswith(".")]) == 4  # nothing merged
+    assert not (out / "synth.jsonl").exists()
+
+
+def test_write_failures_and_signals_are_one_line_and_leave_no_temporary_file(tmp_path, no_browser_cli, capsys,
+                                                                             monkeypatch):
+    import errno
+    import os
+    import signal
+
+    from olmocr_rl.synth import output
+
+    out = tmp_path / "out"
+    (out / "pdfs" / "synth").mkdir(parents=True)
+    stale = out / "pdfs" / "synth" / ".math.pdf.tmp-99999999"  # left by a run that was killed
+    stale.write_bytes(b"half")
+    replace = os.replace
+
+    def full_disk(src, dst):
+        if "nested_header" in str(dst):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        replace(src, dst)
+
+    monkeypatch.setattr(output.os, "replace", full_disk)
+    assert cli.main(["--html", str(PAGES), "--out", str(out)]) == 1
+    (line,) = _last_err(capsys)
+    assert line.startswith(f"error: cannot write in --out {out}: no space left on device") and "rerun" in line
+    assert not stale.exists() and not list(out.rglob("*.tmp-*"))  # the stale one cleaned, the failed one removed
+    monkeypatch.setattr(output.os, "replace", replace)
+    no_browser_cli.append(lambda done: done == 2 and os.kill(os.getpid(), signal.SIGTERM))
+    assert cli.main(["--html", str(PAGES), "--out", str(out)]) == 130
+    (line,) = _last_err(capsys)
+    assert line == (f"error: stopped by SIGTERM: the pages written so far stay in {out} (each whole); rerun the same "
+                    "command to make the rest")
+    assert not list(out.rglob("*.tmp-*")) and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    no_browser_cli.clear()
+    assert cli.main(["--html", str(PAGES), "--out", str(out)]) == 0
+
+
+def test_out_under_a_file_a_read_only_folder_and_a_non_browser_are_one_line(tmp_path, no_browser_cli, capsys,
+                                                                             monkeypatch):
+    import errno
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert cli.main(["--html", str(PAGES), "--out", str(afile / "bench")]) == 2
+    assert _last_err(capsys) == [f"error: --out {afile / 'bench'}: {afile} is a file, not a folder; give a path "
+                                 "under a folder"]
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, "mkdir", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EROFS, "Read-only")))
+        assert cli.main(["--html", str(PAGES), "--out", str(tmp_path / "ro")]) == 2
+    (line,) = _last_err(capsys)
+    assert line.startswith(f"error: --out {tmp_path / 'ro'}: cannot write there (the file system is read-only")
+    from olmocr_rl.synth import render
+
+    monkeypatch.setattr(cli, "check_setup", render.check_setup)
+    monkeypatch.setenv("OLMOCR_RL_CHROMIUM", "/bin/true")  # an executable, not a browser
+    assert cli.main(["--html", str(PAGES), "--out", str(tmp_path / "b")]) == 2
+    (line,) = _last_err(capsys)
+    assert line.startswith("error: /bin/true is not a Chromium (its --version printed ") and line.endswith(
+        "set OLMOCR_RL_CHROMIUM to a Chromium, or unset it to use chromium-headless-shell")
+    assert not (tmp_path / "b").exists()
+
+
+def test_when_every_page_is_skipped_the_manifest_is_written_and_the_last_line_names_the_folder(tmp_path,
+                                                                                              no_browser_cli, capsys):
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    (pages / "empty.html").write_text("")
+    (pages / "notes.html").write_text("plain words only\n")
+    out = tmp_path / "out"
+    assert cli.main(["--html", str(pages), "--out", str(out)]) == 1
+    assert _last_err(capsys)[-1] == (f"error: no page written in {out}: 2 page(s) skipped, each with its reason in "
+                                     f"{out / 'synth_manifest.json'}")
+    manifest = json.loads((out / "synth_manifest.json").read_text())
+    assert {s["kind"] for s in manifest["skipped_pages"]} == {"empty", "not_html"} and manifest["pages"] == []
+    (tmp_path / "none").mkdir()
+    assert cli.main(["--html", str(tmp_path / "none"), "--out", str(tmp_path / "o2")]) == 2
+    assert _last_err(capsys) == [f"error: no *.html page in --html {tmp_path / 'none'}; give the folder of your "
+                                 "HTML pages"]
