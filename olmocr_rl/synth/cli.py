@@ -4,8 +4,10 @@
         [--cap table=8 --cap present=4] [--types present absent table] [--shard K/N] [--merge]
 
 Exit status: 0 when the folder is written and the post-condition holds (``validate_bench`` passes on the JSONL
-written and every test passes on its own reference under both scoring rules); 1 when it does not; 2 for a usage
-problem (a flag, a missing browser, an output folder holding another bench), before any page is read.
+written and every test passes on its own reference under both scoring rules); 1 when it does not, when no page
+was written (the manifest names every skip) or when a write failed (a full disk); 2 for a usage problem (a flag,
+a missing browser, an output folder holding another bench or in use by another run), before any page is read;
+130 when stopped by SIGINT or SIGTERM. Every failure is one ``error:`` line; the last line names the folder.
 docs/synth.md has the rules, the layout, the guarantee and the bad-input list.
 """
 
