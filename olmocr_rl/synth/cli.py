@@ -185,6 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace, out: Path) -> int:
     try:
         shard = _check_args(args)
+        if args.merge and not out.is_dir():
+            raise OutputError(f"--merge: --out {out} is not a folder; give the folder the shards wrote into")
         if not args.merge:
             check_out_dir(out)
             check_setup()

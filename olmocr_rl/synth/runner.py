@@ -7,6 +7,7 @@ files written do not depend on ``--jobs``. A worker's browser is closed when the
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from collections.abc import Iterator
 from multiprocessing.util import Finalize
 
@@ -19,6 +20,9 @@ _WORKER: dict = {}
 
 
 def _start_worker(options: PageOptions, timeout_s: float) -> None:
+    # The parent handles Ctrl-C and SIGTERM (it ends the pool); a worker ignores the one and dies of the other.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _WORKER.update(options=options)
     try:  # a worker whose browser does not start skips its pages with the reason (a Pool would restart it forever)
         renderer = Renderer(timeout_s).__enter__()
