@@ -50,9 +50,9 @@ def text_layer_of(raw: str) -> str:
     return " ".join(text.split())
 
 
-def on_layer(value: str, layer: str) -> bool:
-    """Is ``value`` printed on the page, word boundaries kept (:func:`.shown.shown_in`)."""
-    return shown_in(value, layer)
+def on_layer(value: str, layer: str, cell: bool = False) -> bool:
+    """Is ``value`` printed on the page, word boundaries kept (:func:`.shown.shown_in`; ``cell``: a table cell)."""
+    return shown_in(value, layer, cell)
 
 
 def glyphs_of_html(markup: str) -> str:
@@ -85,7 +85,7 @@ def _trivial(test, data: dict) -> str | None:
 def _off_layer(data: dict, layer: str, glyphs: dict[str, str]) -> str | None:
     for name in _STRING_FIELDS:
         value = data.get(name)
-        if value and not on_layer(value, layer):
+        if value and not on_layer(value, layer, cell=data["type"] == "table"):
             return f"{name} {value!r} is not in the PDF's text layer (with these word boundaries)"
     if data["type"] == "order" and not order_on_layer(data["before"], data["after"], layer):
         return f"before {data['before'][:40]!r} is not printed before after {data['after'][:40]!r}"

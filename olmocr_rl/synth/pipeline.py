@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from olmocr_rl.data.front_matter import split_front_matter
+
 from .content import page_content
 from .derive import DEFAULT_CAPS, SYNTH_TYPES, derive_tests
 from .guarantee import check_tests, glyphs_of_html, text_layer_of
@@ -20,7 +22,6 @@ from .reference import reference_text
 from .render import KatexError, PageTooLongError, PageTooWideError, Renderer
 from .shown import check_shown
 from .tree import MATH, NotHTMLError, TooDeepError, parse_html, serialize
-from olmocr_rl.data.front_matter import split_front_matter
 
 __all__ = ["PageJob", "PageResult", "PageSkip", "PageOptions", "make_page", "pdf_text_layer"]
 

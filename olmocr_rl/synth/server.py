@@ -51,7 +51,7 @@ _DOCUMENT = re.compile(r"<(html|body)\b.*?</\1\s*>", re.DOTALL | re.IGNORECASE)
 @dataclass
 class ServerSkip:
     source: str  # pdf:page
-    kind: str  # server_error, timeout, no_html, length, too_long, too_wide, katex, render
+    kind: str  # server_error, timeout, no_html, length, too_long, too_wide, too_deep, katex, render, error
     reason: str
 
 
@@ -182,15 +182,19 @@ def _html_or_skip(args, source: str, images: list, prompt: str) -> str | ServerS
 def _printed(renderer, markup: str):
     """(pdf bytes, None) when the HTML prints on one page at scale 1, else (None, ServerSkip kind, reason)."""
     from .pipeline import _print_page
-    from .render import PageTooLongError
-    from .tree import NotHTMLError, parse_html
+    from .render import PageTooLongError, PageTooWideError
+    from .tree import NotHTMLError, TooDeepError, parse_html
 
     try:
         result = _print_page(parse_html(markup), renderer, allow_scaling=False)
     except NotHTMLError as error:
         return None, ("no_html", str(error))
+    except TooDeepError as error:
+        return None, ("too_deep", str(error))
     except PageTooLongError:
         return None, ("too_long", "the HTML prints on more than one page")
+    except PageTooWideError as error:
+        return None, ("too_wide", str(error))
     except Exception as error:  # noqa: BLE001 - a timeout or browser failure on this answer only
         return None, ("render", f"the browser failed on the HTML: {type(error).__name__}")
     if isinstance(result, str):
@@ -251,8 +255,12 @@ def pages_from_pdfs(args: argparse.Namespace) -> tuple[str, list[ServerSkip]]:
                 continue
             for page in range(1, count + 1):
                 source = f"{rel}:{page}"
-                image = render_page(pdf, page, DEFAULT_TARGET_LONGEST_IMAGE_DIM)
-                result = _one_page(args, renderer, source, image)
+                try:
+                    image = render_page(pdf, page, DEFAULT_TARGET_LONGEST_IMAGE_DIM)
+                    result = _one_page(args, renderer, source, image)
+                except Exception as error:  # noqa: BLE001 - one page's failure is that page's skip
+                    first = (str(error).splitlines() or [""])[0][:200]
+                    result = ServerSkip(source, "error", f"synth failed on this page: {type(error).__name__}: {first}")
                 if isinstance(result, ServerSkip):
                     skips.append(result)
                     print(f"[synth] {source}: skipped ({result.kind}): {result.reason}", file=sys.stderr)

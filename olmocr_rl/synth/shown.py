@@ -17,7 +17,9 @@ against the printed text, line by line, **with word boundaries kept**:
   the reference's order; a block found only earlier on the layer is *out of order* (the PDF's text comes in
   paint order: a float is painted before the text around it, a positioned box after), which is a notice, and
   order tests are checked on the layer one by one (:func:`order_on_layer`). A table's cells are each found on
-  the page in any order (a cell spanning two rows can be painted after the second row's cells).
+  the page in any order (a cell spanning two rows can be painted after the second row's cells), and a cell's
+  words may have a few words of the cells beside it between them (:data:`CELL_GAP`: the layer merges a printed
+  line's text left to right, across cells).
 
 :func:`shown_in` is the same word-boundary match for one test string (the guarantee's ``text_layer`` check).
 """
@@ -42,6 +44,10 @@ _INLINE = re.compile(r"\\\((?P<math>.+?)\\\)|<sup>(?P<sup>.*?)</sup>", re.DOTALL
 _DISPLAY = re.compile(r"^\\\[(?P<math>.+)\\\]$", re.DOTALL)
 _WORD_CHAR = re.compile(r"[^\W_]")
 SOFT, HARD = r"\s*", r"\s+"
+# Between two words of a table cell: whitespace, or a few words of the cells beside it. The text layer merges
+# what stands on one printed line in left-to-right order, so a cell wrapped on several lines next to a cell
+# centred across two rows reads "export 3,585 quarter meadow" for the cells "export quarter meadow" and "3,585".
+CELL_GAP = r"\s+(?:\S+\s+){0,8}?"
 
 
 def plain(text: str) -> str:
@@ -156,6 +162,8 @@ def _line_pattern(line: ShownLine, glyphs: dict[str, str]) -> re.Pattern[str]:
     for i in range(1, len(parts) - 1):  # whitespace next to an equation may or may not be on the layer
         if parts[i] == HARD and (parts[i - 1].startswith(r"[\s\S]") or parts[i + 1].startswith(r"[\s\S]")):
             parts[i] = SOFT
+    if line.cell:
+        parts = [CELL_GAP if part == HARD else part for part in parts]
     first, last = line.pieces[0], line.pieces[-1]
     head = r"(?<![^\W_])" if first[0] == "text" and _WORD_CHAR.match(plain(first[1]).lstrip("* ")[:1] or " ") else ""
     tail = r"(?![^\W_])" if last[0] == "text" and _WORD_CHAR.match(plain(last[1]).rstrip("* ")[-1:] or " ") else ""
@@ -220,14 +228,16 @@ def check_shown(body: str, layer: str, glyphs: dict[str, str]) -> ShownCheck:
     return result
 
 
-def _value_pattern(value: str) -> re.Pattern[str]:
-    return re.compile("".join(p if p != r"\*?" else r"\*" for p in _text_pattern(value.strip())))
+def _value_pattern(value: str, cell: bool = False) -> re.Pattern[str]:
+    parts = [r"\*" if p == r"\*?" else CELL_GAP if cell and p == HARD else p for p in _text_pattern(value.strip())]
+    return re.compile("".join(parts))
 
 
-def shown_in(value: str, layer: str) -> bool:
+def shown_in(value: str, layer: str, cell: bool = False) -> bool:
     """Is ``value`` printed on the page: its words on the layer with the same spaces (a space in ``value`` is
-    whitespace on the layer, no space none); typographic forms as :func:`plain` makes them."""
-    return _value_pattern(value).search(plain(layer)) is not None
+    whitespace on the layer, no space none); typographic forms as :func:`plain` makes them. A table ``cell``'s
+    words may have a few words of the cells beside it between them (:data:`CELL_GAP`)."""
+    return _value_pattern(value, cell).search(plain(layer)) is not None
 
 
 def order_on_layer(before: str, after: str, layer: str) -> bool:

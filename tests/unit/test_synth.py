@@ -492,3 +492,14 @@ def test_when_every_page_is_skipped_the_manifest_is_written_and_the_last_line_na
     assert cli.main(["--html", str(tmp_path / "none"), "--out", str(tmp_path / "o2")]) == 2
     assert _last_err(capsys) == [f"error: no *.html page in --html {tmp_path / 'none'}; give the folder of your "
                                  "HTML pages"]
+
+
+def test_a_table_cell_may_be_interleaved_with_its_neighbours_words_on_the_layer():
+    from olmocr_rl.synth.shown import check_shown, shown_in
+
+    body = "<table>\n<tr><td>export quarter meadow</td><td>3,585</td></tr>\n<tr><td>x</td><td>y</td></tr>\n</table>"
+    printed = "export 3,585 quarter meadow x y"  # the layer merges one printed line left to right, across cells
+    assert check_shown(body, printed, {}).ok and shown_in("export quarter meadow", printed, cell=True)
+    assert not shown_in("export quarter meadow", printed)  # outside a table the words stand together
+    assert check_shown(body, "exportquarter meadow 3,585 x y", {}).missing == ["export quarter meadow"]
+    assert check_shown(body, "export " + "w " * 9 + "quarter meadow 3,585 x y", {}).missing  # a few words at most
