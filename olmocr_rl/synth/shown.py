@@ -12,7 +12,9 @@ against the printed text, line by line, **with word boundaries kept**:
 - a line matches where its words stand on the layer in the same order, a space in the line being whitespace
   (a space or a line break) on the layer and no space being none: ``"StreetBristol"`` does not match a page that
   prints ``Street`` and ``Bristol`` on two lines, nor ``"Street Bristol"`` one that prints ``StreetBristol``;
-  a line does not start or end inside a word of the layer;
+  a line does not start or end inside a word of the layer; letter case is not compared (a style sheet's
+  ``text-transform: uppercase`` prints ``ANNUAL REPORT`` for ``Annual report``; the tests, which compare case,
+  are each checked with it: :func:`shown_in`);
 - the lines are found in order: each block (a paragraph's lines, a list) in its own order, and the blocks in
   the reference's order; a block found only earlier on the layer is *out of order* (the PDF's text comes in
   paint order: a float is painted before the text around it, a positioned box after), which is a notice, and
@@ -167,7 +169,7 @@ def _line_pattern(line: ShownLine, glyphs: dict[str, str]) -> re.Pattern[str]:
     first, last = line.pieces[0], line.pieces[-1]
     head = r"(?<![^\W_])" if first[0] == "text" and _WORD_CHAR.match(plain(first[1]).lstrip("* ")[:1] or " ") else ""
     tail = r"(?![^\W_])" if last[0] == "text" and _WORD_CHAR.match(plain(last[1]).rstrip("* ")[-1:] or " ") else ""
-    return re.compile(head + "".join(parts) + tail)
+    return re.compile(head + "".join(parts) + tail, re.IGNORECASE)  # CSS may change the case (text-transform)
 
 
 def glyphs_on_layer(glyphs: str, layer: str) -> str:

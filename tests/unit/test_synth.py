@@ -503,3 +503,10 @@ def test_a_table_cell_may_be_interleaved_with_its_neighbours_words_on_the_layer(
     assert not shown_in("export quarter meadow", printed)  # outside a table the words stand together
     assert check_shown(body, "exportquarter meadow 3,585 x y", {}).missing == ["export quarter meadow"]
     assert check_shown(body, "export " + "w " * 9 + "quarter meadow 3,585 x y", {}).missing  # a few words at most
+
+
+def test_letter_case_is_loose_for_the_reference_lines_and_exact_for_the_tests():
+    from olmocr_rl.synth.shown import check_shown, shown_in
+
+    assert check_shown("# Annual report\n\nThe body text.", "ANNUAL REPORT The body text.", {}).ok  # text-transform
+    assert not shown_in("Annual report", "ANNUAL REPORT The body text.")  # a test of it is dropped, not written
