@@ -145,9 +145,10 @@ def _finish(out: Path, jsonls: list[Path]) -> int:
     return 0
 
 
-class Stopped(BaseException):
-    """SIGTERM (or SIGINT) arrived: the run ends, its temporary files removed (a BaseException, as
-    KeyboardInterrupt is, so no per-page ``except Exception`` takes it for that page's failure)."""
+class Stopped(KeyboardInterrupt):
+    """SIGTERM (or SIGINT) arrived: the run ends, its temporary files removed. A KeyboardInterrupt, so that no
+    per-page ``except Exception`` takes it for that page's failure, and asyncio (Playwright's event loop, where
+    the signal often lands) passes it on instead of logging it and going on."""
 
 
 @contextlib.contextmanager
@@ -174,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with _signals():
             return _run(args, out)
-    except (Stopped, KeyboardInterrupt) as stop:
+    except KeyboardInterrupt as stop:  # Stopped, or a KeyboardInterrupt raised before the handlers were set
         name = str(stop) or "SIGINT"
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # Playwright's driver, stopped too, is not news
         print(f"error: stopped by {name}: the pages written so far stay in {out} (each whole); rerun the same "

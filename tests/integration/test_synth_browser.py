@@ -205,3 +205,36 @@ def test_two_grpo_steps_of_the_cpu_demo_on_the_folder(made, tiny_model_dir, tmp_
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rates = [r["bench_reward/overall_pass_rate"] for r in records if "bench_reward/overall_pass_rate" in r]
     assert len(rates) == 2 and all(0.0 <= r <= 1.0 for r in rates)
+
+
+def test_ctrl_c_ends_the_run_in_one_line_with_every_written_page_whole(browser_ready, tmp_path):
+    """Ctrl-C (SIGINT to the process group: the browser and Playwright's driver get it too) mid-run: exit 130,
+    one line, no traceback, no temporary file; the signal mostly lands inside Playwright's event loop, which
+    must pass it on (an exception asyncio logs and drops let the run go on with a dead browser)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    for i in range(6):
+        for page in PAGES.glob("*.html"):
+            shutil.copy(page, pages / f"{page.stem}_{i}.html")
+    out = tmp_path / "out"
+    child = subprocess.Popen([sys.executable, "-m", "olmocr_rl.synth", "--html", str(pages), "--out", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    seen = []
+    while not any(" 3/30 " in line for line in seen):
+        seen.append(child.stderr.readline())
+        assert seen[-1], "".join(seen)
+    os.killpg(child.pid, signal.SIGINT)
+    stdout, stderr = child.communicate(timeout=60)
+    after = [line for line in stderr.splitlines() if not line.startswith("[synth] ")]
+    assert child.returncode == 130, stdout + stderr
+    assert after == [f"error: stopped by SIGINT: the pages written so far stay in {out} (each whole); rerun the "
+                     "same command to make the rest"], stderr
+    pdfs = sorted(p.stem for p in (out / "pdfs").rglob("*.pdf"))
+    assert len(pdfs) >= 2 and pdfs == sorted(p.stem.removesuffix("_page1_pg1_repeat1")
+                                              for p in (out / "claude_original").rglob("*.md"))
+    assert not list(out.rglob("*.tmp-*"))
