@@ -2,8 +2,9 @@
 answered by a Python function. Used by the evaluate tests to drive the server backend and olmOCR's pipeline
 protocol through every branch without a model.
 
-``answer(request)`` gets a :class:`Seen` (the JSON body, the decoded page image) and returns a dict: ``content``
-and ``finish_reason`` (one choice), or ``status`` (an HTTP error), or ``sleep`` (seconds to stall first).
+``answer(request)`` gets a :class:`Seen` (the JSON body, the decoded page image, the request's headers) and returns a
+dict: ``content`` and ``finish_reason`` (one choice), or ``status`` (an HTTP error), or ``sleep`` (seconds to stall
+first), or ``trickle`` (seconds between the answer's bytes: a server that never quite finishes).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import io
 import json
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator
 
@@ -25,6 +26,7 @@ from PIL import Image
 class Seen:
     body: dict
     image: Image.Image | None
+    headers: dict = field(default_factory=dict)
 
     @property
     def temperature(self) -> float:
@@ -76,7 +78,7 @@ def _handler(state: StandIn) -> type:
 
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            seen = Seen(body, image_of(body))
+            seen = Seen(body, image_of(body), dict(self.headers))
             with state.lock:
                 state.seen.append(seen)
                 state.in_flight += 1
@@ -86,6 +88,9 @@ def _handler(state: StandIn) -> type:
                 time.sleep(reply.get("sleep", 0))
                 if "status" in reply:
                     self._send(reply["status"], {"error": "stand-in error"})
+                    return
+                if "trickle" in reply:
+                    self._trickle(reply["trickle"])
                     return
                 content = reply["content"]
                 self._send(200, {
@@ -98,6 +103,18 @@ def _handler(state: StandIn) -> type:
             finally:
                 with state.lock:
                     state.in_flight -= 1
+
+        def _trickle(self, seconds: float) -> None:
+            """Headers at once, then one byte of the body every ``seconds``, until the client hangs up."""
+            with contextlib.suppress(OSError):
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "100000")
+                self.end_headers()
+                for _ in range(100000):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(seconds)
 
         def log_message(self, *args):
             pass

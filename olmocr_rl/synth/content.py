@@ -32,6 +32,7 @@ class Run:
     italic: bool = False
     sup: bool = False
     tex: str | None = None  # inline math
+    br: bool = False  # a <br>: a line break in the reference, a word boundary in every test (its text is "\n")
 
 
 @dataclass
@@ -164,7 +165,7 @@ class _Walker:
         elif node.tag == MATH:
             self.runs.append(Run("", tex=node.tex))
         elif node.tag == "br":
-            self.runs.append(Run(" ", bold, italic, sup))
+            self.runs.append(Run("\n", bold, italic, sup, br=True))
         else:
             self.visit(node, bold or node.tag in BOLD, italic or node.tag in ITALIC, sup or node.tag == "sup")
 
@@ -179,7 +180,7 @@ class _Walker:
 
     def visit(self, node: Node, bold: bool = False, italic: bool = False, sup: bool = False) -> None:
         for child in node.children:
-            if child.is_text or child.tag == MATH:
+            if child.is_text or child.tag in (MATH, "br"):
                 self.inline(child, bold, italic, sup)
             elif is_skipped(child):
                 continue

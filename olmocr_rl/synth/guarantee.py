@@ -8,20 +8,23 @@ For each candidate test of a page (:mod:`.derive`), in order, the first check it
    ``olmocr-bench``), read both as the reward reads it (front matter removed) and as the raw file;
 4. ``trivial``: it fails on some output (every type but ``absent``/``order`` on an empty page, ``absent`` on its
    own text, ``order`` on its two texts swapped), so it does not pass on any output;
-5. ``text_layer``: its strings are in the PDF's text layer (pypdfium2), and an equation's glyphs are among the
-   page's glyphs, so the test asks about what is printed (skipped when no PDF is given: golden tests).
+5. ``text_layer``: its strings are on the PDF's text layer (pypdfium2) with their word boundaries (a space in
+   the string is whitespace on the page, no space none: :func:`.shown.shown_in`), an order test's two strings
+   are printed in its order, and an equation's glyphs are among the page's glyphs, so the test asks about what
+   is printed (skipped when no PDF is given: golden tests).
 """
 
 from __future__ import annotations
 
 import html
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 
-from olmocr_rl.bench import TestLoadError, evaluate_page, load_single_test, normalize_text
+from olmocr_rl.bench import TestLoadError, evaluate_page, load_single_test
 from olmocr_rl.bench.prepared import SCORING_RULES
 from olmocr_rl.data.front_matter import split_front_matter
+
+from .shown import glyphs_on_layer, order_on_layer, shown_in
 
 __all__ = ["PageTests", "check_tests", "text_layer_of", "on_layer", "glyphs_of_html", "DROP_REASONS"]
 
@@ -47,13 +50,9 @@ def text_layer_of(raw: str) -> str:
     return " ".join(text.split())
 
 
-def _squeeze(text: str) -> str:
-    return _INVISIBLE.sub("", normalize_text(text))
-
-
-def on_layer(value: str, layer: str) -> bool:
-    """Is ``value`` printed on the page: its normalised characters, spaces ignored, a substring of the layer's."""
-    return _squeeze(value) in _squeeze(layer)
+def on_layer(value: str, layer: str, cell: bool = False) -> bool:
+    """Is ``value`` printed on the page, word boundaries kept (:func:`.shown.shown_in`; ``cell``: a table cell)."""
+    return shown_in(value, layer, cell)
 
 
 def glyphs_of_html(markup: str) -> str:
@@ -86,16 +85,16 @@ def _trivial(test, data: dict) -> str | None:
 def _off_layer(data: dict, layer: str, glyphs: dict[str, str]) -> str | None:
     for name in _STRING_FIELDS:
         value = data.get(name)
-        if value and not on_layer(value, layer):
-            return f"{name} {value!r} is not in the PDF's text layer"
+        if value and not on_layer(value, layer, cell=data["type"] == "table"):
+            return f"{name} {value!r} is not in the PDF's text layer (with these word boundaries)"
+    if data["type"] == "order" and not order_on_layer(data["before"], data["after"], layer):
+        return f"before {data['before'][:40]!r} is not printed before after {data['after'][:40]!r}"
     if data["type"] == "math":
-        wanted = Counter(glyphs.get(data["math"], ""))
-        if not wanted:
+        if not glyphs.get(data["math"], ""):
             return "the equation was not typeset on the page"
-        have = Counter(_INVISIBLE.sub("", layer))
-        missing = wanted - have
+        missing = glyphs_on_layer(glyphs[data["math"]], layer)
         if missing:
-            return f"glyphs {''.join(sorted(missing))!r} of the equation are not in the PDF's text layer"
+            return f"glyphs {missing!r} of the equation are not in the PDF's text layer"
     return None
 
 

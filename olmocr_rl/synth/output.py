@@ -6,16 +6,23 @@ Layout (olmOCR-bench's): ``<out>/<subset>.jsonl``, ``<out>/pdfs/<subset>/<stem>.
 ``<out>/synth_manifest.json``. A subset is ``--name`` for the HTML files at the top of ``--html`` and
 ``<name>_<sub>_<folder>`` for those in sub-folders. A shard ``K/N`` writes ``<subset>.shard-K-of-N.jsonl`` and
 ``synth_manifest.shard-K-of-N.json`` instead, so N shards can share one folder; ``--merge`` joins them.
-Every file is written to a temporary name and renamed, so none is ever half-written; a page's JSONL lines are
-written only after its PDF and reference are.
+Every file is written to a temporary name (``.NAME.tmp-PID``) and renamed, so none is ever half-written; the
+temporary file is removed however the write ends (a full disk, a signal), and a run holding the whole folder
+removes any left by a killed run. A page's JSONL lines are written only after its PDF and reference are.
+A run locks its folder (:func:`out_lock`): one run, or the shards of one run, at a time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import socket
+import sys
+import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 from olmocr_rl.bench import evaluate_page, load_tests
@@ -26,10 +33,13 @@ from olmocr_rl.data.front_matter import split_front_matter
 from .pipeline import PageJob, PageResult
 
 __all__ = ["plan_pages", "take_shard", "parse_shard", "check_out_dir", "write_page", "write_outputs", "merge_shards",
-           "verify_folder", "MANIFEST", "OutputError"]
+           "verify_folder", "out_lock", "remove_temp_files", "MANIFEST", "SETTINGS", "OutputError"]
 
 MANIFEST = "synth_manifest.json"
+LOCK = ".synth.lock"
+SETTINGS = {"seed": "--seed", "name": "--name", "caps": "--cap", "types": "--types", "max_html_mb": "--max_html_mb"}
 _SHARD_FILE = re.compile(r"^(?P<subset>.+)\.shard-(?P<k>\d+)-of-(?P<n>\d+)\.jsonl$")
+_TEMP_FILE = re.compile(r"^\..+\.tmp-\d+$")
 
 
 class OutputError(ValueError):
@@ -74,7 +84,13 @@ def take_shard(jobs: list[PageJob], shard: tuple[int, int] | None) -> list[PageJ
 
 
 def check_out_dir(out: Path) -> None:
-    """The folder is new, empty, or one synth wrote (a rerun or another shard); not another bench."""
+    """The folder is new, empty, or one synth wrote (a rerun or another shard); not another bench; not under a
+    file."""
+    for above in out.parents:
+        if above.exists() and not above.is_dir():
+            raise OutputError(f"--out {out}: {above} is a file, not a folder; give a path under a folder")
+        if above.exists():
+            break
     if not out.exists():
         return
     if not out.is_dir():
@@ -89,8 +105,96 @@ def check_out_dir(out: Path) -> None:
 def _atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a signal: no temporary file is left behind
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def remove_temp_files(out: Path) -> int:
+    """Remove the ``.NAME.tmp-PID`` files a killed run left in ``out`` (only while holding the whole folder)."""
+    removed = 0
+    for path in out.rglob(".*.tmp-*"):
+        if _TEMP_FILE.match(path.name) and path.is_file():
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def _flock(path: Path, shared: bool):
+    """An open file locked (shared or exclusive, without waiting), or None when another process holds it."""
+    import fcntl
+
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def _holder(path: Path) -> str:
+    try:
+        return path.read_text().strip() or "a run that left no record"
+    except OSError:
+        return "a run that left no record"
+
+
+def _shard_lock(out: Path, shard: tuple[int, int]) -> Path:
+    return out / f".synth.shard-{shard[0]}-of-{shard[1]}.lock"
+
+
+def _who(out: Path) -> str:
+    """Who holds the whole folder: a run (its record), or shard runs (theirs)."""
+    probe = _flock(out / LOCK, shared=True)
+    if probe is None:
+        return _holder(out / LOCK)
+    probe.close()
+    running = []
+    for path in sorted(out.glob(".synth.shard-*.lock")):
+        free = _flock(path, shared=False)
+        if free is None:
+            running.append(_holder(path))
+        else:
+            free.close()
+    return "shard run(s): " + ("; ".join(running) or "ending")
+
+
+@contextlib.contextmanager
+def out_lock(out: Path, shard: tuple[int, int] | None) -> Iterator[None]:
+    """Hold ``out`` for this run: the whole folder (a run, ``--merge``), or, for shard K of N, the folder shared
+    with the other shards and shard K alone. OutputError, naming the holder, when another live run has it; the
+    kernel drops the lock however the process ends. Creates ``out`` (OutputError when it cannot)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        main = _flock(out / LOCK, shared=shard is not None)
+        part = _flock(_shard_lock(out, shard), shared=False) if shard and main else None
+    except OSError as error:
+        from olmocr_rl.storage.files import describe_write_failure
+
+        reason = describe_write_failure(error, out, None) or f"{error.strerror or error}"
+        raise OutputError(f"--out {out}: cannot write there ({reason}); give a folder this run can write in") from None
+    if main is None or (shard and part is None):
+        who = _who(out) if main is None else _holder(_shard_lock(out, shard))
+        if main is not None:
+            main.close()
+        raise OutputError(f"--out {out} is in use by another synth run ({who}); wait for it to end or give "
+                          "another folder")
+    mine = part or main
+    mine.seek(0)
+    mine.truncate()
+    mine.write(f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}: "
+               f"{' '.join(sys.argv)}\n")
+    mine.flush()
+    try:
+        yield
+    finally:
+        for handle in (part, main):
+            if handle is not None:
+                handle.close()
 
 
 def write_page(out: Path, result: PageResult) -> None:
@@ -99,7 +203,7 @@ def write_page(out: Path, result: PageResult) -> None:
     _atomic_write(pdf_path, result.pdf or b"")
     try:
         _atomic_write(reference_path(out, result.job.pdf, 1), result.reference.encode("utf-8"))
-    except OSError:
+    except BaseException:  # a full disk, a signal: no PDF without its reference
         pdf_path.unlink(missing_ok=True)
         raise
 
@@ -149,6 +253,8 @@ def merge_shards(out: Path) -> list[Path]:
     missing = sorted(set(range(1, n + 1)) - have)
     if missing:
         raise OutputError(f"--merge: shard(s) {missing} of {n} missing in {out} (their manifests); run them first")
+    manifests.sort(key=lambda p: int(re.search(r"shard-(\d+)-of", p.name).group(1)))
+    _same_settings([json.loads(p.read_text(encoding="utf-8")) for p in manifests], out)
     written = []
     for subset, files in sorted(parts.items()):
         lines = [line for k in sorted(files) for line in files[k].read_text(encoding="utf-8").splitlines() if line]
@@ -164,6 +270,22 @@ def merge_shards(out: Path) -> list[Path]:
     for path in manifests:
         path.unlink()
     return written
+
+
+def _same_settings(parts: list[dict], out: Path) -> None:
+    """OutputError naming each setting (``--seed``, ``--cap``, ...) on which the shards' manifests differ."""
+    differ = []
+    for key, flag in SETTINGS.items():
+        values = [p.get(key) for p in parts]
+        if any(v != values[0] for v in values):
+            if isinstance(values[0], dict):  # caps: only the entries that differ
+                keys = sorted({k for v in values for k in (v or {}) if len({json.dumps((w or {}).get(k)) for w in values}) > 1})
+                values = [",".join(f"{k}={(v or {}).get(k)}" for k in keys) for v in values]
+            shown = "; ".join(f"shard {p.get('shard', '?')}: {v}" for p, v in zip(parts, values))
+            differ.append(f"{flag} ({shown})")
+    if differ:
+        raise OutputError(f"--merge: the shards in {out} were made with different settings: {', '.join(differ)}; "
+                          "make every shard with the same flags (rerun the odd ones)")
 
 
 def _merge_manifests(parts: list[dict]) -> dict:

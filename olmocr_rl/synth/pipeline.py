@@ -13,12 +13,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from olmocr_rl.data.front_matter import split_front_matter
+
 from .content import page_content
 from .derive import DEFAULT_CAPS, SYNTH_TYPES, derive_tests
 from .guarantee import check_tests, glyphs_of_html, text_layer_of
 from .reference import reference_text
-from .render import KatexError, PageTooLongError, Renderer
-from .tree import MATH, NotHTMLError, parse_html, serialize
+from .render import KatexError, PageTooLongError, PageTooWideError, Renderer
+from .shown import check_shown
+from .tree import MATH, NotHTMLError, TooDeepError, parse_html, serialize
 
 __all__ = ["PageJob", "PageResult", "PageSkip", "PageOptions", "make_page", "pdf_text_layer"]
 
@@ -56,7 +59,7 @@ class PageResult:
 class PageSkip:
     job: PageJob
     reason: str  # one line
-    kind: str  # not_html, empty, too_large, katex, too_long, render, no_tests, ...
+    kind: str  # not_html, empty, too_large, too_deep, katex, too_long, too_wide, not_shown, render, no_tests, error
     seconds: float = 0.0
 
 
@@ -88,8 +91,11 @@ def _read(job: PageJob, options: PageOptions) -> str | PageSkip:
         return PageSkip(job, f"not UTF-8 text (byte {error.start}); save the page as UTF-8", "not_html")
 
 
-def _notices(content, blocked: list[str]) -> list[str]:
+def _notices(content, blocked: list[str], out_of_order: int = 0) -> list[str]:
     notes = []
+    if out_of_order:
+        notes.append(f"{out_of_order} block(s) printed out of the source order (a float is painted before the text "
+                     "around it, a positioned box after); order tests are checked on the printed order")
     if content.scripts:
         notes.append(f"{content.scripts} script(s) not run (JavaScript is off while printing)")
     if blocked:
@@ -119,8 +125,21 @@ def _print_page(root, renderer: Renderer, allow_scaling: bool = True
 
 
 def make_page(job: PageJob, options: PageOptions, renderer: Renderer | None) -> PageResult | PageSkip:
-    """The page's result, or why it is skipped (every failure of one page is caught here, by kind)."""
+    """The page's result, or why it is skipped: every failure of one page is caught here, by kind, and any other
+    exception (a bug met on this page) skips the page with its reason (``error``), so no page ends the run."""
     start = time.perf_counter()
+    try:
+        made = _make_page(job, options, renderer, start)
+    except Exception as error:  # noqa: BLE001 - one page's failure, whatever it is, is that page's skip
+        reason = (f"synth failed on this page: {type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]} "
+                  "(please report it with the page)")
+        return PageSkip(job, reason, "error", time.perf_counter() - start)
+    if isinstance(made, PageSkip) and not made.seconds:
+        made.seconds = time.perf_counter() - start
+    return made
+
+
+def _make_page(job: PageJob, options: PageOptions, renderer: Renderer | None, start: float) -> PageResult | PageSkip:
     source = _read(job, options)
     if isinstance(source, PageSkip):
         return source
@@ -128,26 +147,35 @@ def make_page(job: PageJob, options: PageOptions, renderer: Renderer | None) -> 
         root = parse_html(source)
     except NotHTMLError as error:
         return PageSkip(job, str(error), "not_html")
+    except TooDeepError as error:
+        return PageSkip(job, str(error), "too_deep")
     content = page_content(root)
     reference = reference_text(content)
     candidates = derive_tests(content, options.seed, job.key, dict(options.caps), options.types)
-    pdf, scale, blocked, layer, glyphs = None, 1.0, [], None, None
+    pdf, scale, blocked, layer, glyphs, out_of_order = None, 1.0, [], None, None, 0
     if renderer is not None:
         try:
             printed = _print_page(root, renderer)
         except PageTooLongError as error:
-            return PageSkip(job, str(error), "too_long", time.perf_counter() - start)
+            return PageSkip(job, str(error), "too_long")
+        except PageTooWideError as error:
+            return PageSkip(job, str(error), "too_wide")
         except Exception as error:  # noqa: BLE001 - a timeout or a browser error on this page only
-            reason = f"the browser failed on it: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
-            return PageSkip(job, reason, "render", time.perf_counter() - start)
+            reason = f"the browser failed on it: {type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}"
+            return PageSkip(job, reason, "render")
         if isinstance(printed, str):
-            return PageSkip(job, printed, "katex", time.perf_counter() - start)
+            return PageSkip(job, printed, "katex")
         pdf, scale, blocked, glyphs = printed
         layer = text_layer_of(pdf_text_layer(pdf)[1])
+        shown = check_shown(split_front_matter(reference)[1], layer, glyphs)
+        if not shown.ok:
+            lost = shown.missing + [f"the equation {m}" for m in shown.math_missing]
+            return PageSkip(job, f"{len(lost)} line(s) of the reference are not on the printed page (hidden, clipped "
+                                 f"or laid out apart by the page's CSS?), first: {lost[0][:80]!r}", "not_shown")
+        out_of_order = shown.out_of_order
     checked = check_tests(candidates, job.pdf, job.key, reference, layer, glyphs)
     wanted_more = set(options.types) - {"baseline"}  # a page of a baseline test alone is kept only when asked for
     if not checked.kept or (wanted_more and not any(t["type"] != "baseline" for t in checked.kept)):
-        return PageSkip(job, f"no test survives the checks ({len(checked.dropped)} dropped)", "no_tests",
-                        time.perf_counter() - start)
-    return PageResult(job, reference, checked.kept, checked.dropped, pdf, scale, _notices(content, blocked),
-                      time.perf_counter() - start)
+        return PageSkip(job, f"no test survives the checks ({len(checked.dropped)} dropped)", "no_tests")
+    return PageResult(job, reference, checked.kept, checked.dropped, pdf, scale,
+                      _notices(content, blocked, out_of_order), time.perf_counter() - start)

@@ -17,14 +17,26 @@ from .content import Block, PageContent, Run, Table
 __all__ = ["reference_text", "body_markdown"]
 
 
-def _inline(runs: list[Run], skip_marker: str = "") -> str:
+def _inline(runs: list[Run], skip_marker: str = "", br: str = "\n") -> str:
+    """The runs as markdown; each ``<br>`` becomes ``br`` (a line break; a space in a heading), empty lines dropped."""
+    lines: list[list[Run]] = [[]]
+    for run in runs:
+        if run.br:
+            lines.append([])
+        else:
+            lines[-1].append(run)
+    leading = next((r for r in runs if r.text.strip()), None)  # a footnote's own marker, if it leads
+    texts = [_inline_line(line, skip_marker, leading) for line in lines]
+    return br.join(text for text in texts if text)
+
+
+def _inline_line(runs: list[Run], skip_marker: str, leading: Run | None) -> str:
     parts: list[str] = []
-    for i, run in enumerate(runs):
+    for run in runs:
         if run.tex is not None:
             parts.append(f"\\({run.tex}\\)")
             continue
-        if run.sup and skip_marker and i == next((k for k, r in enumerate(runs) if r.text.strip()), -1) \
-                and run.text.strip() == skip_marker:
+        if run.sup and skip_marker and run is leading and run.text.strip() == skip_marker:
             continue  # a footnote's own leading marker: written as the note's prefix
         text = " ".join(run.text.split())
         lead = " " if run.text[:1].isspace() else ""
@@ -63,7 +75,7 @@ def _table_html(table: Table) -> str:
 
 def _block_markdown(block: Block, number: int) -> str:
     if block.kind == "heading":
-        return "#" * block.level + " " + _inline(block.runs)
+        return "#" * block.level + " " + _inline(block.runs, br=" ")  # a heading is one line
     if block.kind == "math":
         return f"\\[{block.tex}\\]"
     if block.kind == "table":

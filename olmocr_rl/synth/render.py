@@ -6,31 +6,38 @@ One :class:`Renderer` holds one browser for many pages. Two browser contexts:
   output: "html"})`` turns each equation into HTML, or its parse error into :class:`KatexError`;
 - the *page* context prints the page with JavaScript off, so a page's own scripts never run. Every request goes
   through one route: ``http://synth.invalid/page.html`` (the page) and ``/katex/…`` (KaTeX's CSS and fonts, from
-  the local KaTeX folder) are served, anything else is aborted and counted: the network is off.
+  the local KaTeX folder: only files inside it, see :func:`katex_file`) are served, anything else is aborted and
+  counted: the network is off, and no other local file reaches a PDF.
 
 Fonts are pinned: a style placed before the page's own sets ``Liberation Serif`` (then DejaVu) as the default
 family and a body margin; the page's CSS may override it with the fonts installed. A page that prints on more
-than one Letter page is printed again at a smaller scale (0.9, 0.8, … down to ``MIN_SCALE``), else it is refused.
+than one Letter page is printed again at a smaller scale (0.9, 0.8, … down to ``MIN_SCALE``), else it is refused;
+content wider than the paper (measured in the page laid out at the paper's width) starts at the scale that fits
+it, or is refused below ``MIN_SCALE``.
 The PDF's creation and modification dates are set to a fixed value, so the same HTML gives the same bytes.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import os
 import re
 import shutil
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Renderer", "RenderedPage", "KatexError", "PageTooLongError", "BrowserMissingError", "find_browser",
-           "find_katex", "fix_pdf_dates", "tool_versions", "check_setup", "BROWSER_PACKAGE", "MIN_SCALE", "PAGE_ORIGIN"]
+__all__ = ["Renderer", "RenderedPage", "KatexError", "PageTooLongError", "PageTooWideError", "BrowserMissingError",
+           "find_browser", "find_katex", "katex_file", "fix_pdf_dates", "tool_versions", "check_setup",
+           "BROWSER_PACKAGE", "MIN_SCALE", "PAGE_ORIGIN", "PAGE_PX"]
 
 BROWSER_PACKAGE = "chromium-headless-shell"
 BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
 PAGE_ORIGIN = "http://synth.invalid"
 MIN_SCALE = 0.5
+PAGE_PX = (816, 1056)  # US Letter in CSS pixels (8.5 x 11 in at 96 px/in): the width the page is laid out in
 FIXED_DATE = b"D:20000101000000+00'00'"
 _PDF_DATE = re.compile(rb"/(CreationDate|ModDate) \(D:\d{14}[+\-Z][0-9']*\)")
 DEFAULT_STYLE = ("<meta charset=\"utf-8\"><style>html{font-family:'Liberation Serif','DejaVu Serif',serif;font-size:12pt}"
@@ -48,6 +55,10 @@ class KatexError(ValueError):
 
 class PageTooLongError(ValueError):
     """The page prints on more than one page even at MIN_SCALE."""
+
+
+class PageTooWideError(ValueError):
+    """The page's content is wider than the paper even at MIN_SCALE (or at scale 1 when scaling is not allowed)."""
 
 
 @dataclass
@@ -88,6 +99,24 @@ def find_katex() -> Path:
     return folder
 
 
+def katex_file(katex_root: Path, url: str) -> Path | None:
+    """The file of KaTeX's folder that ``url`` (``PAGE_ORIGIN/katex/...``) names, or None: the path is
+    percent-decoded, and the file must lie inside ``katex_root`` (resolved: symlinks followed, ``..`` removed)
+    after that, so no URL (``/katex//etc/x``, ``%2e%2e``, ``%2F``, a symlink pointing out) reaches another file."""
+    parts = urllib.parse.urlsplit(url)
+    if f"{parts.scheme}://{parts.netloc}" != PAGE_ORIGIN or not parts.path.startswith("/katex/"):
+        return None
+    relative = urllib.parse.unquote(parts.path[len("/katex/"):])
+    if not relative or "\x00" in relative or relative.startswith("/"):
+        return None
+    try:
+        path = (katex_root / relative).resolve()
+        inside = path.is_relative_to(katex_root) and path.is_file()
+    except (OSError, ValueError, RuntimeError):  # a name too long, a symlink loop
+        return None
+    return path if inside else None
+
+
 def katex_version(folder: Path) -> str:
     try:
         return json.loads((folder.parent / "package.json").read_text())["version"]
@@ -120,25 +149,33 @@ class Renderer:
         self.timeout_ms = int(timeout_s * 1000)
         self.executable = find_browser()
         self.katex_dir = find_katex()
+        self._katex_root = self.katex_dir.resolve()
         self._start = _import_playwright()
         self._playwright = self._browser = None
         self._html = ""
         self._blocked: list[str] = []
 
     def __enter__(self) -> "Renderer":
-        self._playwright = self._start().start()
         try:
-            self._browser = self._playwright.chromium.launch(executable_path=self.executable)
-            self._math = self._browser.new_context().new_page()
-            self._math.route("**/*", lambda route: route.abort())
-            self._math.add_script_tag(path=str(self.katex_dir / "katex.min.js"))
-            self._page = self._browser.new_context(java_script_enabled=False).new_page()
-            self._page.set_default_timeout(self.timeout_ms)
-            self._page.route("**/*", self._route)
-        except Exception:
+            self._playwright = self._start().start()
+            self._open()
+        except Exception as error:  # noqa: BLE001 - the browser did not start: one line, not Playwright's log
             self.close()
-            raise
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise BrowserMissingError(f"the browser {self.executable} did not start: {first[:200]}") from None
         return self
+
+    def _open(self) -> None:
+        self._browser = self._playwright.chromium.launch(executable_path=self.executable)
+        self._math = self._browser.new_context().new_page()
+        self._math.route("**/*", lambda route: route.abort())
+        self._math.add_script_tag(path=str(self.katex_dir / "katex.min.js"))
+        # Laid out as printed (the paper's width, print media), so its width can be measured before printing.
+        self._page = self._browser.new_context(java_script_enabled=False, viewport={
+            "width": PAGE_PX[0], "height": PAGE_PX[1]}).new_page()
+        self._page.emulate_media(media="print")
+        self._page.set_default_timeout(self.timeout_ms)
+        self._page.route("**/*", self._route)
 
     def __exit__(self, *exc) -> None:
         self.close()
@@ -161,12 +198,10 @@ class Renderer:
         url = route.request.url
         if url == f"{PAGE_ORIGIN}/page.html":
             route.fulfill(body=self._html, content_type="text/html; charset=utf-8")
-        elif url.startswith(f"{PAGE_ORIGIN}/katex/") and ".." not in url:
-            path = self.katex_dir / url[len(f"{PAGE_ORIGIN}/katex/"):].split("?")[0]
-            if path.is_file():
-                route.fulfill(path=str(path))
-            else:
-                route.abort()
+            return
+        path = katex_file(self._katex_root, url)
+        if path is not None:
+            route.fulfill(path=str(path))
         else:
             self._blocked.append(url[:200])
             route.abort()
@@ -193,15 +228,30 @@ class Renderer:
             f'<link rel="preload" as="font" type="font/woff2" crossorigin href="{PAGE_ORIGIN}/katex/fonts/{name}">'
             for name in fonts))
 
+    def _start_scale(self, allow_scaling: bool) -> float:
+        """1, or the scale at which content wider than the paper fits its width; PageTooWideError below MIN_SCALE.
+        (Printed wider than the paper, the content past its right edge is cut off: not on the page at all.)"""
+        width = self._page.evaluate("() => Math.max(document.documentElement.scrollWidth, "
+                                    "document.body ? document.body.scrollWidth : 0)")
+        if width <= PAGE_PX[0] + 1:
+            return 1.0
+        scale = int(100 * PAGE_PX[0] / width) / 100  # rounded down
+        if scale < MIN_SCALE or not allow_scaling:
+            fits = f"fits the paper only at scale {scale:.2f}" + (f", under {MIN_SCALE}" if allow_scaling else "")
+            raise PageTooWideError(f"its content is {width} px wide, the paper {PAGE_PX[0]} px: it {fits}; make "
+                                   "the page narrower")
+        return scale
+
     def render(self, body_html: str, allow_scaling: bool = True, math: bool = True) -> RenderedPage:
-        """Print ``body_html`` (the page with its math already typeset) on one Letter page, scaled down to
-        MIN_SCALE if need be (``allow_scaling``), else PageTooLongError."""
+        """Print ``body_html`` (the page with its math already typeset) on one Letter page, scaled down to fit
+        the paper's width and to MIN_SCALE if need be (``allow_scaling``), else PageTooWideError or
+        PageTooLongError."""
         import pypdfium2 as pdfium
 
         self._html = "<!doctype html>" + DEFAULT_STYLE + (self._math_head() if math else "") + body_html
         self._blocked = []
         self._page.goto(f"{PAGE_ORIGIN}/page.html", wait_until="load", timeout=self.timeout_ms)
-        scale = 1.0
+        scale = self._start_scale(allow_scaling)
         while True:
             pdf = self._print(scale)
             pages = len(pdfium.PdfDocument(pdf))
@@ -212,15 +262,28 @@ class Renderer:
             scale = round(max(MIN_SCALE, scale - 0.1), 2)
 
 
-def tool_versions() -> dict[str, str]:
-    """The versions the manifest names, read without starting a browser (Chromium's ``--version``)."""
+@functools.lru_cache(maxsize=8)
+def browser_version(executable: str) -> str:
+    """The first line ``executable --version`` prints ("Chromium 156.0..."); BrowserMissingError when it is not a
+    Chromium (``OLMOCR_RL_CHROMIUM`` set to another program) or does not answer."""
     import subprocess
 
-    executable = find_browser()
     try:
-        line = subprocess.run([executable, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        line = "unknown"
+        done = subprocess.run([executable, "--version"], capture_output=True, text=True, timeout=30,
+                              stdin=subprocess.DEVNULL)
+        line = (done.stdout.strip().splitlines() or [""])[0]
+    except (OSError, subprocess.SubprocessError) as error:
+        line = f"no answer: {type(error).__name__}"
+    if not re.search(r"\b(Chromium|Chrome)\b", line):
+        raise BrowserMissingError(f"{executable} is not a Chromium (its --version printed {line[:80]!r}); set "
+                                  f"OLMOCR_RL_CHROMIUM to a Chromium, or unset it to use {BROWSER_PACKAGE}")
+    return line
+
+
+def tool_versions() -> dict[str, str]:
+    """The versions the manifest names, read without starting a browser (Chromium's ``--version``)."""
+    executable = find_browser()
+    line = browser_version(executable)
     try:
         playwright = importlib.metadata.version("playwright")
     except importlib.metadata.PackageNotFoundError:
@@ -230,7 +293,8 @@ def tool_versions() -> dict[str, str]:
 
 
 def check_setup() -> None:
-    """BrowserMissingError (one line: what to install) unless Chromium, KaTeX and Playwright are all there."""
-    find_browser()
+    """BrowserMissingError (one line: what to install) unless Chromium (one that answers ``--version`` as
+    Chromium), KaTeX and Playwright are all there."""
+    browser_version(find_browser())
     find_katex()
     _import_playwright()

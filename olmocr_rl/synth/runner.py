@@ -7,6 +7,7 @@ files written do not depend on ``--jobs``. A worker's browser is closed when the
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from collections.abc import Iterator
 from multiprocessing.util import Finalize
 
@@ -19,12 +20,22 @@ _WORKER: dict = {}
 
 
 def _start_worker(options: PageOptions, timeout_s: float) -> None:
-    renderer = Renderer(timeout_s).__enter__()
-    _WORKER.update(renderer=renderer, options=options)
+    # The parent handles Ctrl-C and SIGTERM (it ends the pool); a worker ignores the one and dies of the other.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _WORKER.update(options=options)
+    try:  # a worker whose browser does not start skips its pages with the reason (a Pool would restart it forever)
+        renderer = Renderer(timeout_s).__enter__()
+    except Exception as error:  # noqa: BLE001
+        _WORKER.update(error=f"{type(error).__name__}: {error}")
+        return
+    _WORKER.update(renderer=renderer)
     Finalize(renderer, renderer.close, exitpriority=10)
 
 
 def _work(job: PageJob) -> PageResult | PageSkip:
+    if "error" in _WORKER:
+        return PageSkip(job, f"this worker's browser did not start: {_WORKER['error']}", "render")
     return make_page(job, _WORKER["options"], _WORKER["renderer"])
 
 

@@ -18,18 +18,22 @@ from __future__ import annotations
 
 import argparse
 import base64
+import http.client
 import io
 import json
+import os
 import re
-import urllib.error
-import urllib.request
+import socket
+import threading
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["add_server_flags", "check_server_args", "pages_from_pdfs", "extract_html", "HTML_PROMPT",
-           "REFINE_PROMPT", "ServerSkip", "HTML_FOLDER"]
+__all__ = ["add_server_flags", "check_server_args", "pages_from_pdfs", "extract_html", "request_json", "HTML_PROMPT",
+           "REFINE_PROMPT", "ServerSkip", "HTML_FOLDER", "API_KEY_VARIABLE"]
 
 HTML_FOLDER = "synth_html"
+API_KEY_VARIABLE = "OLMOCR_RL_SERVER_API_KEY"  # evaluate's: sent as "Authorization: Bearer ...", written nowhere
 HTML_PROMPT = (
     "Write this document page as one self-contained HTML file that prints on a single US Letter page and looks "
     "like the image: the same text in the same reading order, headings, tables as <table> (with rowspan and "
@@ -47,7 +51,7 @@ _DOCUMENT = re.compile(r"<(html|body)\b.*?</\1\s*>", re.DOTALL | re.IGNORECASE)
 @dataclass
 class ServerSkip:
     source: str  # pdf:page
-    kind: str  # server_error, no_html, length, too_long, render
+    kind: str  # server_error, timeout, no_html, length, too_long, too_wide, too_deep, katex, render, error
     reason: str
 
 
@@ -60,7 +64,9 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--model", default=None, help="the model name the server serves")
     group.add_argument("--refine", action="store_true", help="one refinement round with both images")
     group.add_argument("--max_tokens", type=int, default=6000, help="answer length limit (default %(default)s)")
-    group.add_argument("--request_timeout_s", type=float, default=300.0, help="per request (default 300)")
+    group.add_argument("--request_timeout_s", type=float, default=300.0,
+                       help="wall-clock limit of one request to the server, connecting and the whole answer "
+                       f"(default %(default)s); an API key goes in {API_KEY_VARIABLE}")
 
 
 def check_server_args(args: argparse.Namespace) -> None:
@@ -73,16 +79,63 @@ def check_server_args(args: argparse.Namespace) -> None:
         raise OutputError("--from_pdfs needs --server URL and --model NAME (an OpenAI-compatible server)")
     if not Path(args.from_pdfs).is_dir() or not sorted(Path(args.from_pdfs).rglob("*.pdf")):
         raise OutputError(f"--from_pdfs {args.from_pdfs}: not a folder holding *.pdf files")
-    if args.max_tokens < 1:
-        raise OutputError("--max_tokens must be positive")
-    url = args.server.rstrip("/") + "/v1/models"
+    if args.max_tokens < 1 or not args.request_timeout_s > 0:
+        raise OutputError("--max_tokens and --request_timeout_s must be positive")
     try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            response.read()
-    except (urllib.error.URLError, OSError, ValueError) as error:
-        reason = getattr(error, "reason", error)
-        raise OutputError(f"cannot reach --server {args.server} ({reason}); start it (`vllm serve {args.model}`) "
+        request_json("GET", args.server.rstrip("/") + "/v1/models", None, min(10.0, args.request_timeout_s))
+    except (OSError, ValueError, http.client.HTTPException) as error:
+        raise OutputError(f"cannot reach --server {args.server} ({error}); start it (`vllm serve {args.model}`) "
                           "or fix the URL") from None
+
+
+def request_json(method: str, url: str, body: dict | None, timeout_s: float) -> dict:
+    """One request's JSON answer, the whole request (connecting, sending, the status line, headers and body)
+    bounded by ``timeout_s`` of wall-clock time: a watchdog shuts the socket at the deadline, so a server sending
+    one byte a second cannot hold it longer (a socket timeout alone bounds each read, not the request).
+    TimeoutError past the deadline; OSError for an HTTP error status; ValueError for an answer that is not JSON.
+    ``OLMOCR_RL_SERVER_API_KEY``, when set, is sent as a bearer token (and never written anywhere)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url}")
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    connection = kind(parts.hostname, parts.port, timeout=timeout_s)
+    expired = threading.Event()
+
+    def cut() -> None:
+        expired.set()
+        if connection.sock is not None:
+            try:
+                connection.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    headers = {"Content-Type": "application/json"}
+    if os.environ.get(API_KEY_VARIABLE):
+        headers["Authorization"] = f"Bearer {os.environ[API_KEY_VARIABLE]}"
+    watchdog = threading.Timer(timeout_s, cut)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        connection.connect()
+        if expired.is_set():
+            raise TimeoutError
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        connection.request(method, path, body=None if body is None else json.dumps(body).encode(), headers=headers)
+        response = connection.getresponse()
+        raw = response.read()
+        if expired.is_set():
+            raise TimeoutError
+    except (OSError, http.client.HTTPException):
+        if expired.is_set():
+            raise TimeoutError(f"no whole answer within --request_timeout_s {timeout_s:g} s") from None
+        raise
+    finally:
+        watchdog.cancel()
+        connection.close()
+    if response.status != 200:
+        hint = f"; set {API_KEY_VARIABLE}" if response.status in (401, 403) else ""
+        raise OSError(f"HTTP {response.status} {response.reason}{hint}")
+    return json.loads(raw)
 
 
 def extract_html(answer: str) -> str | None:
@@ -106,10 +159,7 @@ def _ask(args, images: list, prompt: str) -> tuple[str, str]:
     content.append({"type": "text", "text": prompt})
     body = {"model": args.model, "messages": [{"role": "user", "content": content}],
             "max_tokens": args.max_tokens, "temperature": 0.0, "seed": args.seed}
-    request = urllib.request.Request(args.server.rstrip("/") + "/v1/chat/completions",
-                                     data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=args.request_timeout_s) as response:
-        answer = json.loads(response.read())
+    answer = request_json("POST", args.server.rstrip("/") + "/v1/chat/completions", body, args.request_timeout_s)
     choice = answer["choices"][0]
     return choice["message"].get("content") or "", choice.get("finish_reason") or ""
 
@@ -117,7 +167,9 @@ def _ask(args, images: list, prompt: str) -> tuple[str, str]:
 def _html_or_skip(args, source: str, images: list, prompt: str) -> str | ServerSkip:
     try:
         content, finish = _ask(args, images, prompt)
-    except (OSError, ValueError, KeyError, IndexError) as error:
+    except TimeoutError as error:
+        return ServerSkip(source, "timeout", f"the server's answer did not come whole in time: {error}")
+    except (OSError, ValueError, KeyError, IndexError, TypeError, http.client.HTTPException) as error:
         return ServerSkip(source, "server_error", f"the server's answer failed: {type(error).__name__}: {error}")
     if finish == "length":
         return ServerSkip(source, "length", f"the answer stopped at the length limit (--max_tokens {args.max_tokens})")
@@ -130,15 +182,19 @@ def _html_or_skip(args, source: str, images: list, prompt: str) -> str | ServerS
 def _printed(renderer, markup: str):
     """(pdf bytes, None) when the HTML prints on one page at scale 1, else (None, ServerSkip kind, reason)."""
     from .pipeline import _print_page
-    from .render import PageTooLongError
-    from .tree import NotHTMLError, parse_html
+    from .render import PageTooLongError, PageTooWideError
+    from .tree import NotHTMLError, TooDeepError, parse_html
 
     try:
         result = _print_page(parse_html(markup), renderer, allow_scaling=False)
     except NotHTMLError as error:
         return None, ("no_html", str(error))
+    except TooDeepError as error:
+        return None, ("too_deep", str(error))
     except PageTooLongError:
         return None, ("too_long", "the HTML prints on more than one page")
+    except PageTooWideError as error:
+        return None, ("too_wide", str(error))
     except Exception as error:  # noqa: BLE001 - a timeout or browser failure on this answer only
         return None, ("render", f"the browser failed on the HTML: {type(error).__name__}")
     if isinstance(result, str):
@@ -199,8 +255,12 @@ def pages_from_pdfs(args: argparse.Namespace) -> tuple[str, list[ServerSkip]]:
                 continue
             for page in range(1, count + 1):
                 source = f"{rel}:{page}"
-                image = render_page(pdf, page, DEFAULT_TARGET_LONGEST_IMAGE_DIM)
-                result = _one_page(args, renderer, source, image)
+                try:
+                    image = render_page(pdf, page, DEFAULT_TARGET_LONGEST_IMAGE_DIM)
+                    result = _one_page(args, renderer, source, image)
+                except Exception as error:  # noqa: BLE001 - one page's failure is that page's skip
+                    first = (str(error).splitlines() or [""])[0][:200]
+                    result = ServerSkip(source, "error", f"synth failed on this page: {type(error).__name__}: {first}")
                 if isinstance(result, ServerSkip):
                     skips.append(result)
                     print(f"[synth] {source}: skipped ({result.kind}): {result.reason}", file=sys.stderr)

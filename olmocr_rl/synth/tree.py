@@ -18,9 +18,14 @@ import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
-__all__ = ["Node", "parse_html", "serialize", "MATH", "is_furniture", "is_skipped", "text_of", "NotHTMLError"]
+__all__ = ["Node", "parse_html", "serialize", "MATH", "is_furniture", "is_skipped", "text_of", "NotHTMLError",
+           "TooDeepError", "MAX_DEPTH"]
 
 MATH = "#math"  # the tag of a math node: attrs {"display": "1"/"0"}, its TeX in ``tex``
+# Elements nested deeper than this are refused (TooDeepError): the readers below recurse about twice per level,
+# well inside Python's recursion limit, and Chromium's own parser stops nesting at 512 (it flattens deeper ones,
+# so such a page would print differently from how it reads). Real pages nest a few dozen levels.
+MAX_DEPTH = 200
 VOID = frozenset("area base br col embed hr img input link meta source track wbr".split())
 RAW_TEXT = frozenset({"script", "style", "textarea", "title", "xmp"})
 NEVER_TEXT = frozenset({"script", "style", "template", "head", "title", "meta", "link", "svg", "object", "iframe"})
@@ -43,6 +48,10 @@ class NotHTMLError(ValueError):
     """The file is not an HTML page (binary, empty, or without any element)."""
 
 
+class TooDeepError(ValueError):
+    """The page nests elements deeper than MAX_DEPTH."""
+
+
 @dataclass(eq=False)
 class Node:
     """An element (``tag``, ``attrs``, ``children``), a math node (``tag == MATH``, ``tex``), or text (``text``)."""
@@ -59,10 +68,12 @@ class Node:
         return self.tag == "#text"
 
     def walk(self):
-        """This node and every node below it, in document order."""
-        yield self
-        for child in self.children:
-            yield from child.walk()
+        """This node and every node below it, in document order (no recursion: any depth)."""
+        stack = [self]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(node.children))
 
     def ancestors(self):
         node = self.parent
@@ -120,6 +131,9 @@ class _TreeBuilder(HTMLParser):
         self.stack[-1].children.append(node)
         if tag not in VOID:
             self.stack.append(node)
+            if len(self.stack) > MAX_DEPTH:
+                raise TooDeepError(f"elements nest more than {MAX_DEPTH} deep (at <{tag}>, line {self.getpos()[0]}); "
+                                   "flatten the page")
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.handle_starttag(tag, attrs)
