@@ -58,11 +58,16 @@ def run_main(capsys, *argv) -> tuple[int, str, str]:
 def test_cli_writes_layout_and_matches_bench_scorer(tiny_model_dir, mini_bench, tmp_path):
     """K=2 real run; its score equals `python -m olmocr_rl.bench.score` on the same folder."""
     outputs = tmp_path / "out"
-    # A leftover third repeat from an earlier run must not be scored with this run's two.
+    # A leftover third repeat from an earlier run must not be scored with this run's two: the folder is refused
+    # (before the model loads), and --overwrite deletes it.
     (outputs / "synth").mkdir(parents=True)
     (outputs / "synth" / "doc0042_page3_pg1_repeat3.md").write_text("milk bread eggs apples")
-    run = run_cli("olmocr_rl.evaluate", "--model", tiny_model_dir, "--bench", mini_bench, "--outputs", outputs,
-                  "--num_samples", "2", "--max_new_tokens", "8", "--batch_size", "2", "--json")
+    argv = ["olmocr_rl.evaluate", "--model", tiny_model_dir, "--bench", mini_bench, "--outputs", outputs,
+            "--num_samples", "2", "--max_new_tokens", "8", "--batch_size", "2", "--json"]
+    refused = run_cli(*argv)
+    _one_line_error(refused.returncode, refused.stdout, refused.stderr, "holds evaluation files without a run.json",
+                    "--overwrite")
+    run = run_cli(*argv, "--overwrite")
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
 
@@ -79,6 +84,8 @@ def test_cli_writes_layout_and_matches_bench_scorer(tiny_model_dir, mini_bench, 
     assert summary["versions"]["torch"] and summary["versions"]["transformers"] and summary["pages_per_s"] > 0
     assert json.loads((outputs / "scores.json").read_text())["tests"] == result["tests"]
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert sorted(p.name for p in outputs.iterdir() if p.is_file()) == [
+        "counting_pg1_repeat1.md", "counting_pg1_repeat2.md", "evaluation.json", "pages.jsonl", "run.json", "scores.json"]
 
     assert result["pages"] == ["counting.pdf:1", "synth/doc0042_page3.pdf:1"]
     assert result["sampling"]["num_samples"] == 2 and result["sampling"]["do_sample"] is True

@@ -98,9 +98,10 @@ def test_scoring_rule_is_named_and_olmocr_bench_drops_the_near_empty_guard(tmp_p
     assert "scoring olmocr-rl (this project's" in report
     with pytest.raises(EvaluateError, match="--scoring 'olmocr' is not a scoring rule; choose one of olmocr-rl"):
         score_outputs(bench, outputs, scoring="olmocr")
-    # The CLI refuses an unknown rule with one error line, before any model is loaded.
+    # The CLI refuses an unknown rule with one error line naming the choices, before any model is loaded.
     assert main(["--model", str(tmp_path / "no-model"), "--bench", str(bench), "--scoring", "olmocr"]) == 2
-    assert capsys.readouterr().err.strip().startswith("python -m olmocr_rl.evaluate: error: --scoring 'olmocr'")
+    assert capsys.readouterr().err.strip() == ("python -m olmocr_rl.evaluate: error: argument --scoring: invalid choice: "
+                                               "'olmocr' (choose from 'olmocr-rl', 'olmocr-bench')")
 
 
 # ------------------------------------------------------------------------------- generation

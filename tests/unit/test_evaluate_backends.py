@@ -21,7 +21,7 @@ from openai_standin import pixels, standin_server
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "bench_data_sample"
 FRONT = "---\nprimary_language: en\nis_rotation_valid: {valid}\nrotation_correction: {turn}\nis_table: False\nis_diagram: False\n---\n"
-PIPELINE_PAGES = r"^(counting\.pdf:1|simple_lines|table|paragraphs|two_columns)"
+PIPELINE_PAGES = r"^(counting\.pdf:1|simple_lines|table|paragraphs|two_columns|equations)"
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,9 @@ def test_a_page_that_times_out_and_answers_at_the_cap_are_counted_not_fatal(page
 def test_pipeline_follows_olmocr_through_every_branch(pages, tmp_path):
     """counting.pdf:1 answers bad front matter once, simple_lines stops at the length cap once, table says its
     rotation is invalid (90) and is then read re-rendered turned by 90, two_columns always says 90 (kept after 8
-    attempts with an invalid rotation), paragraphs never answers usably (text-layer fallback)."""
+    attempts with an invalid rotation), paragraphs never answers usably (text-layer fallback, empty for the
+    model-only score), equations answers usably but turned on its first attempt and never usably after (text-layer
+    fallback; the model-only score reads that first answer)."""
     attempts: dict = defaultdict(list)
 
     def answer(seen):
@@ -117,6 +119,8 @@ def test_pipeline_follows_olmocr_through_every_branch(pages, tmp_path):
             return {"content": FRONT.format(valid=False, turn=90) + "sideways" if turn == 0 else good}
         if key == "two_columns.pdf:1":
             return {"content": FRONT.format(valid=False, turn=90) + f"turned {turn}"}
+        if key == "equations.pdf:1" and n == 1:
+            return {"content": FRONT.format(valid=False, turn=180) + reference}
         return {"content": "---\nnot: yaml: at all\n---\ngarbage"}
 
     with standin_server(answer) as (url, state):
@@ -126,33 +130,40 @@ def test_pipeline_follows_olmocr_through_every_branch(pages, tmp_path):
     counts = result["pipeline"]
     print("pipeline branch counts:", json.dumps(counts))
     assert counts["finished_on_attempt"] == {"1": 0, "2": 3, "3": 0, "4": 0, "5": 0, "6": 0, "7": 0, "8": 1}
-    assert counts["retry_causes"] == {"front matter": 1 + 8, "length": 1, "rotation": 1 + 8}
-    assert (counts["rotated"], counts["kept_invalid_rotation"], counts["fallbacks"]) == (2, 1, 1)
+    assert counts["retry_causes"] == {"front matter": 1 + 8 + 7, "length": 1, "rotation": 1 + 8 + 1}
+    assert (counts["rotated"], counts["kept_invalid_rotation"], counts["fallbacks"]) == (2, 1, 2)
+    assert counts["fallbacks_scored_as_the_models_last_usable_answer"] == 1
+    assert result["transcription_sources"] == {"answer": 3, "kept-invalid-rotation": 1, "fallback": 2, "error": 0}
+    assert result["model_only_sources"] == {"answer": 4, "last_usable_answer": 1, "empty": 1, "failed": 0}
     assert result["generated_tokens"] > 0 and result["sampling"]["max_new_tokens"] == 8000
     # olmOCR's temperature per attempt, and the rotation each attempt's image had (cumulative)
     assert [t for t, _ in attempts["paragraphs.pdf:1"]] == list(TEMPERATURE_BY_ATTEMPT)
     assert [r for _, r in attempts["table.pdf:1"]] == [0, 90]
     assert [r for _, r in attempts["two_columns.pdf:1"]] == [0, 90, 180, 270, 0, 90, 180, 270]
+    assert [r for _, r in attempts["equations.pdf:1"]] == [0] + [180] * 7
     out = tmp_path / "out"
-    assert (out / "paragraphs_pg1_repeat1.md").read_text() == text_layer(pages["paragraphs.pdf:1"][2], 1) != ""
+    for key in ("paragraphs", "equations"):  # the pipeline scores the text layer
+        assert (out / f"{key}_pg1_repeat1.md").read_text() == text_layer(pages[f"{key}.pdf:1"][2], 1) != ""
+    assert (out / "model_only" / "paragraphs_pg1_repeat1.md").read_text() == ""  # no usable answer: empty
+    equations = pages["equations.pdf:1"][0].split("\n---\n", 1)[1].strip()
+    assert (out / "model_only" / "equations_pg1_repeat1.md").read_text() == equations  # its usable first answer
     assert (out / "two_columns_pg1_repeat1.md").read_text() == "turned 270"  # the last answer, front matter removed
+    assert (out / "model_only" / "two_columns_pg1_repeat1.md").read_text() == "turned 270"
     assert (out / "table_pg1_repeat1.md").read_text() == pages["table.pdf:1"][0].split("\n---\n", 1)[1].strip()
-    assert "pipeline: 5 transcription(s); finished on attempt 2: 3, 8: 1; retries by cause: front matter 9, " \
-           "length 1, rotation 9; rotated 2, kept with an invalid rotation 1, text-layer fallbacks 1" \
-        in format_result(result)
-
-
-def test_nothing_is_written_when_the_run_stops_midway(tmp_path):
-    class Broken:
-        name = "server"
-
-        def generate(self, requests, done=None):
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        evaluate("standin", SAMPLE, outputs=tmp_path / "out", pages="counting",
-                 flags=BackendFlags(backend="server", server_url="http://unused"), backend=Broken())
-    assert list(tmp_path.iterdir()) == []
+    # both scores, each from the bench scorer on its folder, each page's verdicts in its record
+    model_only = json.loads((out / "scores_model_only.json").read_text())
+    assert model_only["overall_pass_rate"] == result["model_only"]["overall_pass_rate"] != result["overall_pass_rate"]
+    assert not result["model_only"]["same_as_scored"]
+    records = {r["page"]: r for r in map(json.loads, (out / "pages.jsonl").read_text().splitlines())}
+    assert [r["outcome"] for r in records["equations.pdf:1"]["repeats"]] == ["fallback"]
+    assert records["equations.pdf:1"]["repeats"][0]["model_attempt"] == 1
+    assert {t: [v["repeat_passes"] > 0] for t, v in model_only["tests"].items() if v["page"] == "paragraphs.pdf:1"} \
+        == records["paragraphs.pdf:1"]["model_only_verdicts"]
+    report = format_result(result)
+    assert "pipeline: 6 transcription(s); finished on attempt 2: 3, 8: 1; retries by cause: front matter 16, " \
+           "length 1, rotation 10; rotated 2, kept with an invalid rotation 1, text-layer fallbacks 2" in report
+    assert "overall pass rate of the model alone: " in report and "read as its last usable answer (1) or empty (1)" \
+        in report
 
 
 def _closed_port() -> int:

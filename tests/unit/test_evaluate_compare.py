@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from olmocr_rl.evaluate import main
-from olmocr_rl.evaluation.compare import compare, headline
+from olmocr_rl.evaluation.compare import compare
+from olmocr_rl.evaluation.leaderboard import plus_minus as headline
 
 
 def write_eval(folder: Path, passes: dict[str, tuple[int, int]], *, scoring="olmocr-rl", model="m") -> Path:
