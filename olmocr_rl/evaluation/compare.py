@@ -132,7 +132,7 @@ def compare(folders: Sequence[str], *, png: str | None = None, resamples: int = 
 
 
 def _table(rows: dict) -> list[str]:
-    width = max(len(name.split(":", 1)[-1]) for name in rows) + 2
+    width = max(len(name.split(":", 1)[1]) for name in rows if ":" in name) + 2
     lines = []
     for section, prefix in (("JSONL", "jsonl:"), ("type", "type:")):
         lines.append(f"{section:<{width}} {'A':>7} {'B':>7} {'B - A':>7}   95% interval of B - A")

@@ -40,8 +40,9 @@ VERSIONED = ("olmocr_rl", "torch", "transformers", "trl", "vllm", "pypdfium2")
 #: How a difference in run.json's identity is named: key -> the flag (or what) that made it.
 IDENTITY_FLAGS = {
     "model": "--model", "model_files": "the model folder's files (retrained or replaced since?)",
+    "pages": "the page selection (--pages / --exclude_pages / --jsonl_filter)",
     "test_set": "the tests of the selected pages (another --bench, --jsonl_filter, or edited JSONL files)",
-    "pages": "the page selection (--pages / --exclude_pages / --jsonl_filter)", "protocol": "--protocol",
+    "protocol": "--protocol",
     "backend": "--backend", "server_model": "--server_model", "num_samples": "--num_samples",
     "temperature": "--temperature", "max_new_tokens": "--max_new_tokens", "max_attempts": "--max_attempts",
     "seed": "--seed", "batch_size": "--batch_size", "scoring": "--scoring",

@@ -47,15 +47,20 @@ class Stopped(BaseException):
 @contextlib.contextmanager
 def stop_signals() -> Iterator[None]:
     """SIGTERM and SIGINT raise :class:`Stopped` (once; a second signal exits at once with 128 + its number) until
-    the block ends. Outside the main thread, a no-op."""
+    the block ends; in a process forked meanwhile they do what they do by default. Outside the main thread, a
+    no-op."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    raised = []
+    raised, owner = [], os.getpid()
 
     def handler(signum, frame):
+        if os.getpid() != owner:  # a forked child (an engine's process) that kept this handler: the default
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         if raised:  # already stopping (closing the engine): the user insists
             os._exit(128 + signum)
         raised.append(signum)
@@ -130,22 +135,27 @@ def _marked(mark: bytes) -> set[int]:
     return found
 
 
-def watch(parent: int, mark: str, stream) -> list[int]:
-    """The watcher's loop: note ``parent``'s new descendants every :data:`POLL_S` until ``stream`` ends (the parent
-    closed it or died), then stop every noted process still alive, its descendants and every process carrying
-    ``mark``: SIGTERM, then SIGKILL after :data:`GRACE_S`. Returns the pids it signalled."""
+def watch(parent: int, mark: str, stream, known: set[tuple[int, str]] | None = None) -> list[int]:
+    """The watcher's loop: note ``parent``'s new descendants every :data:`POLL_S` until ``stream`` has something
+    to read (the parent's word, or the end of the pipe) or the parent is gone, then stop every noted process still
+    alive, its descendants and every process carrying ``mark``: SIGTERM, then SIGKILL after :data:`GRACE_S`.
+    ``known``: ``(pid, start time)`` of the parent's descendants from before it started the watcher (not its to
+    stop). Returns the pids it signalled."""
     me = os.getpid()
     before = _process_table()
-    known = {(pid, before[pid][1]) for pid in _descendants({parent}, before)}  # already there: not ours
+    known = known or set()
+    born = before.get(parent, (0, None))[1]
     noted: dict[int, str] = {}
     while True:
         ready, _, _ = select.select([stream], [], [], POLL_S)
         table = _process_table()
+        if table.get(parent, (0, None))[1] != born:
+            break  # the parent is gone (a forked child may still hold the pipe open: no end of file then)
         for pid in _descendants({parent}, table) - {me}:
             if (pid, table[pid][1]) not in known:
                 noted[pid] = table[pid][1]
-        if ready and not os.read(stream.fileno(), 4096):
-            break
+        if ready:
+            break  # the parent's word (or the pipe's end): it is done
     mark_bytes = mark.encode()
 
     def targets() -> set[int]:
@@ -175,9 +185,11 @@ class ChildGuard:
     def __enter__(self) -> ChildGuard:
         if not Path("/proc/self/stat").is_file():
             return self
+        table = _process_table()
+        known = ",".join(f"{pid}:{table[pid][1]}" for pid in _descendants({os.getpid()}, table))
         os.environ[MARK] = f"{os.getpid()}.{time.time_ns()}"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "olmocr_rl.evaluation.lifetime", str(os.getpid()), os.environ[MARK]],
+            [sys.executable, "-m", "olmocr_rl.evaluation.lifetime", str(os.getpid()), os.environ[MARK], known],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         return self
 
@@ -189,7 +201,9 @@ class ChildGuard:
         if self.process is None:
             return
         os.environ.pop(MARK, None)
-        self.process.stdin.close()
+        with contextlib.suppress(OSError):
+            self.process.stdin.write(b"done\n")
+            self.process.stdin.close()
         try:
             self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -198,4 +212,5 @@ class ChildGuard:
 
 
 if __name__ == "__main__":
-    watch(int(sys.argv[1]), f"{MARK}={sys.argv[2]}", sys.stdin)
+    watch(int(sys.argv[1]), f"{MARK}={sys.argv[2]}", sys.stdin,
+          {(int(pid), start) for pid, start in (item.split(":") for item in sys.argv[3].split(",") if item)})

@@ -97,7 +97,7 @@ def test_a_page_that_times_out_and_answers_at_the_cap_are_counted_not_fatal(page
     assert (tmp_path / "out" / "table_pg1_repeat1.md").is_file()  # a length stop is still written (single)
 
 
-def test_pipeline_follows_olmocr_through_every_branch(pages, tmp_path):
+def test_pipeline_follows_olmocr_through_every_branch(pages, tmp_path, capsys):
     """counting.pdf:1 answers bad front matter once, simple_lines stops at the length cap once, table says its
     rotation is invalid (90) and is then read re-rendered turned by 90, two_columns always says 90 (kept after 8
     attempts with an invalid rotation), paragraphs never answers usably (text-layer fallback, empty for the
@@ -164,6 +164,12 @@ def test_pipeline_follows_olmocr_through_every_branch(pages, tmp_path):
            "length 1, rotation 10; rotated 2, kept with an invalid rotation 1, text-layer fallbacks 2" in report
     assert "overall pass rate of the model alone: " in report and "read as its last usable answer (1) or empty (1)" \
         in report
+    # progress from the first round on (attempts answered, a rate in attempts/s), one line per round in a log
+    err = capsys.readouterr().err.splitlines()
+    rounds = [line for line in err if "  round " in line]
+    assert len(rounds) == 8 and rounds[0].endswith("round 1: 6 attempt(s), 0 transcription(s) finished")
+    assert "0/6 pages, round 1 (1 of up to 8 attempts), 6 attempt(s) answered, " in rounds[0]
+    assert err.index(rounds[0]) < min(i for i, line in enumerate(err) if "counting.pdf:1: answer after 2" in line)
 
 
 def _closed_port() -> int:
@@ -231,3 +237,108 @@ def test_server_answers_come_back_in_request_order_with_their_seeds():
                     for i in range(5)]
         out = server.generate(requests)
     assert [c[0].text for c in out] == [f"x{i}" for i in range(5)] and sorted(seen) == [0, 1, 2, 3, 4]
+
+
+NEWCOMER_PAGES = r"^(counting\.pdf:1|table|two_columns)"
+
+
+def test_the_newcomers_case_a_fallback_is_not_credited_to_the_model(pages, tmp_path, capsys):
+    """A (before training) answers with its front matter; B (a training run broke the front matter) answers the
+    references' text without it, so olmOCR's pipeline reads every B page from the PDF's text layer: --compare shows
+    the pipeline's gain and the model-only score side by side, and says why they differ."""
+    def before(seen):
+        key, _ = identify(pages, seen.image)
+        return {"content": FRONT.format(valid=True, turn=0) + "Page one"}
+
+    def broken(seen):
+        key, _ = identify(pages, seen.image)
+        return {"content": pages[key][0].split("\n---\n", 1)[1]}
+
+    for name, answer in (("A", before), ("B", broken)):
+        with standin_server(answer) as (url, state):
+            assert main(["--model", "standin", "--bench", str(SAMPLE), "--outputs", str(tmp_path / name), "--pages",
+                         NEWCOMER_PAGES, "--backend", "server", "--server_url", url, "--protocol",
+                         "olmocr-pipeline"]) == 0
+    capsys.readouterr()
+    assert main(["--compare", str(tmp_path / "A"), str(tmp_path / "B"), "--bootstrap", "200"]) == 0
+    out = capsys.readouterr().out
+    print(out)
+    assert "A: --protocol olmocr-pipeline; text-layer fallbacks 0, failed requests 0 of 3, pages without output 0" in out
+    assert "B: --protocol olmocr-pipeline; text-layer fallbacks 3, failed requests 0 of 24, pages without output 0" in out
+    assert "note: the sides differ in text-layer fallbacks (A 0, B 3): the scores as written read those pages from " \
+           "the PDF's own text layer, not from the model; compare the models by the model-only score" in out
+    assert out.index("== model only") < out.index("== as written")
+    result = json.loads((tmp_path / "B" / "compare.json").read_text())
+    pipeline, model_only = result["rows"]["overall"], result["model_only"]["rows"]["overall"]
+    assert pipeline["diff"] > 0 and pipeline["diff_ci"][0] > 0  # the text layer's "gain"
+    assert model_only["diff"] <= 0 and model_only["b"] < pipeline["b"]  # B's own answers: empty
+    assert result["sides"][1] == {"protocol": "olmocr-pipeline", "model": "standin", "fallbacks": 3,
+                                  "failed_requests": 0, "requests": 24, "missing_outputs": 0,
+                                  "model_only_recorded": True}
+
+
+def test_an_evaluation_whose_every_request_failed_exits_1_and_compare_names_its_failures(pages, tmp_path, capsys):
+    with standin_server(lambda seen: {"content": FRONT.format(valid=True, turn=0) + "Page one"}) as (url, state):
+        assert main(["--model", "standin", "--bench", str(SAMPLE), "--outputs", str(tmp_path / "A"), "--pages",
+                     NEWCOMER_PAGES, "--backend", "server", "--server_url", url]) == 0
+    with standin_server(lambda seen: {"status": 500}) as (url, state):
+        code = main(["--model", "standin", "--bench", str(SAMPLE), "--outputs", str(tmp_path / "B"), "--pages",
+                     NEWCOMER_PAGES, "--backend", "server", "--server_url", url, "--server_retries", "0"])
+    err = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith("python -m olmocr_rl.evaluate: error: every request failed (3 of 3; the first: ")
+    assert "HTTP 500 after 1 try" in err[0] and "run the same command again, which retries the failed pages" in err[0]
+    assert main(["--compare", str(tmp_path / "A"), str(tmp_path / "B"), "--bootstrap", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "B: --protocol single; text-layer fallbacks 0, failed requests 3 of 3, pages without output 3" in out
+    assert "note: the sides differ in failed requests (A 0, B 3)" in out
+    assert "note: the sides differ in pages without an output (A 0, B 3)" in out
+
+
+def test_vllm_request_fields_go_only_to_a_vllm_server(pages, tmp_path, capsys):
+    """A strict OpenAI-compatible server (400 for a field outside the chat API) that is not vLLM: the fields are
+    left out, with one note; forced on, every request fails."""
+    openai_fields = {"model", "messages", "max_tokens", "temperature", "top_p", "n", "seed"}
+
+    def strict(seen):
+        return {"status": 400} if set(seen.body) - openai_fields else {"content": "Page one"}
+
+    with standin_server(strict, owner="openai") as (url, state):
+        base = ["--model", "standin", "--bench", str(SAMPLE), "--pages", NEWCOMER_PAGES, "--backend", "server",
+                "--server_url", url, "--server_retries", "0"]
+        assert main([*base, "--outputs", str(tmp_path / "auto")]) == 0
+        captured = capsys.readouterr()
+        assert "overall pass rate" in captured.out
+        notes = [line for line in captured.err.splitlines() if "note:" in line]
+        assert len(notes) == 1 and "is taken as not vLLM (GET /v1/models says owned_by 'openai', not vllm)" in notes[0]
+        assert set(state.seen[0].body) == openai_fields
+        assert main([*base, "--outputs", str(tmp_path / "on"), "--server_vllm_fields", "on"]) == 1
+        assert "every request failed (3 of 3" in capsys.readouterr().err
+
+
+def test_pipeline_progress_rate_and_time_left_come_from_attempts():
+    """Nothing finished yet (every page failing its attempts): the work left is one more attempt per unfinished
+    transcription, not zero; once some finished, each unfinished one is expected to take as many as they did."""
+    import io
+
+    from olmocr_rl.evaluation.progress import Progress
+
+    stream = io.StringIO()
+    progress = Progress(3, repeats=1, max_attempts=8, stream=stream)
+    progress.started -= 10.0  # 10 s in
+    progress.start_round({(0, 1): 2, (1, 1): 2, (2, 1): 2})
+    for key in ((0, 1), (1, 1), (2, 1)):
+        progress.attempt_done(key, finished=False)
+    assert progress.rate() == pytest.approx(0.3, rel=0.01) and progress.work_left() == 3
+    progress.round_done(3, 0)
+    assert stream.getvalue().splitlines() == [
+        "[evaluate] |........................| 0/3 pages, round 3 (3 of up to 8 attempts), 3 attempt(s) answered, "
+        "0.30 attempts/s, ~10s left  round 3: 3 attempt(s), 0 transcription(s) finished"]
+    progress.start_round({(0, 1): 3, (1, 1): 3, (2, 1): 3})
+    progress.attempt_done((0, 1), finished=True)  # finished on its 4th attempt
+    progress.page_done("p0")
+    assert progress.work_left() == 2  # the other two: 4 expected, 3 had, at least 1 more each
+    single = Progress(4, resumed=1)
+    single.started -= 2.0
+    single.page_done()
+    assert single.work_left() == 2 and single.rate() == pytest.approx(0.5, rel=0.01)

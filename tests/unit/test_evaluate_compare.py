@@ -90,3 +90,46 @@ def test_cli_prints_the_table_and_refuses_different_test_sets(tmp_path, capsys):
 @pytest.mark.parametrize("value, ci, text", [(0.267, (0.2, 0.3), "26.7 ± 5.0")])
 def test_headline_is_mean_plus_minus_half_the_interval(value, ci, text):
     assert headline(value, ci) == text
+
+
+def test_a_malformed_or_unfinished_evaluation_is_one_line(tmp_path, capsys):
+    a = write_eval(tmp_path / "a", outcomes(0.3, 4))
+    cases = {"list": ("scores.json", "[]", "malformed (expected an object with 'scoring' and a 'tests' object"),
+             "tests": ("scores.json", '{"scoring": "olmocr-rl", "tests": [1]}', "malformed (expected an object"),
+             "field": ("scores.json", json.dumps({"scoring": "olmocr-rl", "tests": {"t": {"group": "a.jsonl"}}}),
+                       "malformed: test 't' has no str 'type'"),
+             "json": ("scores.json", "{not json", "unreadable (Expecting property name"),
+             "summary": ("evaluation.json", "[1, 2]", "evaluation.json: malformed (expected an object)")}
+    for name, (file, text, expected) in cases.items():
+        b = write_eval(tmp_path / name, outcomes(0.3, 4))
+        (b / file).write_text(text)
+        assert main(["--compare", str(a), str(b)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and expected in err[0], (name, err)
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    (unfinished / "run.json").write_text("{}")
+    assert main(["--compare", str(a), str(unfinished)]) == 2
+    assert "an evaluation that has not finished (run.json but no evaluation.json); run its command again" in \
+        capsys.readouterr().err
+
+
+def test_leaderboard_rows_leave_out_headers_and_footers_and_name_the_columns():
+    from olmocr_rl.evaluation.leaderboard import leaderboard
+
+    tests = {}
+    for page in range(8):
+        group = "headers_footers.jsonl" if page < 4 else "table_tests.jsonl"
+        for t in range(3):
+            tests[f"p{page}_t{t}"] = {"group": group, "type": "absent" if page < 4 else "table", "passed": page < 4,
+                                      "repeats": 1, "repeat_passes": int(page < 4), "page": f"p{page}.pdf:1"}
+    scores = {"tests": tests, "per_jsonl": {"headers_footers.jsonl": {"passed": 12, "total": 12},
+                                            "table_tests.jsonl": {"passed": 0, "total": 12}}, "per_type": {}}
+    board = leaderboard(scores, resamples=200)
+    assert board["overall"]["pass_rate"] == 0.5 and board["overall_without_headers_footers"]["pass_rate"] == 0.0
+    assert board["overall_without_headers_footers"]["headers_footers_tests"] == 12
+    assert board["overall"]["ci"][0] <= 0.5 <= board["overall"]["ci"][1]
+    assert board["per_jsonl"]["table_tests.jsonl"]["column"] == "Tables"
+    assert board["per_jsonl"]["headers_footers.jsonl"] == {"pass_rate": 1.0, "ci": [1.0, 1.0], "passed": 12,
+                                                           "total": 12, "column": "Headers & Footers"}
+    assert board["per_type"]["table"]["pass_rate"] == 0.0
