@@ -35,8 +35,11 @@ def _figure(panels: int, width: float):
 
 
 def _label(name: str) -> str:
-    short = name.split(":", 1)[-1]
-    return COLUMNS.get(short, short).replace("overall_without_headers_footers", "overall w/o H&F")
+    """A row's label: a JSONL by its leaderboard column name, a type by its name."""
+    if name == "overall_without_headers_footers":
+        return "overall w/o H&F"
+    kind, _, short = name.partition(":")
+    return COLUMNS.get(short, short) if kind == "jsonl" else (short or kind)
 
 
 def compare_png(path: Path, labels: Sequence[str], rows: dict, title: str) -> None:

@@ -50,7 +50,7 @@ def weight_bytes(model: str, config, dtype_bytes: int) -> int:
     """The engine's copy of the weights: the folder's safetensors at the engine's dtype (0 where not local)."""
     folder = Path(model).expanduser()
     stored = sum(p.stat().st_size for p in folder.glob("*.safetensors")) if folder.is_dir() else 0
-    stored_dtype = str(getattr(config, "torch_dtype", None) or getattr(config, "dtype", None) or "bfloat16")
+    stored_dtype = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "bfloat16")
     return stored * dtype_bytes // DTYPE_BYTES.get(stored_dtype.replace("torch.", ""), 2)
 
 

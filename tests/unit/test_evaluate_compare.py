@@ -133,3 +133,36 @@ def test_leaderboard_rows_leave_out_headers_and_footers_and_name_the_columns():
     assert board["per_jsonl"]["headers_footers.jsonl"] == {"pass_rate": 1.0, "ci": [1.0, 1.0], "passed": 12,
                                                            "total": 12, "column": "Headers & Footers"}
     assert board["per_type"]["table"]["pass_rate"] == 0.0
+
+
+@pytest.mark.slow  # three charts of matplotlib
+def test_report_plots_evaluations_before_and_after_per_type_with_intervals(tmp_path, capsys):
+    from olmocr_rl.evaluation.leaderboard import leaderboard
+    from olmocr_rl.report import main as report_main
+
+    a = write_eval(tmp_path / "a", outcomes(0.3, 4), model="before")
+    b = write_eval(tmp_path / "b", outcomes(0.7, 5), model="after")
+    assert report_main([str(a), str(b), "--out", str(tmp_path / "pair")]) == 0
+    md = (tmp_path / "pair" / "report.md").read_text()
+    assert "== model only (= as written: neither side used olmOCR's pipeline)" in md and "![before and after" in md
+    assert (tmp_path / "pair" / "per_type.png").stat().st_size > 10_000
+    assert main(["--compare", str(a), str(b), "--bootstrap", "100"]) == 0
+    capsys.readouterr()
+    assert report_main([str(b / "compare.json"), "--out", str(tmp_path / "from_json")]) == 0
+    assert (tmp_path / "from_json" / "per_type.png").is_file()
+    # one evaluation: its leaderboard rows (model only, and the pipeline's when it ran olmOCR's pipeline)
+    scores = json.loads((b / "scores.json").read_text())
+    scores.update(per_jsonl={"a.jsonl": {"passed": 1, "total": 2}, "b.jsonl": {"passed": 1, "total": 2}}, per_type={})
+    board = leaderboard(scores, 100)
+    summary = json.loads((b / "evaluation.json").read_text())
+    summary.update(leaderboard=board, model_only={"leaderboard": board}, protocol="olmocr-pipeline")
+    (b / "evaluation.json").write_text(json.dumps(summary))
+    assert report_main([str(b), "--out", str(tmp_path / "one")]) == 0
+    md = (tmp_path / "one" / "report.md").read_text()
+    assert "| row | model only | pipeline |" in md and "| overall w/o H&F |" in md
+    # what it cannot read: one line each
+    for argv, expected in (([str(a)], "evaluation.json has no leaderboard rows (written by an earlier version)"),
+                           ([str(a), str(tmp_path)], "give training runs or evaluations")):
+        with pytest.raises(SystemExit) as exit_:
+            report_main([*argv, "--out", str(tmp_path / "x")])
+        assert exit_.value.code == 2 and expected in capsys.readouterr().err

@@ -190,3 +190,47 @@ def test_flags_come_from_a_config_yaml_as_the_trainers_do(tmp_path, capsys):
     helped = capsys.readouterr().out
     assert "--config CONFIG" in helped and "--backend vllm: vLLM's offline engine" in helped
     assert "(default: 8)" in helped  # --server_concurrency's default, shown as the trainer's are
+
+
+class Batches:
+    """An hf-like backend that answers each page with its batch's seed and position, and stops (as Ctrl-C) once
+    ``stop_after`` pages have been answered."""
+
+    name = "hf"
+
+    def __init__(self, stop_after=None):
+        self.stop_after, self.batches = stop_after, []
+
+    def generate(self, requests, done=None):
+        from olmocr_rl.evaluation.common import Completion
+
+        self.batches.append([r.key for r in requests])
+        out = []
+        for i, request in enumerate(requests):
+            if self.stop_after == 0:
+                raise KeyboardInterrupt
+            self.stop_after = None if self.stop_after is None else self.stop_after - 1
+            out.append([Completion(f"{request.key} from the batch of {requests[0].key}", 3, "stop")])
+            done(i, out[-1])
+        return out
+
+    def close(self):
+        pass
+
+
+def test_an_hf_batch_stopped_halfway_is_run_whole_again(tmp_path, tiny_model_dir):
+    """hf seeds a batch from its first page and pads it: a batch half done when the run stopped is transcribed
+    whole again (the same batch, the same texts), and only its missing page is written."""
+    def run_hf(out, backend):
+        return evaluate(str(tiny_model_dir), SAMPLE, outputs=out, pages=PAGES, batch_size=2, backend=backend)
+
+    whole = run_hf(tmp_path / "whole", Batches())
+    first = Batches(stop_after=3)  # the second batch (paragraphs, simple_lines) stopped after its first page
+    with pytest.raises(KeyboardInterrupt):
+        run_hf(tmp_path / "out", first)
+    assert first.batches == [["counting.pdf:1", "counting.pdf:2"], ["paragraphs.pdf:1", "simple_lines.pdf:1"]]
+    second = Batches()
+    resumed = run_hf(tmp_path / "out", second)
+    assert second.batches == [["paragraphs.pdf:1", "simple_lines.pdf:1"], ["table.pdf:1"]]
+    assert resumed["resumed_pages"] == 3 and files(tmp_path / "out") == files(tmp_path / "whole")
+    assert resumed["tests"] == whole["tests"]
