@@ -4,8 +4,8 @@
 The rate and time left come from the work done in this session: pages under ``--protocol single`` (every page is
 one request of K sequences); attempts under ``--protocol olmocr-pipeline``, where a page may take up to
 ``max_attempts`` of them and pages finish in any round. There the work left is each unfinished transcription's
-expected attempts: as many as the finished ones took on average (at least one more than it has had), or one more
-each while none has finished.
+expected attempts: as many as the finished ones took on average (at least one more than it has had); while none
+has finished, one more than the most any has had.
 """
 
 from __future__ import annotations
@@ -54,11 +54,14 @@ class Progress:
         """Pages left (single), or the expected attempts left (pipeline: see the module docstring)."""
         if not self.pipeline:
             return self.total - self.done
-        mean = self.finished_attempts / self.finished_repeats if self.finished_repeats else None
+        if self.finished_repeats:
+            mean = self.finished_attempts / self.finished_repeats
+        else:  # none finished yet: each is expected to need at least one attempt more than any has had
+            mean = 1.0 + max(self.pending.values(), default=0)
         started = len({page for page, _ in self.pending})
         unstarted = (self.total - self.done - started) * self.repeats
-        left = sum(max(1.0, (mean or 0) - had) for had in self.pending.values())
-        return left + unstarted * (mean or 1.0)
+        left = sum(max(1.0, mean - had) for had in self.pending.values())
+        return left + unstarted * mean
 
     def line(self, note: str = "") -> str:
         filled = int(self.width * self.done / self.total) if self.total else self.width

@@ -317,8 +317,9 @@ def test_vllm_request_fields_go_only_to_a_vllm_server(pages, tmp_path, capsys):
 
 
 def test_pipeline_progress_rate_and_time_left_come_from_attempts():
-    """Nothing finished yet (every page failing its attempts): the work left is one more attempt per unfinished
-    transcription, not zero; once some finished, each unfinished one is expected to take as many as they did."""
+    """Nothing finished yet (every page failing its attempts): the work left is one more attempt than the most any
+    has had, per transcription, not zero; once some finished, each unfinished one is expected to take as many as
+    they did (at least one more)."""
     import io
 
     from olmocr_rl.evaluation.progress import Progress
@@ -334,6 +335,9 @@ def test_pipeline_progress_rate_and_time_left_come_from_attempts():
     assert stream.getvalue().splitlines() == [
         "[evaluate] |........................| 0/3 pages, round 3 (3 of up to 8 attempts), 3 attempt(s) answered, "
         "0.30 attempts/s, ~10s left  round 3: 3 attempt(s), 0 transcription(s) finished"]
+    waiting = Progress(5, max_attempts=8)  # one page on its 4th round, four not started: 4 attempts each expected
+    waiting.start_round({(0, 1): 3})
+    assert waiting.work_left() == 1 + 4 * 4
     progress.start_round({(0, 1): 3, (1, 1): 3, (2, 1): 3})
     progress.attempt_done((0, 1), finished=True)  # finished on its 4th attempt
     progress.page_done("p0")
