@@ -170,10 +170,11 @@ def _yaml_value(action: argparse.Action, value: Any, config_class: type | None =
         value = action.type(value)
     if action.choices and value is not None and value not in action.choices:
         raise argparse.ArgumentTypeError(f"choose one of {', '.join(map(str, action.choices))}")
-    if isinstance(action.nargs, int) and isinstance(value, list) and len(value) != action.nargs:
-        raise argparse.ArgumentTypeError(f"expected a list of {action.nargs} values, got {value!r}")
     if _takes_list(action, config_class) and isinstance(value, str):
         value = [value]
+    wrong_count = not isinstance(value, list) or len(value) != action.nargs
+    if isinstance(action.nargs, int) and value is not None and wrong_count:
+        raise argparse.ArgumentTypeError(f"expected a list of {action.nargs} values, got {value!r}")
     return value
 
 

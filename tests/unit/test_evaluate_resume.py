@@ -182,10 +182,12 @@ def test_flags_come_from_a_config_yaml_as_the_trainers_do(tmp_path, capsys):
         result = json.loads(capsys.readouterr().out)
     assert result["pages"] == ["counting.pdf:1", "counting.pdf:2"] and result["seed"] == 3
     assert result["leaderboard"]["resamples"] == 50
-    config.write_text("modle: x\n")
-    assert main(["--config", str(config)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("python -m olmocr_rl.evaluate: error: --config ") and "unknown key 'modle'" in err
+    for text, expected in (("modle: x\n", "unknown key 'modle'"),
+                           ("compare: only_one\n", "key 'compare': expected a list of 2 values, got ['only_one']")):
+        config.write_text(text)
+        assert main(["--config", str(config)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("python -m olmocr_rl.evaluate: error: --config ") and expected in err, err
     assert main(["--help"]) == 0
     helped = capsys.readouterr().out
     assert "--config CONFIG" in helped and "--backend vllm: vLLM's offline engine" in helped
