@@ -3,6 +3,10 @@
     python -m olmocr_rl.report out/tiny-grpo                         # -> out/tiny-grpo/report/
     python -m olmocr_rl.report out/tiny-grpo out/tiny-olmorl         # -> out/report_compare/
     python -m olmocr_rl.report out/tiny-grpo --out /tmp/report
+    python -m olmocr_rl.report outputs/eval/base__bench outputs/eval/run__bench   # evaluations: before/after per type
+
+Evaluation folders (``python -m olmocr_rl.evaluate``) and ``compare.json`` files are plotted by
+:mod:`olmocr_rl.evaluation.plots`: per JSONL file and per test type, with 95 % intervals.
 
 History source, per run: ``OUTPUT_DIR/metrics.jsonl`` (one JSON object per Trainer log event, with a
 ``step``; olmocr_rl's training CLI writes it), else the ``log_history`` of the most advanced
@@ -530,7 +534,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=f"History: OUTPUT_DIR/{METRICS_FILE}, else the newest checkpoint-*/trainer_state.json log_history.",
     )
-    parser.add_argument("run_dirs", nargs="+", metavar="OUTPUT_DIR", help="training output dir(s)")
+    parser.add_argument("run_dirs", nargs="+", metavar="OUTPUT_DIR", help="training output dir(s); or evaluation "
+                        "folders (one, or two: before and after) or a compare.json of python -m olmocr_rl.evaluate")
     parser.add_argument(
         "--out",
         metavar="DIR",
@@ -543,6 +548,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from olmocr_rl.evaluation.plots import is_evaluation, write_evaluation_report
+
+    evaluations = [is_evaluation(path) for path in args.run_dirs]
+    if any(evaluations):
+        if not all(evaluations):
+            parser.exit(2, "report: error: give training runs or evaluations (folders of python -m olmocr_rl.evaluate, "
+                           "a compare.json), not both\n")
+        out = Path(args.out) if args.out else default_out_dir([Path(p) for p in args.run_dirs])
+        try:
+            written = write_evaluation_report(args.run_dirs, out)
+        except ValueError as err:
+            parser.exit(2, f"report: error: {err}\n")
+        print(f"report: wrote {', '.join(str(p) for p in written)}")
+        return 0
     try:
         result = write_report(args.run_dirs, args.out)
     except ReportError as err:

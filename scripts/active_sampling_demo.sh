@@ -19,7 +19,7 @@ for run in "$model" "$out/off" "$out/on"; do
   name="$(basename "$run")"
   for seed in 0 1; do
     "$python" -m olmocr_rl.evaluate --model "$run" --bench bench_data_sample --num_samples 16 --temperature 1.0 \
-      --max_new_tokens 64 --seed "$seed" --outputs "$out/eval/$name" --json > "$out/eval-$name-$seed.json"
+      --max_new_tokens 64 --seed "$seed" --outputs "$out/eval/$name-$seed" --overwrite --json > "$out/eval-$name-$seed.json"
   done
 done
 "$python" scripts/active_sampling_plot.py "$out" "$model"

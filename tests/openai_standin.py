@@ -5,6 +5,7 @@ protocol through every branch without a model.
 ``answer(request)`` gets a :class:`Seen` (the JSON body, the decoded page image, the request's headers) and returns a
 dict: ``content`` and ``finish_reason`` (one choice), or ``status`` (an HTTP error), or ``sleep`` (seconds to stall
 first), or ``trickle`` (seconds between the answer's bytes: a server that never quite finishes).
+``owner`` is what ``GET /v1/models`` says serves each model (``owned_by``: ``vllm`` for a vLLM server).
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ def pixels(image: Image.Image) -> bytes:
 class StandIn:
     """The server's state: every request seen, and the most requests ever in flight at once."""
 
-    def __init__(self, answer: Callable[[Seen], dict], models: tuple[str, ...] = ("standin",)):
-        self.answer, self.models = answer, models
+    def __init__(self, answer: Callable[[Seen], dict], models: tuple[str, ...] = ("standin",), owner: str = "vllm"):
+        self.answer, self.models, self.owner = answer, models, owner
         self.seen: list[Seen] = []
         self.in_flight = self.max_in_flight = 0
         self.lock = threading.Lock()
@@ -72,7 +73,8 @@ def _handler(state: StandIn) -> type:
 
         def do_GET(self):
             if self.path == "/v1/models":
-                self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in state.models]})
+                self._send(200, {"object": "list", "data": [{"id": m, "object": "model", "owned_by": state.owner}
+                                                            for m in state.models]})
             else:
                 self._send(404, {"error": "not found"})
 
@@ -123,9 +125,10 @@ def _handler(state: StandIn) -> type:
 
 
 @contextlib.contextmanager
-def standin_server(answer: Callable[[Seen], dict], models: tuple[str, ...] = ("standin",)) -> Iterator[tuple[str, StandIn]]:
+def standin_server(answer: Callable[[Seen], dict], models: tuple[str, ...] = ("standin",),
+                   owner: str = "vllm") -> Iterator[tuple[str, StandIn]]:
     """Serve ``answer`` on a free loopback port; yields ``(base URL, state)``."""
-    state = StandIn(answer, models)
+    state = StandIn(answer, models, owner)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)

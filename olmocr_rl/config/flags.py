@@ -51,16 +51,41 @@ def _reward_type(key: str) -> Callable[[Any], float | str | None]:
 
 
 class _OneLineErrorParser(argparse.ArgumentParser):
-    """A parse error is one ``error: ...`` line (exit 2), not argparse's usage block above it."""
+    """A parse error is one ``error: ...`` line (exit 2), not argparse's usage block above it; ``error_prefix`` goes
+    before it (e.g. the command's name)."""
+
+    error_prefix = ""
 
     def error(self, message: str):
         hint = f" ({self.prog} --help lists every flag)" if "unrecognized" in message else ""
-        self.exit(2, f"error: {message}{hint}\n")
+        self.exit(2, f"{self.error_prefix}error: {message}{hint}\n")
+
+
+def declared_parser(config_class: type, *, prog: str, description: str, epilog: str | None = None,
+                    error_prefix: str = "", group_hooks: dict[str, Callable[[Any], None]] | None = None
+                    ) -> argparse.ArgumentParser:
+    """A parser with one argument per flag field of ``config_class`` (``options.flag``), in its group, defaults shown
+    in ``--help``; ``group_hooks[group]`` adds arguments of its own to a group when it is created. The parser knows
+    its declarations (``--config`` YAML values are converted by them)."""
+    parser = _OneLineErrorParser(prog=prog, description=description, epilog=epilog,
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.error_prefix = error_prefix
+    parser.declared_class = config_class
+    groups: dict[str, Any] = {}
+    for name, annotation, spec in declared(config_class):
+        if spec.group not in groups:
+            groups[spec.group] = parser.add_argument_group(spec.group)
+            if group_hooks and spec.group in group_hooks:
+                group_hooks[spec.group](groups[spec.group])
+        names, kwargs = _argument(name, annotation, spec)
+        groups[spec.group].add_argument(*names, **kwargs)
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The trainer's parser: one argument per declared flag (``options.ResolvedConfig``), in its group."""
-    parser = _OneLineErrorParser(
+    return declared_parser(
+        options.ResolvedConfig,
         prog="python -m olmocr_rl.grpo_train",
         description=(
             "GRPO fine-tuning of a vision-language OCR model (Qwen2.5-VL, Qwen3-VL dense or MoE, Qwen2-VL) on an "
@@ -72,17 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
             "The value a flag will take (command line over --config YAML over default): "
             "python -m olmocr_rl.config --print KEY [these flags], or --print-all for every flag as JSON."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        group_hooks={REWARDS: _add_reward_flags},
     )
-    groups: dict[str, Any] = {}
-    for name, annotation, spec in declared():
-        if spec.group not in groups:
-            groups[spec.group] = parser.add_argument_group(spec.group)
-            if spec.group == REWARDS:
-                _add_reward_flags(groups[spec.group])
-        names, kwargs = _argument(name, annotation, spec)
-        groups[spec.group].add_argument(*names, **kwargs)
-    return parser
 
 
 def _argument(name: str, annotation: str, spec: Flag) -> tuple[list[str], dict[str, Any]]:
@@ -114,14 +130,15 @@ def _aliases() -> dict[str, str]:
 ALIASES = _aliases()
 
 
-def _takes_list(action: argparse.Action) -> bool:
+def _takes_list(action: argparse.Action, config_class: type | None = None) -> bool:
     """A flag that takes one or more values, given as a YAML list or a single string in --config files."""
-    return any(name == action.dest and (spec.nargs == "+" or spec.action == "append") for name, _, spec in declared())
+    return any(name == action.dest and (spec.nargs == "+" or isinstance(spec.nargs, int) or spec.action == "append")
+               for name, _, spec in declared(config_class))
 
 
-def _takes_mapping(action: argparse.Action) -> bool:
+def _takes_mapping(action: argparse.Action, config_class: type | None = None) -> bool:
     """A flag whose value is a mapping (a JSON object on the command line, a YAML mapping in --config files)."""
-    return any(name == action.dest and annotation.startswith("Mapping") for name, annotation, _ in declared())
+    return any(name == action.dest and annotation.startswith("Mapping") for name, annotation, _ in declared(config_class))
 
 
 def _add_reward_flags(group) -> None:
@@ -137,12 +154,12 @@ def flag_key(name: str) -> str:
     return _aliases().get(dest, dest)
 
 
-def _yaml_value(action: argparse.Action, value: Any) -> Any:
+def _yaml_value(action: argparse.Action, value: Any, config_class: type | None = None) -> Any:
     """A YAML value converted as the command line converts it. Raises ArgumentTypeError or ValueError."""
-    if isinstance(value, list) and not _takes_list(action):
+    if isinstance(value, list) and not _takes_list(action, config_class):
         raise argparse.ArgumentTypeError(f"expected a single value, got a list {value!r}")
     if isinstance(value, dict):
-        if not _takes_mapping(action):
+        if not _takes_mapping(action, config_class):
             raise argparse.ArgumentTypeError(f"expected a single value, got a mapping {value!r}")
         return value
     if isinstance(action, BoolFlag):
@@ -153,8 +170,11 @@ def _yaml_value(action: argparse.Action, value: Any) -> Any:
         value = action.type(value)
     if action.choices and value is not None and value not in action.choices:
         raise argparse.ArgumentTypeError(f"choose one of {', '.join(map(str, action.choices))}")
-    if _takes_list(action) and isinstance(value, str):
+    if _takes_list(action, config_class) and isinstance(value, str):
         value = [value]
+    wrong_count = not isinstance(value, list) or len(value) != action.nargs
+    if isinstance(action.nargs, int) and value is not None and wrong_count:
+        raise argparse.ArgumentTypeError(f"expected a list of {action.nargs} values, got {value!r}")
     return value
 
 
@@ -177,7 +197,7 @@ def yaml_defaults(parser: argparse.ArgumentParser, path: str) -> dict[str, Any]:
             close = [k for k in known if k.startswith(dest[:6])][:3]
             raise ConfigError(f"--config {path}: unknown key {key!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
         try:
-            out[dest] = _yaml_value(known[dest], value)
+            out[dest] = _yaml_value(known[dest], value, getattr(parser, "declared_class", None))
         except (argparse.ArgumentTypeError, ValueError) as exc:
             raise ConfigError(f"--config {path}: key {key!r}: {exc}") from None
     return out
@@ -187,14 +207,17 @@ def yaml_defaults(parser: argparse.ArgumentParser, path: str) -> dict[str, Any]:
 CHOSEN = "_chosen"
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None, build: Callable[[], argparse.ArgumentParser] | None = None
+               ) -> argparse.Namespace:
     """Parse flags (YAML first, command line on top). A bad flag or file: one ``error:`` line, SystemExit(2).
 
-    The Namespace also holds, as ``CHOSEN``, the flags the user chose: given on the command line or as keys of
-    the ``--config`` file, whatever their value (a flag set to its default value is still chosen).
+    ``build`` makes the parser (default: the trainer's, :func:`build_parser`; another command's comes from
+    :func:`declared_parser`). The Namespace also holds, as ``CHOSEN``, the flags the user chose: given on the command
+    line or as keys of the ``--config`` file, whatever their value (a flag set to its default value is still chosen).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser()
+    build = build or build_parser
+    parser = build()
     pre, _ = parser.parse_known_args(argv)
     from_file: dict[str, Any] = {}
     if pre.config:
@@ -204,13 +227,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(str(exc))
         parser.set_defaults(**from_file)
     args = parser.parse_args(argv)
-    setattr(args, CHOSEN, frozenset(from_file) | _given_on_command_line(argv))
+    setattr(args, CHOSEN, frozenset(from_file) | _given_on_command_line(argv, build))
     return args
 
 
-def _given_on_command_line(argv: list[str]) -> set[str]:
+def _given_on_command_line(argv: list[str], build: Callable[[], argparse.ArgumentParser] | None = None) -> set[str]:
     """The flags (dest names) written in ``argv`` (already parsed once, so it parses)."""
-    parser = build_parser()
+    parser = (build or build_parser)()
     for action in parser._actions:  # a flag without a default is in the Namespace only when it was given
         action.default = argparse.SUPPRESS
     return set(vars(parser.parse_args(argv))) - {"config", "help"}

@@ -11,11 +11,13 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
+import queue
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from olmocr_rl.evaluation.common import Completion, EvaluateError, Request, Sampling
 
@@ -149,22 +151,24 @@ class VLLMBackend:
 
     def __init__(self, model: str, *, dtype: str, tensor_parallel_size: int = 1, data_parallel_size: int = 1,
                  max_model_len: int = 16384, gpu_memory_utilization: float = 0.9, seed: int = 0,
-                 enforce_eager: bool = False, llm=None):
+                 enforce_eager: bool = False, kv_cache_bytes: int | None = None, llm=None):
         from transformers import AutoProcessor
 
         from olmocr_rl.config.grpo import vision_pad_tokens
 
         if llm is None:
+            os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout is the report's (--json)
             from vllm import LLM
 
             llm = LLM(model=model, dtype=dtype, tensor_parallel_size=tensor_parallel_size,
                       data_parallel_size=data_parallel_size, max_model_len=max_model_len,
                       gpu_memory_utilization=gpu_memory_utilization, seed=seed, enforce_eager=enforce_eager,
-                      limit_mm_per_prompt={"image": 1})
+                      limit_mm_per_prompt={"image": 1}, kv_cache_memory_bytes=kv_cache_bytes)
         self.llm = llm
         self.processor = AutoProcessor.from_pretrained(model)
         self.bad_words = vision_pad_tokens(self.processor.tokenizer)
         self._prompts: dict[str, str] = {}
+        self._calls = 0
 
     def prompt_text(self, messages: list) -> str:
         """The chat template's text for ``messages``, built once per distinct prompt."""
@@ -182,23 +186,54 @@ class VLLMBackend:
                               bad_words=list(self.bad_words), skip_special_tokens=True)
 
     def generate(self, requests: Sequence[Request], done: Done = None) -> list[list[Completion]]:
-        prompts = [{"prompt": self.prompt_text(r.messages), "multi_modal_data": {"image": r.image}} for r in requests]
-        outputs = self.llm.generate(prompts, [self.sampling_params(r) for r in requests], use_tqdm=False)
-        out = []
-        for i, output in enumerate(outputs):
-            prompt_tokens = len(output.prompt_token_ids or [])
-            # tokens before the end token, as hf counts them (vLLM's token_ids end with the EOS it stopped on)
-            out.append([Completion(c.text, len(c.token_ids) - (c.finish_reason == "stop" and c.stop_reason is None),
-                                   "length" if c.finish_reason == "length" else "stop", prompt_tokens)
-                        for c in output.outputs])
-            if done:
-                done(i, out[-1])
+        """The requests added to the engine together, then the engine stepped until they finish (as ``LLM.generate``
+        does); ``done`` is called as each one finishes, so a page is written as soon as it is transcribed, not when
+        the whole call returns. A stop aborts the requests still running."""
+        from vllm.sampling_params import RequestOutputKind
+
+        engine = self.llm.llm_engine
+        self._calls += 1
+        ids = [f"olmocr_rl-{self._calls}-{i}" for i in range(len(requests))]
+        left: set[str] = set()
+        out: list[list[Completion]] = [[] for _ in requests]
+        try:
+            for request_id, request in zip(ids, requests):
+                params = self.sampling_params(request)
+                params.output_kind = RequestOutputKind.FINAL_ONLY  # the finished sequences only, as LLM.generate
+                engine.add_request(request_id, {"prompt": self.prompt_text(request.messages),
+                                                "multi_modal_data": {"image": request.image}}, params)
+                left.add(request_id)
+            index = {request_id: i for i, request_id in enumerate(ids)}
+            while left and engine.has_unfinished_requests():
+                for output in engine.step():
+                    if output.finished and output.request_id in left:
+                        left.discard(output.request_id)
+                        i = index[output.request_id]
+                        out[i] = self.completions(output)
+                        if done:
+                            done(i, out[i])
+        finally:
+            if left:
+                engine.abort_request(sorted(left))
         return out
 
+    @staticmethod
+    def completions(output) -> list[Completion]:
+        """One finished request's sequences (token counts before the end token, as hf counts them: vLLM's token_ids
+        end with the EOS it stopped on)."""
+        prompt_tokens = len(output.prompt_token_ids or [])
+        return [Completion(c.text, len(c.token_ids) - (c.finish_reason == "stop" and c.stop_reason is None),
+                           "length" if c.finish_reason == "length" else "stop", prompt_tokens)
+                for c in sorted(output.outputs, key=lambda c: c.index)]
+
     def close(self) -> None:
-        """Free the engine (its KV cache and weights) now rather than at the next garbage collection."""
+        """Stop the engine's processes and free it (its KV cache and weights) now, not at the next garbage
+        collection."""
         import gc
 
+        engine = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if engine is not None and callable(getattr(engine, "shutdown", None)):
+            engine.shutdown()
         self.llm = None
         gc.collect()
 
@@ -230,7 +265,8 @@ class ServerBackend:
     """Any OpenAI-compatible endpoint (``POST /v1/chat/completions``): at most ``concurrency`` requests in flight,
     each with a ``timeout`` and up to ``retries`` retries after a connection error, a timeout, a 429 or a 5xx,
     waiting ``backoff_s`` × 2^try between them. A request that still fails is a Completion with finish ``error``
-    (counted in the report), not an exception."""
+    (counted in the report), not an exception. vLLM's own request fields (``top_k``, ``repetition_penalty``,
+    ``bad_words``, ``skip_special_tokens``) go only to a vLLM server (:meth:`decide_vllm_fields`)."""
 
     name = "server"
 
@@ -241,6 +277,8 @@ class ServerBackend:
         self.model, self.concurrency, self.timeout = model, concurrency, timeout
         self.retries, self.backoff_s, self.api_key = retries, backoff_s, api_key
         self.failures: list[str] = []
+        self.served: list[dict] = []  # GET /v1/models' entries
+        self.vllm_fields = True
 
     def _headers(self) -> dict:
         headers = {"Content-Type": "application/json"}
@@ -254,26 +292,42 @@ class ServerBackend:
         try:
             with urllib.request.urlopen(urllib.request.Request(url, headers=self._headers()),
                                         timeout=check_timeout) as response:
-                served = [entry.get("id") for entry in json.loads(response.read()).get("data", [])]
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+                self.served = [entry for entry in json.loads(response.read()).get("data", [])
+                               if isinstance(entry, dict)]
+        except (urllib.error.URLError, OSError, ValueError, AttributeError) as exc:
             reason = getattr(exc, "reason", None) or exc
             raise EvaluateError(f"--server_url {self.base}: cannot reach GET {url} ({reason}); start an "
                                 "OpenAI-compatible server there (e.g. `vllm serve MODEL`) or fix the URL") from None
+        served = [entry.get("id") for entry in self.served]
         if self.model not in served:
             raise EvaluateError(f"--server_model {self.model!r}: the server at {self.base} serves "
                                 f"{', '.join(map(repr, served)) or 'no model'}; pass one of them")
 
+    def decide_vllm_fields(self, mode: str, note: Callable[[str], None]) -> None:
+        """Send vLLM's request fields (``mode`` on), not (off), or when GET /v1/models said the model is served by
+        vLLM (auto: its ``owned_by`` is ``vllm``); ``note`` gets one line when they are left out."""
+        owner = next((entry.get("owned_by") for entry in self.served if entry.get("id") == self.model), None)
+        self.vllm_fields = mode == "on" or (mode == "auto" and owner == "vllm")
+        if not self.vllm_fields:
+            why = "--server_vllm_fields off" if mode == "off" else f"GET /v1/models says owned_by {owner!r}, not vllm"
+            note(f"[evaluate] note: the server at {self.base} is taken as not vLLM ({why}): vLLM's request fields "
+                 "top_k, repetition_penalty, bad_words and skip_special_tokens are left out, so its own defaults "
+                 "apply to them (a top-k or repetition penalty it sets, vision pad tokens not banned); "
+                 "--server_vllm_fields on sends them")
+
     def body(self, request: Request) -> dict:
-        """The chat-completions request: the page's prompt and image, plain decoding (vLLM's extra fields
-        ``top_k``, ``repetition_penalty``, ``bad_words`` and ``skip_special_tokens`` included)."""
+        """The chat-completions request: the page's prompt and image, plain decoding, and to a vLLM server vLLM's
+        extra fields ``top_k``, ``repetition_penalty``, ``bad_words`` and ``skip_special_tokens``."""
         from olmocr_rl.config.grpo import VISION_PAD_TOKENS
 
-        return {
+        body = {
             "model": self.model, "messages": _openai_messages(request.messages, request.image),
-            "max_tokens": request.max_tokens, "temperature": request.temperature, "top_p": 1.0, "top_k": -1,
-            "repetition_penalty": 1.0, "n": request.n, "seed": request.seed, "bad_words": list(VISION_PAD_TOKENS),
-            "skip_special_tokens": True,
+            "max_tokens": request.max_tokens, "temperature": request.temperature, "top_p": 1.0, "n": request.n,
+            "seed": request.seed,
         }
+        if self.vllm_fields:
+            body.update(top_k=-1, repetition_penalty=1.0, bad_words=list(VISION_PAD_TOKENS), skip_special_tokens=True)
+        return body
 
     def _post(self, payload: bytes) -> tuple[int, bytes]:
         request = urllib.request.Request(f"{self.base}/v1/chat/completions", data=payload, headers=self._headers())
@@ -324,13 +378,37 @@ class ServerBackend:
                            usage.get("prompt_tokens") or 0) for c in choices]
 
     def generate(self, requests: Sequence[Request], done: Done = None) -> list[list[Completion]]:
+        """The requests on ``concurrency`` daemon threads; answers in request order, ``done`` called in this thread
+        as each arrives. A stop (an exception here, e.g. a signal's) leaves the requests in flight to the threads
+        (they do not hold the process) and sends no more."""
         out: list[list[Completion]] = [[] for _ in requests]
-        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            futures = {pool.submit(self.one, request): i for i, request in enumerate(requests)}
-            for future in as_completed(futures):  # results kept in request order; progress as each finishes
-                out[futures[future]] = future.result()
+        answers: queue.Queue = queue.Queue()
+        todo = list(enumerate(requests))[::-1]
+        lock, stopping = threading.Lock(), threading.Event()
+
+        def work() -> None:
+            while not stopping.is_set():
+                with lock:
+                    if not todo:
+                        return
+                    i, request = todo.pop()
+                try:
+                    answers.put((i, self.one(request), None))
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                    answers.put((i, None, exc))
+
+        for _ in range(min(self.concurrency, len(requests))):
+            threading.Thread(target=work, daemon=True).start()
+        try:
+            for _ in requests:
+                i, completions, exc = answers.get()
+                if exc is not None:
+                    raise exc
+                out[i] = completions
                 if done:
-                    done(futures[future], out[futures[future]])
+                    done(i, completions)
+        finally:
+            stopping.set()
         return out
 
     def close(self) -> None:

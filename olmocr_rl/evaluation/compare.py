@@ -1,168 +1,183 @@
 """``python -m olmocr_rl.evaluate --compare EVAL_A EVAL_B``: two evaluations of the same tests side by side.
 
-Per JSONL file, per test type and overall (the mean of the per-JSONL pass rates, olmOCR-bench's headline): A, B,
-B − A, and a paired bootstrap 95 % interval of B − A over pages (each resample draws the pages with replacement and
-takes every test of a drawn page, for A and B alike); where a page has several repeats, each resample also redraws
-each test's repeats (with replacement, from its passing share) and applies the majority rule again. The headline
-prints as olmOCR-bench prints its own: mean ± half the 95 % interval. A PNG of the table goes beside it.
+Two scores, each per JSONL file, per test type and overall (olmOCR-bench's headline, with and without Headers &
+Footers): the **model-only** score (what the model wrote; a text-layer fallback of olmOCR's pipeline read as the
+model's last usable answer, or empty) and the score **as written** (under ``--protocol olmocr-pipeline`` the
+pipeline's, fallbacks included, as olmOCR publishes; under ``single`` the same as the model-only one). For each: A,
+B, B − A and a paired bootstrap 95 % interval of B − A over pages (:mod:`olmocr_rl.evaluation.leaderboard`). The
+headline names each side's fallbacks, failed requests and missing outputs, and says so in one line where the sides
+differ in them. A PNG and ``compare.json`` (the result) go beside each other.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from olmocr_rl.evaluation.charts import compare_png
 from olmocr_rl.evaluation.common import EvaluateError
-from olmocr_rl.evaluation.folder import read_evaluation
+from olmocr_rl.evaluation.folder import read_evaluation, write_json
+from olmocr_rl.evaluation.leaderboard import DEFAULT_RESAMPLES, OVERALLS, paired_rows, plus_minus
 
-DEFAULT_RESAMPLES = 1000
+#: Each test's keys in scores.json, and their types.
+TEST_KEYS = {"group": str, "type": str, "passed": bool, "repeats": int, "repeat_passes": int, "page": str}
 
 
-def load_pair(folders: Sequence[str]) -> tuple[list[dict], list[dict]]:
-    """The two evaluations' summaries and scores; EvaluateError (one line) when one is not an evaluation folder or
-    the two did not score the same tests under the same rule."""
-    summaries, scores = [], []
-    for flag, folder in zip(("--compare EVAL_A", "--compare EVAL_B"), folders):
-        try:
-            summary, score = read_evaluation(folder, flag)
-        except ValueError as exc:
-            raise EvaluateError(str(exc)) from None
-        summaries.append(summary)
-        scores.append(score)
-    a, b = (set(score["tests"]) for score in scores)
+def check_scores(scores, where: str) -> None:
+    """ValueError (one line naming the file and the first problem) for a scores file of the wrong shape."""
+    if not isinstance(scores, dict) or not isinstance(scores.get("tests"), dict) or not isinstance(
+            scores.get("scoring"), str):
+        raise ValueError(f"{where}: malformed (expected an object with 'scoring' and a 'tests' object of test id -> "
+                         "result); write it again with python -m olmocr_rl.evaluate")
+    for test_id, test in scores["tests"].items():
+        for key, kind in TEST_KEYS.items():
+            if not isinstance(test, dict) or not isinstance(test.get(key), kind):
+                raise ValueError(f"{where}: malformed: test {test_id!r} has no {kind.__name__} {key!r}; write it again "
+                                 "with python -m olmocr_rl.evaluate")
+
+
+def load_side(folder: str, flag: str) -> dict:
+    """One evaluation: its summary, its scores as written, and its model-only scores (None where not recorded)."""
+    try:
+        summary, scores, model_scores = read_evaluation(folder, flag)
+        check_scores(scores, f"{flag} {Path(folder) / 'scores.json'}")
+        if model_scores is not None:
+            check_scores(model_scores, f"{flag} {Path(folder) / 'scores_model_only.json'}")
+    except ValueError as exc:
+        raise EvaluateError(str(exc)) from None
+    if not isinstance(summary, dict):
+        raise EvaluateError(f"{flag} {Path(folder) / 'evaluation.json'}: malformed (expected an object)")
+    if model_scores is None and summary.get("protocol", "single") == "single":
+        model_scores = scores  # one pass: what was written is the model's
+    return {"summary": summary, "scores": scores, "model_scores": model_scores}
+
+
+def load_pair(folders: Sequence[str]) -> list[dict]:
+    """Both sides; EvaluateError (one line) when one is not an evaluation folder or the two did not score the same
+    tests under the same rule."""
+    sides = [load_side(folder, flag) for folder, flag in zip(folders, ("--compare EVAL_A", "--compare EVAL_B"))]
+    a, b = (set(side["scores"]["tests"]) for side in sides)
     if a != b:
         only_a, only_b = sorted(a - b), sorted(b - a)
         raise EvaluateError(
-            f"--compare {folders[0]} {folders[1]}: different test sets ({len(a)} tests of {summaries[0]['bench']} "
-            f"vs {len(b)} of {summaries[1]['bench']}; e.g. only in A: {only_a[:1] or '-'}, only in B: "
-            f"{only_b[:1] or '-'}); compare evaluations of the same bench with the same page selection")
-    if scores[0]["scoring"] != scores[1]["scoring"]:
-        raise EvaluateError(f"--compare: A was scored under {scores[0]['scoring']}, B under {scores[1]['scoring']}; "
-                            "evaluate both with the same --scoring")
-    return summaries, scores
+            f"--compare {folders[0]} {folders[1]}: different test sets ({len(a)} tests of "
+            f"{sides[0]['summary'].get('bench')} vs {len(b)} of {sides[1]['summary'].get('bench')}; e.g. only in A: "
+            f"{only_a[:1] or '-'}, only in B: {only_b[:1] or '-'}); compare evaluations of the same bench with the "
+            "same page selection")
+    rules = [side["scores"]["scoring"] for side in sides]
+    if rules[0] != rules[1]:
+        raise EvaluateError(f"--compare: A was scored under {rules[0]}, B under {rules[1]}; evaluate both with the "
+                            "same --scoring")
+    return sides
 
 
-def bootstrap(scores: Sequence[dict], resamples: int, seed: int) -> dict:
-    """Per row (``overall``, ``jsonl:<name>``, ``type:<name>``): A's and B's point values, and the 2.5/97.5
-    percentiles of A, B and B − A over ``resamples`` paired resamples of pages (and repeats)."""
-    import numpy as np
-
-    ids = sorted(scores[0]["tests"])
-    tests = [[score["tests"][i] for i in ids] for score in scores]
-    pages = sorted({t["page"] for t in tests[0]})
-    page_of = np.array([pages.index(t["page"]) for t in tests[0]])
-    groups = sorted({t["group"] for t in tests[0]})
-    kinds = sorted({t["type"] for t in tests[0]})
-    group_hot = np.array([[t["group"] == g for g in groups] for t in tests[0]], dtype=float)  # T x G
-    kind_hot = np.array([[t["type"] == k for k in kinds] for t in tests[0]], dtype=float)  # T x K
-    rng = np.random.default_rng(seed)
-    weights = rng.multinomial(len(pages), [1 / len(pages)] * len(pages), size=resamples)[:, page_of]  # B x T
-
-    def rows(passed, w):
-        by_group = (w * passed) @ group_hot / np.maximum(w @ group_hot, 1e-12)
-        present = (w @ group_hot) > 0  # a group none of whose pages was drawn does not count in the mean
-        overall = (by_group * present).sum(axis=-1) / np.maximum(present.sum(axis=-1), 1)
-        by_kind = (w * passed) @ kind_hot / np.maximum(w @ kind_hot, 1e-12)
-        return overall, by_group, by_kind
-
-    point, draws = [], []
-    for side in tests:
-        passed = np.array([t["passed"] for t in side], dtype=float)
-        repeats = np.array([max(t["repeats"], 1) for t in side])
-        share = np.array([t["repeat_passes"] for t in side]) / repeats
-        point.append(rows(passed, np.ones(len(side))))
-        if repeats.max() > 1:  # redraw each test's repeats, majority rule again
-            again = rng.binomial(np.broadcast_to(repeats, (resamples, len(side))), share)
-            passed = (again > repeats / 2).astype(float)
-        draws.append(rows(passed, weights))
-    names = ["overall"] + [f"jsonl:{g}" for g in groups] + [f"type:{k}" for k in kinds]
-
-    def column(values, index):
-        overall, by_group, by_kind = values
-        flat = [overall] + [by_group[..., j] for j in range(len(groups))] + [by_kind[..., j] for j in range(len(kinds))]
-        return flat[index]
-
-    out = {}
-    for index, name in enumerate(names):
-        a_draw, b_draw = column(draws[0], index), column(draws[1], index)
-        out[name] = {
-            "a": float(column(point[0], index)), "b": float(column(point[1], index)),
-            "a_ci": [float(v) for v in np.percentile(a_draw, [2.5, 97.5])],
-            "b_ci": [float(v) for v in np.percentile(b_draw, [2.5, 97.5])],
-            "diff": float(column(point[1], index) - column(point[0], index)),
-            "diff_ci": [float(v) for v in np.percentile(b_draw - a_draw, [2.5, 97.5])],
-        }
-    return out
+def side_counts(side: dict) -> dict:
+    """What a side's headline names: protocol, fallbacks, failed requests (of requests), missing outputs."""
+    summary = side["summary"]
+    return {"protocol": summary.get("protocol", "single"), "model": summary.get("model"),
+            "fallbacks": summary.get("fallbacks", (summary.get("pipeline") or {}).get("fallbacks", 0)),
+            "failed_requests": summary.get("failed_requests", 0), "requests": summary.get("requests"),
+            "missing_outputs": len(side["scores"].get("missing_outputs") or []),
+            "model_only_recorded": side["model_scores"] is not None}
 
 
-def headline(value: float, ci: Sequence[float]) -> str:
-    """olmOCR-bench's form: mean ± half the 95 % interval, in percent."""
-    return f"{100 * value:.1f} ± {100 * (ci[1] - ci[0]) / 2:.1f}"
+def difference_notes(counts: Sequence[dict]) -> list[str]:
+    """One line per count the two sides differ in (what the scores as written then credit or charge)."""
+    a, b = counts
+    notes = []
+    if a["fallbacks"] != b["fallbacks"]:
+        notes.append(f"the sides differ in text-layer fallbacks (A {a['fallbacks']}, B {b['fallbacks']}): the "
+                     "scores as written read those pages from the PDF's own text layer, not from the model; compare "
+                     "the models by the model-only score")
+    if a["failed_requests"] != b["failed_requests"]:
+        notes.append(f"the sides differ in failed requests (A {a['failed_requests']}, B {b['failed_requests']}): a "
+                     "failed request's tests fail (or, under the pipeline, it is a failed attempt), which is the "
+                     "backend's doing, not the model's")
+    if a["missing_outputs"] != b["missing_outputs"]:
+        notes.append(f"the sides differ in pages without an output (A {a['missing_outputs']}, B "
+                     f"{b['missing_outputs']}): every test of such a page fails")
+    for name, side in zip("AB", counts):
+        if not side["model_only_recorded"]:
+            notes.append(f"{name} has no model-only score (an olmocr-pipeline evaluation of an earlier version): only "
+                         "the scores as written are compared")
+    return notes
 
 
-def format_table(labels: Sequence[str], rows: dict, pages: int, tests: int, resamples: int) -> str:
-    width = max(len(name.split(":", 1)[-1]) for name in rows) + 2
-    lines = [f"A = {labels[0]}", f"B = {labels[1]}",
-             f"{tests} tests on {pages} pages; 95% intervals from {resamples} paired bootstrap resamples of pages", ""]
+def compare(folders: Sequence[str], *, png: str | None = None, resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> dict:
+    """Compare two evaluation folders (module docstring); writes the PNG and compare.json; returns the result."""
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 10:
+        raise EvaluateError(f"--bootstrap must be an integer >= 10, got {resamples!r}")
+    sides = load_pair(folders)
+    rows = paired_rows([side["scores"] for side in sides], resamples, seed)
+    model_only = None
+    if all(side["model_scores"] is not None for side in sides):
+        same = all(side["model_scores"] is side["scores"] for side in sides)
+        model_only = {"rows": rows if same else paired_rows([side["model_scores"] for side in sides], resamples, seed),
+                      "same_as_rows": same}
+    counts = [side_counts(side) for side in sides]
+    labels = [f"{s['summary'].get('model')} ({s['summary'].get('backend')}, {s['summary'].get('protocol')}, "
+              f"{Path(f).name})" for s, f in zip(sides, folders)]
+    png_path = Path(png) if png else Path(folders[1]) / "compare.png"
+    png_path.parent.mkdir(parents=True, exist_ok=True)
+    tests = sides[0]["scores"]["tests"]
+    result = {"a": str(folders[0]), "b": str(folders[1]), "labels": labels, "tests": len(tests),
+              "pages": len({t["page"] for t in tests.values()}), "resamples": resamples, "seed": seed,
+              "rows": rows, "model_only": model_only, "sides": counts, "notes": difference_notes(counts),
+              "png": str(png_path), "json": str(png_path.with_suffix(".json"))}
+    compare_png(png_path, labels, (model_only or {}).get("rows") or rows,
+                "model only" if model_only else "as written")
+    write_json(png_path.with_suffix(".json"), result)
+    return result
+
+
+def _table(rows: dict) -> list[str]:
+    width = max(len(name.split(":", 1)[1]) for name in rows if ":" in name) + 2
+    lines = []
     for section, prefix in (("JSONL", "jsonl:"), ("type", "type:")):
         lines.append(f"{section:<{width}} {'A':>7} {'B':>7} {'B - A':>7}   95% interval of B - A")
         for name, row in rows.items():
             if name.startswith(prefix):
                 lines.append(f"{name[len(prefix):]:<{width}} {100 * row['a']:6.1f}% {100 * row['b']:6.1f}% "
-                             f"{100 * row['diff']:+7.1f}   [{100 * row['diff_ci'][0]:+.1f}, {100 * row['diff_ci'][1]:+.1f}]")
+                             f"{100 * row['diff']:+7.1f}   [{100 * row['diff_ci'][0]:+.1f}, "
+                             f"{100 * row['diff_ci'][1]:+.1f}]")
         lines.append("")
-    overall = rows["overall"]
-    lines.append(f"overall (mean of per-JSONL pass rates): A {headline(overall['a'], overall['a_ci'])}, "
-                 f"B {headline(overall['b'], overall['b_ci'])}, B - A {100 * overall['diff']:+.1f} "
-                 f"[{100 * overall['diff_ci'][0]:+.1f}, {100 * overall['diff_ci'][1]:+.1f}]")
+    for name, title in zip(OVERALLS, ("overall (mean of per-JSONL pass rates)", "overall without Headers & Footers")):
+        row = rows[name]
+        lines.append(f"{title}: A {plus_minus(row['a'], row['a_ci'])}, B {plus_minus(row['b'], row['b_ci'])}, "
+                     f"B - A {100 * row['diff']:+.1f} [{100 * row['diff_ci'][0]:+.1f}, {100 * row['diff_ci'][1]:+.1f}]")
+    return lines
+
+
+def format_compare(result: dict) -> str:
+    """The human report: who A and B are, each side's fallbacks, failures and missing outputs, the notes, then the
+    model-only table and the one as written (one table where they are the same)."""
+    lines = [f"A = {result['labels'][0]}", f"B = {result['labels'][1]}"]
+    for name, side in zip("AB", result.get("sides") or []):
+        requests = f" of {side['requests']}" if side.get("requests") is not None else ""
+        lines.append(f"{name}: --protocol {side['protocol']}; text-layer fallbacks {side['fallbacks']}, failed "
+                     f"requests {side['failed_requests']}{requests}, pages without output {side['missing_outputs']}")
+    lines += [f"note: {line}" for line in result.get("notes") or []]
+    lines.append(f"{result['tests']} tests on {result['pages']} pages; 95% intervals from {result['resamples']} paired "
+                 "bootstrap resamples of pages")
+    model_only = result.get("model_only")
+    if model_only and model_only["same_as_rows"]:
+        lines += ["", "== model only (= as written: neither side used olmOCR's pipeline)", *_table(result["rows"])]
+        return "\n".join(lines)
+    if model_only:
+        lines += ["", "== model only (the model's answers; a fallback page read as its last usable answer, or empty)",
+                  *_table(model_only["rows"])]
+    lines += ["", "== as written (olmOCR's pipeline score where a side used it: text-layer fallbacks included)",
+              *_table(result["rows"])]
     return "\n".join(lines)
 
 
-def write_png(path: Path, labels: Sequence[str], rows: dict) -> None:
-    """Bars of A and B per JSONL file and overall, each with its 95 % interval."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [n for n in rows if n.startswith("jsonl:")] + ["overall"]
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(names)), 3.6))
-    for offset, side, label in ((-0.2, "a", labels[0]), (0.2, "b", labels[1])):
-        values = [100 * rows[n][side] for n in names]
-        # with repeats redrawn the point can lie outside its percentile interval: no bar below zero
-        low = [100 * max(0.0, rows[n][side] - rows[n][f"{side}_ci"][0]) for n in names]
-        high = [100 * max(0.0, rows[n][f"{side}_ci"][1] - rows[n][side]) for n in names]
-        ax.bar([i + offset for i in range(len(names))], values, width=0.4, yerr=[low, high], capsize=3, label=label)
-    ax.set_xticks(range(len(names)), [n.split(":", 1)[-1] for n in names], rotation=20)
-    ax.set_ylabel("pass rate (%)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def compare(folders: Sequence[str], *, png: str | None = None, resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> dict:
-    """Compare two evaluation folders (module docstring); writes the PNG; returns the table as a dict."""
-    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 10:
-        raise EvaluateError(f"--bootstrap must be an integer >= 10, got {resamples!r}")
-    summaries, scores = load_pair(folders)
-    rows = bootstrap(scores, resamples, seed)
-    labels = [f"{s['model']} ({s['backend']}, {s['protocol']}, {Path(f).name})" for s, f in zip(summaries, folders)]
-    png_path = Path(png) if png else Path(folders[1]) / "compare.png"
-    png_path.parent.mkdir(parents=True, exist_ok=True)
-    write_png(png_path, labels, rows)
-    pages = len({t["page"] for t in scores[0]["tests"].values()})
-    return {"a": str(folders[0]), "b": str(folders[1]), "labels": labels, "tests": len(scores[0]["tests"]),
-            "pages": pages, "resamples": resamples, "seed": seed, "rows": rows, "png": str(png_path)}
-
-
-def compare_main(folders: Sequence[str], *, png: str | None, resamples: int, seed: int, as_json: bool) -> int:
-    result = compare(folders, png=png, resamples=resamples, seed=seed)
-    if as_json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(format_table(result["labels"], result["rows"], result["pages"], result["tests"], resamples))
-        print(f"plot: {result['png']}", file=sys.stderr)
-    return 0
+def compare_json(path: str | Path) -> dict:
+    """A compare.json (or ``--compare --json`` output saved to a file); ValueError when it is not one."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: unreadable ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), dict) or "labels" not in data:
+        raise ValueError(f"{path}: not the output of python -m olmocr_rl.evaluate --compare (no 'rows' and 'labels')")
+    return data

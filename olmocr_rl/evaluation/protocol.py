@@ -6,11 +6,15 @@ matter parses, it stopped on an end token (not the length cap) and prompt + answ
 usable answer whose front matter says the rotation is invalid sends the page round again re-rendered with the
 rotation it names (cumulative); after ``max_attempts`` the last usable answer is kept even with an invalid
 rotation, and failing that the page's text comes from the PDF's own text layer.
+
+Every transcription records what produced its text (``outcome``: the model's answer, its last answer kept with an
+invalid rotation, the text-layer fallback, a failed request) and the text the model-only score reads
+(``model_text``): the same text, except for a fallback, where it is the model's last usable answer (parsed front
+matter, stopped on an end token, within the context; ``model_attempt`` says which) or empty when there was none.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -38,6 +42,21 @@ class Transcription:
     causes: list[str] = field(default_factory=list)  # why each failed attempt failed (pipeline)
     rotation: int = 0  # the rotation of the image the accepted answer read
     outcome: str = "answer"  # answer / kept-invalid-rotation / fallback / error
+    model_text: str | None = None  # what the model-only score reads, where it differs from text (a fallback)
+    model_attempt: int = 0  # the attempt (1-based) of the answer model_text is; 0: none (empty)
+    failed_requests: int = 0  # attempts whose request failed (pipeline), or 1 for a failed single request
+    error: str = ""  # the last failed request's reason
+
+    @property
+    def model_only_text(self) -> str:
+        return self.text if self.model_text is None else self.model_text
+
+    def record(self) -> dict:
+        """What a page record keeps of it (the texts are in the transcription files)."""
+        return {"outcome": self.outcome, "attempts": self.attempts, "tokens": self.tokens, "finish": self.finish,
+                "causes": list(self.causes), "rotation": self.rotation, "failed_requests": self.failed_requests,
+                "model_only": "same" if self.model_text is None else ("answer" if self.model_attempt else "empty"),
+                "model_attempt": self.model_attempt, **({"error": self.error} if self.error else {})}
 
 
 def rotate(image, degrees: int):
@@ -60,30 +79,25 @@ def text_layer(pdf_path: str, page: int) -> str:
         document.close()
 
 
-def describe(completions: Sequence[Completion]) -> str:
-    """A page's progress note: tokens per repeat, how many hit the cap or failed."""
-    capped = sum(c.finish == "length" for c in completions)
-    failed = sum(c.finish == "error" for c in completions)
-    return ("+".join(str(c.tokens) for c in completions) + " tokens" + (f", {capped} hit the cap" if capped else "")
-            + (f", {failed} failed" if failed else ""))
-
-
 # --- single ----------------------------------------------------------------------------------------
+
+PageDone = Callable[[int, list[Transcription]], None]
 
 
 def run_single(backend, items: Sequence[dict], keys: Sequence[str], *, num_samples: int, temperature: float,
-               max_tokens: int, seed: int, chunk: int, page_done: Callable[[int, str], None]) -> list[list[Transcription]]:
-    """One request per page for its K transcriptions, seeded from ``seed`` and the page's name."""
-    out: list[list[Transcription]] = []
-    for start in range(0, len(items), chunk):
-        part = range(start, min(start + chunk, len(items)))
-        requests = [Request(keys[i], items[i]["prompt"], items[i]["image"], temperature, max_tokens,
-                            batch_seed(seed, keys[i]), num_samples, items[i]) for i in part]
-        answers = backend.generate(requests, done=lambda i, done, base=start: page_done(base + i, describe(done)))
-        for completions in answers:
-            out.append([Transcription("" if c.finish == "error" else strip_front_matter(c.text), c.tokens, c.finish,
-                                      outcome="error" if c.finish == "error" else "answer") for c in completions])
-    return out
+               max_tokens: int, seed: int, page_done: PageDone) -> None:
+    """One request per page for its K transcriptions, seeded from ``seed`` and the page's name; ``page_done(i,
+    transcriptions)`` as each page's request is answered."""
+    requests = [Request(keys[i], items[i]["prompt"], items[i]["image"], temperature, max_tokens,
+                        batch_seed(seed, keys[i]), num_samples, items[i]) for i in range(len(items))]
+
+    def done(i: int, completions: list[Completion]) -> None:
+        page_done(i, [Transcription("" if c.finish == "error" else strip_front_matter(c.text), c.tokens, c.finish,
+                                    outcome="error" if c.finish == "error" else "answer",
+                                    failed_requests=int(c.finish == "error"),
+                                    error=c.text if c.finish == "error" else "") for c in completions])
+
+    backend.generate(requests, done=done)
 
 
 # --- olmocr-pipeline -------------------------------------------------------------------------------
@@ -98,7 +112,9 @@ class PageAttempts:
         self.max_attempts, self.max_tokens, self.seed = max_attempts, max_tokens, seed
         self.attempt, self.rotation, self.rotation_path = 0, 0, False
         self.last = None  # the last answer: (PageResponse or None, usable, completion, its image's rotation)
+        self.last_usable = None  # the last usable answer (any rotation): (PageResponse, attempt 1-based)
         self.causes: list[str] = []
+        self.failed_requests, self.error = 0, ""
         self.result: Transcription | None = None
 
     def request(self) -> Request:
@@ -128,6 +144,11 @@ class PageAttempts:
     def feed(self, completion: Completion) -> None:
         response, usable, cause = self.judge(completion)
         read = self.rotation  # the rotation of the image this answer read
+        if completion.finish == "error":
+            self.failed_requests += 1
+            self.error = completion.text
+        if usable:
+            self.last_usable = (response, self.attempt + 1)
         if usable and response.is_rotation_valid:
             self._finish(response, completion, "answer", self.attempt + 1, read)
             return
@@ -146,47 +167,43 @@ class PageAttempts:
             self._finish(response, completion, "kept-invalid-rotation", self.attempt, read)
             return
         pdf_text = text_layer(self.item["pdf_path"], self.item["page"])
-        self.result = Transcription(pdf_text, 0, "fallback", self.attempt, self.causes, 0, "fallback")
+        model_text, model_attempt = ((self.last_usable[0].natural_text or "", self.last_usable[1])
+                                     if self.last_usable else ("", 0))
+        self.result = Transcription(pdf_text, 0, "fallback", self.attempt, self.causes, 0, "fallback", model_text,
+                                    model_attempt, self.failed_requests, self.error)
 
     def _finish(self, response, completion: Completion, outcome: str, attempts: int, rotation: int) -> None:
         self.result = Transcription(response.natural_text or "", completion.tokens, completion.finish, attempts,
-                                    self.causes, rotation, outcome)
+                                    self.causes, rotation, outcome, failed_requests=self.failed_requests,
+                                    error=self.error)
 
 
 def run_pipeline(backend, items: Sequence[dict], keys: Sequence[str], *, num_samples: int, max_attempts: int,
-                 max_tokens: int, seed: int, page_done: Callable[[int, str], None]) -> list[list[Transcription]]:
+                 max_tokens: int, seed: int, page_done: PageDone, progress=None) -> None:
     """Every page's K repeats through :class:`PageAttempts`; each round sends the pending pages' next attempts to
-    the backend together (so an engine or server batches them)."""
+    the backend together (so an engine or server batches them). Each answer is fed as it arrives, and
+    ``page_done(i, transcriptions)`` called as soon as page i's K repeats are done; ``progress`` (a
+    :class:`~olmocr_rl.evaluation.progress.Progress`) hears of each round and attempt."""
     states = [[PageAttempts(keys[i], items[i], repeat=k, max_attempts=max_attempts, max_tokens=max_tokens, seed=seed)
                for k in range(1, num_samples + 1)] for i in range(len(items))]
-    reported: set[int] = set()
     while True:
         pending = [(i, state) for i, page in enumerate(states) for state in page if state.result is None]
         if not pending:
-            break
-        answers = backend.generate([state.request() for _, state in pending])
-        for (i, state), completions in zip(pending, answers):
+            return
+        if progress is not None:
+            progress.start_round({(i, state.repeat): state.attempt for i, state in pending})
+        finished = []
+
+        def done(j: int, completions: list[Completion], pending=pending, finished=finished) -> None:
+            i, state = pending[j]
             state.feed(completions[0])
-        for i, page in enumerate(states):
-            if i not in reported and all(state.result is not None for state in page):
-                reported.add(i)
-                page_done(i, ", ".join(f"{t.outcome} after {t.attempts} attempt(s)" for t in (s.result for s in page)))
-    return [[state.result for state in page] for page in states]
+            if progress is not None:
+                progress.attempt_done((i, state.repeat), state.result is not None)
+            if state.result is not None:
+                finished.append(i)
+                if all(other.result is not None for other in states[i]):
+                    page_done(i, [other.result for other in states[i]])
 
-
-def protocol_counts(transcriptions: Sequence[Sequence[Transcription]], max_attempts: int) -> dict:
-    """The pipeline's report: transcriptions finished per attempt, retry causes, rotations, kept invalid
-    rotations, fallbacks."""
-    flat = [t for page in transcriptions for t in page]
-    answered = [t for t in flat if t.outcome in ("answer", "kept-invalid-rotation")]
-    per_attempt = Counter(t.attempts for t in answered)
-    return {
-        "max_attempts": max_attempts,
-        "temperature_by_attempt": list(TEMPERATURE_BY_ATTEMPT),
-        "finished_on_attempt": {str(a): per_attempt.get(a, 0) for a in range(1, max_attempts + 1)},
-        "retry_causes": dict(sorted(Counter(cause for t in flat for cause in t.causes).items())),
-        "rotated": sum(t.rotation != 0 for t in answered),
-        "kept_invalid_rotation": sum(t.outcome == "kept-invalid-rotation" for t in flat),
-        "fallbacks": sum(t.outcome == "fallback" for t in flat),
-        "transcriptions": len(flat),
-    }
+        backend.generate([state.request() for _, state in pending], done=done)
+        if progress is not None:
+            progress.round_done(len(pending), len(finished))

@@ -82,14 +82,34 @@ def format_result(result: dict) -> str:
         lines.append("")
     passed = sum(row["passed"] for row in result["per_jsonl"].values())
     total = sum(row["total"] for row in result["per_jsonl"].values())
-    lines.append(f"overall pass rate (mean of per-JSONL pass rates): {100 * result['overall_pass_rate']:.1f}% "
-                 f"({passed}/{total} tests)")
+    pipeline = result.get("protocol") == "olmocr-pipeline"
+    lines.append(f"overall pass rate (mean of per-JSONL pass rates){' of the pipeline' if pipeline else ''}: "
+                 f"{100 * result['overall_pass_rate']:.1f}% ({passed}/{total} tests)")
+    model_only = result.get("model_only")
+    if pipeline and model_only:
+        sources = result.get("model_only_sources", {})
+        lines.append(f"overall pass rate of the model alone: {100 * model_only['overall_pass_rate']:.1f}% (its "
+                     f"{result.get('fallbacks', 0)} text-layer fallback(s) read as its last usable answer "
+                     f"({sources.get('last_usable_answer', 0)}) or empty ({sources.get('empty', 0)}))")
+    if result.get("leaderboard"):
+        from olmocr_rl.evaluation.leaderboard import format_leaderboard
+
+        boards = {"model only": model_only["leaderboard"]} if model_only else {}
+        if pipeline or not boards:
+            boards["pipeline" if pipeline else "score"] = result["leaderboard"]
+        lines += ["", *format_leaderboard(boards), ""]
+    if result.get("resumed_pages"):
+        lines.append(f"note: {result['resumed_pages']} page(s) were transcribed by an earlier run of this command "
+                     "(stopped, then continued)")
     if result["capped_samples"]:
         lines.append(f"note: {result['capped_samples']} transcription(s) stopped at --max_new_tokens "
                      f"{sampling['max_new_tokens']}; raise it if pages are cut off")
     if result.get("failed_requests"):
-        lines.append(f"note: {result['failed_requests']} transcription(s) failed at the server (timeouts or errors "
-                     "after the retries); their tests fail")
+        what = "attempt(s)" if pipeline else "transcription(s)"
+        lines.append(f"note: {result['failed_requests']} {what} of {result.get('requests', '?')} failed at the "
+                     "backend (timeouts or errors after the retries); "
+                     + ("each counts as a failed attempt" if pipeline else "their tests fail")
+                     + "; the same command retries those pages")
     if result.get("pipeline"):
         lines.append(format_pipeline(result["pipeline"]))
     if result["missing_outputs"]:

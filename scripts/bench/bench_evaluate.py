@@ -80,7 +80,7 @@ def run_arm(label: str, args, work: Path, flags: BackendFlags) -> tuple[dict, di
     began = time.perf_counter()
     outputs = work / label.replace(" ", "_").replace("=", "")
     result = evaluate(args.model, args.bench, outputs=outputs, pages=args.pages, max_new_tokens=args.max_new_tokens,
-                      flags=flags)
+                      flags=flags, overwrite=True)  # every arm transcribes afresh (no page taken from a --work rerun)
     return result, texts(result, outputs), time.perf_counter() - began
 
 

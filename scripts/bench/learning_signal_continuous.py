@@ -68,7 +68,7 @@ def evaluate(model: Path, outputs: Path, samples: int, held_out: bool) -> float:
 
     selection = {"exclude_pages": PAGE} if held_out else {"pages": PAGE}
     result = run_evaluate(str(model), str(BENCH), outputs=str(outputs), num_samples=samples, temperature=1.0,
-                          max_new_tokens=64, device="cpu", **selection)
+                          max_new_tokens=64, device="cpu", overwrite=True, **selection)  # a retrained model
     return result["overall_pass_rate"]
 
 

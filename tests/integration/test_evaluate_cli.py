@@ -58,11 +58,16 @@ def run_main(capsys, *argv) -> tuple[int, str, str]:
 def test_cli_writes_layout_and_matches_bench_scorer(tiny_model_dir, mini_bench, tmp_path):
     """K=2 real run; its score equals `python -m olmocr_rl.bench.score` on the same folder."""
     outputs = tmp_path / "out"
-    # A leftover third repeat from an earlier run must not be scored with this run's two.
+    # A leftover third repeat from an earlier run must not be scored with this run's two: the folder is refused
+    # (before the model loads), and --overwrite deletes it.
     (outputs / "synth").mkdir(parents=True)
     (outputs / "synth" / "doc0042_page3_pg1_repeat3.md").write_text("milk bread eggs apples")
-    run = run_cli("olmocr_rl.evaluate", "--model", tiny_model_dir, "--bench", mini_bench, "--outputs", outputs,
-                  "--num_samples", "2", "--max_new_tokens", "8", "--batch_size", "2", "--json")
+    argv = ["olmocr_rl.evaluate", "--model", tiny_model_dir, "--bench", mini_bench, "--outputs", outputs,
+            "--num_samples", "2", "--max_new_tokens", "8", "--batch_size", "2", "--json"]
+    refused = run_cli(*argv)
+    _one_line_error(refused.returncode, refused.stdout, refused.stderr, "holds evaluation files without a run.json",
+                    "--overwrite")
+    run = run_cli(*argv, "--overwrite")
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
 
@@ -79,6 +84,8 @@ def test_cli_writes_layout_and_matches_bench_scorer(tiny_model_dir, mini_bench, 
     assert summary["versions"]["torch"] and summary["versions"]["transformers"] and summary["pages_per_s"] > 0
     assert json.loads((outputs / "scores.json").read_text())["tests"] == result["tests"]
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert sorted(p.name for p in outputs.iterdir() if p.is_file()) == [
+        "counting_pg1_repeat1.md", "counting_pg1_repeat2.md", "evaluation.json", "pages.jsonl", "run.json", "scores.json"]
 
     assert result["pages"] == ["counting.pdf:1", "synth/doc0042_page3.pdf:1"]
     assert result["sampling"]["num_samples"] == 2 and result["sampling"]["do_sample"] is True
@@ -202,3 +209,40 @@ def test_error_cases(tiny_model_dir, mini_bench, tmp_path, capsys):
                               "--temperature", "0"), "identical greedy")
     # Nothing was transcribed anywhere by the failed runs.
     assert not list(tmp_path.rglob("*.md"))
+
+
+def test_a_sigkill_at_page_k_resumes_to_the_uninterrupted_result(tiny_model_dir, mini_bench, tmp_path):
+    """Sampled (K=2) on the random tiny model, batches of 2 pages: killed after its first page is written, the same
+    command finishes the rest, and the folder then holds what an uninterrupted run writes, scores included. The
+    bench here has 4 pages (the mini bench's two, twice over under other names)."""
+    import signal
+
+    bench = tmp_path / "bench"
+    shutil.copytree(mini_bench, bench)
+    for name in ("counting_copy.pdf", "more_counting.pdf"):
+        shutil.copy(bench / "pdfs" / "counting.pdf", bench / "pdfs" / name)
+        stem = name[:-4]
+        (bench / f"{stem}.jsonl").write_text(
+            (bench / "b.jsonl").read_text().replace('"counting.pdf"', f'"{name}"').replace("counting_p1", stem))
+    argv = ["olmocr_rl.evaluate", "--model", tiny_model_dir, "--bench", bench, "--num_samples", "2",
+            "--max_new_tokens", "40", "--batch_size", "2", "--json"]
+    whole = run_cli(*argv, "--outputs", tmp_path / "whole")
+    assert whole.returncode == 0, whole.stderr
+    out = tmp_path / "out"
+    process = warm_python.popen([sys.executable, "-m", *map(str, argv), "--outputs", str(out)], cwd=REPO_ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:
+        if " 1/4 pages" in line:
+            process.send_signal(signal.SIGKILL)
+            break
+    process.communicate(timeout=60)
+    assert process.returncode == -9
+    done = len((out / "pages.jsonl").read_text().splitlines())
+    assert 1 <= done < 4 and not (out / "scores.json").exists()
+    resumed = run_cli(*argv, "--outputs", out)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"continuing {out}: {done} of 4 pages done by an earlier run" in resumed.stderr
+    first, second = json.loads(whole.stdout), json.loads(resumed.stdout)
+    assert second["resumed_pages"] == done and second["tests"] == first["tests"]
+    texts = {p.relative_to(out): p.read_text() for p in out.rglob("*.md")}
+    assert texts == {p.relative_to(tmp_path / "whole"): p.read_text() for p in (tmp_path / "whole").rglob("*.md")}

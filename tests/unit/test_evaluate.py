@@ -98,9 +98,10 @@ def test_scoring_rule_is_named_and_olmocr_bench_drops_the_near_empty_guard(tmp_p
     assert "scoring olmocr-rl (this project's" in report
     with pytest.raises(EvaluateError, match="--scoring 'olmocr' is not a scoring rule; choose one of olmocr-rl"):
         score_outputs(bench, outputs, scoring="olmocr")
-    # The CLI refuses an unknown rule with one error line, before any model is loaded.
+    # The CLI refuses an unknown rule with one error line naming the choices, before any model is loaded.
     assert main(["--model", str(tmp_path / "no-model"), "--bench", str(bench), "--scoring", "olmocr"]) == 2
-    assert capsys.readouterr().err.strip().startswith("python -m olmocr_rl.evaluate: error: --scoring 'olmocr'")
+    assert capsys.readouterr().err.strip() == ("python -m olmocr_rl.evaluate: error: argument --scoring: invalid choice: "
+                                               "'olmocr' (choose from 'olmocr-rl', 'olmocr-bench')")
 
 
 # ------------------------------------------------------------------------------- generation
@@ -155,3 +156,34 @@ def test_sampling_is_seeded(tiny):
 # ------------------------------------------------------------------------------------- errors
 
 
+
+
+def test_the_cpu_kv_cache_is_what_the_pages_need_within_the_free_memory(tiny_model_dir, monkeypatch):
+    """The tiny model: 2 layers x 2 KV heads x 32 dims x K and V x 4 bytes (fp32) = 1,024 bytes a token."""
+    from olmocr_rl.evaluate import BackendFlags
+    from olmocr_rl.evaluation.engine_memory import BLOCK_TOKENS, GIB, kv_cache_bytes
+
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    flags = BackendFlags(backend="vllm", vllm_max_model_len=16384)
+    common = dict(repeats=2, max_new_tokens=3000, image_dim=1288, chunk_pages=64, cuda=False)
+    size, line = kv_cache_bytes(str(tiny_model_dir), flags, pages=10, free=16 * GIB, **common)
+    sequence = 46 * 46 + 512 + 3000  # image tokens of a 1288 px square page + prompt text + answer
+    need = 10 * 2 * -(-sequence // BLOCK_TOKENS) * BLOCK_TOKENS * 1024
+    assert size == -(-need // 2**20) * 2**20 and size < GIB  # not 90 % of the machine
+    assert "vLLM KV cache on CPU: 0.11 GiB (20 sequence(s) in flight of up to 5,628 tokens, 1,024 bytes a token" in line
+    # at least one --vllm_max_model_len sequence (vLLM refuses to start with less)
+    one, _ = kv_cache_bytes(str(tiny_model_dir), flags, pages=1, free=16 * GIB, **{**common, "repeats": 1,
+                                                                                    "max_new_tokens": 10})
+    assert one >= 16384 * 1024
+    # at most half the free memory; a sequence that cannot fit is one line
+    capped, _ = kv_cache_bytes(str(tiny_model_dir), flags, pages=1000, free=256 * 2**20, **common)
+    assert capped <= 128 * 2**20
+    with pytest.raises(EvaluateError, match=r"--backend vllm: one 16,384-token sequence needs 0.02 GiB of KV cache"):
+        kv_cache_bytes(str(tiny_model_dir), flags, pages=1, free=8 * 2**20, **common)
+    # the flag sets it (on a GPU too); VLLM_CPU_KVCACHE_SPACE wins on CPU; a GPU keeps vLLM's own sizing
+    assert kv_cache_bytes(str(tiny_model_dir), BackendFlags(backend="vllm", vllm_kv_cache_gib=1.5), pages=1,
+                          **{**common, "cuda": True})[0] == int(1.5 * GIB)
+    assert kv_cache_bytes(str(tiny_model_dir), flags, pages=1, **{**common, "cuda": True}) == (None, "")
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "2")
+    size, line = kv_cache_bytes(str(tiny_model_dir), flags, pages=1, **common)
+    assert size is None and "2 GiB (VLLM_CPU_KVCACHE_SPACE in the environment" in line
