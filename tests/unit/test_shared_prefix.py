@@ -7,57 +7,19 @@ import logging
 
 import pytest
 import torch
-from PIL import Image
+# test_padding_free's fixtures (the stock model, and a copy with the pack-aware SDPA the shared layout runs through)
+from test_padding_free import _page, models, qwen3_models  # noqa: F401
+from test_padding_free import _trl_batch as trl_batch
 
 from olmocr_rl.model import fallback
 from olmocr_rl.trainer.padding_free import PackedForward, install_padding_free
 from olmocr_rl.trainer.shared_prefix import SharedPrefixForward, SharedPrefixGuard, shared_prefix_problem
 
 
-def _page(height, width, seed):
-    generator = torch.Generator().manual_seed(seed)
-    return Image.fromarray((torch.rand(height, width, 3, generator=generator) * 255).byte().numpy())
-
-
-@pytest.fixture(scope="module")
-def models(tiny_model_dir):
-    from trl.trainer.utils import add_fused_lm_head
-
-    from olmocr_rl.model.loading import load_model_and_processor
-
-    stock, processor = load_model_and_processor(str(tiny_model_dir))
-    shared = copy.deepcopy(stock)
-    assert shared_prefix_problem(shared) is None
-    assert install_padding_free(shared) is not None  # the pack-aware SDPA the shared layout runs through
-    for model in (stock, shared):  # what GRPOTrainer does to the policy
-        add_fused_lm_head(model, outputs=("log_probs", "entropy"))
-    return stock, shared, processor
-
-
 def _trl_batch(processor, pages, completion_lengths, seed=2):
-    """A micro-batch as TRL 1.16 builds it: left-padded page prompts (pages of different sizes: different prompt
-    lengths), right-padded completions, labels on the completion tokens only. Returns (inputs, completion width)."""
-    from trl.trainer.utils import pad
-
-    messages = [[{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": "Read."}]}]
-                for image in pages]
-    prompts = [torch.tensor(ids) for ids in processor.apply_chat_template(
-        messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]]
-    generator = torch.Generator().manual_seed(seed)
-    completions = [torch.randint(20, 200, (n,), generator=generator) for n in completion_lengths]
-    prompt_ids, prompt_mask = pad(prompts, 0, "left"), pad([torch.ones_like(p) for p in prompts], 0, "left")
-    completion_ids = pad(completions, 0, "right")
-    completion_mask = pad([torch.ones_like(c) for c in completions], 0, "right")
-    texts = [processor.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in messages]
-    vision = processor(images=[[image] for image in pages], text=texts, padding=True, return_tensors="pt")
-    input_ids = torch.cat([prompt_ids, completion_ids], 1)
-    attention_mask = torch.cat([prompt_mask, completion_mask], 1)
-    labels = input_ids.masked_fill(attention_mask == 0, -100)
-    labels[:, :-completion_ids.shape[1]] = -100
-    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, pixel_values=vision["pixel_values"],
-                  image_grid_thw=vision["image_grid_thw"], labels=labels, fused_lm_head=True,
-                  mm_token_type_ids=torch.cat([vision["mm_token_type_ids"], torch.zeros_like(completion_ids)], 1))
-    return inputs, completion_ids.shape[1]
+    """test_padding_free's micro-batch of these pages and completion lengths: (inputs, completion width)."""
+    inputs, completion_mask = trl_batch(processor, completion_lengths, pages, seed)
+    return inputs, completion_mask.shape[1]
 
 
 def _run(call, parameters, inputs, width):
@@ -235,32 +197,17 @@ def test_training_steps_equal_the_stock_path(tiny_model_dir, tiny_family_dir, tm
     assert len({float(e["reward"]) for e in stock if "reward" in e}) > 1  # the samples move: a real comparison
 
 
-def test_on_by_default_and_off_where_it_cannot_be_exact(models):
+def test_on_by_default_and_off_where_it_cannot_be_exact(models, qwen3_models):
     from olmocr_rl.config import build_parser
 
     assert build_parser().get_default("shared_prefix") is True
+    assert shared_prefix_problem(models[1]) is None and shared_prefix_problem(qwen3_models[1]) is None
     stock, _, _ = models
     other = copy.deepcopy(stock)
     other.config.get_text_config()._attn_implementation = "flash_attention_2"
     assert "attention implementation 'flash_attention_2'" in shared_prefix_problem(other)
     other.config.model_type = "llava"
     assert "model type 'llava'" in shared_prefix_problem(other)
-
-
-@pytest.fixture(scope="module", params=["qwen3_vl", "qwen3_vl_moe"])
-def qwen3_models(request, tiny_family_dir):
-    """The tiny Qwen3-VL, dense or MoE (deepstack features; the text model builds its own mask), stock and shared."""
-    from trl.trainer.utils import add_fused_lm_head
-
-    from olmocr_rl.model.loading import load_model_and_processor
-
-    stock, processor = load_model_and_processor(str(tiny_family_dir(request.param)))
-    shared = copy.deepcopy(stock)
-    assert shared_prefix_problem(shared) is None
-    assert install_padding_free(shared) is not None
-    for model in (stock, shared):
-        add_fused_lm_head(model, outputs=("log_probs", "entropy"))
-    return stock, shared, processor
 
 
 @pytest.mark.parametrize("case", range(len(GROUPS)))
