@@ -86,24 +86,30 @@ class _Inject(torch.autograd.Function):
 
 
 class _Attach(torch.autograd.Function):
-    """``out`` unchanged; the backward also sends each leaf's gathered gradient into its prefix graph's tensor."""
+    """``out`` unchanged; the backward also sends each leaf's gathered gradient into its prefix graph's tensor, and
+    zeros into the tensors without a leaf (a prefix forward's own log-probs: see PrefixState)."""
 
     @staticmethod
     def forward(ctx, out, leaves, *tensors):
-        ctx.leaves = leaves
+        ctx.leaves, ctx.zeros = leaves, [(t.shape, t.dtype, t.device) for t in tensors]
         return out.view_as(out)
 
     @staticmethod
     def backward(ctx, grad):
-        return (grad, None, *(leaf.grad for leaf in ctx.leaves))
+        sent = (leaf.grad if leaf is not None else torch.zeros(shape, dtype=dtype, device=device)
+                for leaf, (shape, dtype, device) in zip(ctx.leaves, ctx.zeros))
+        return (grad, None, *sent)
 
 
 class PrefixState:
     """One page's prefix, forwarded once: every text layer's keys and values (1, kv heads, prefix, head dim), and the
-    leaves the segments of the micro-steps before the page's last attend to (made on first use)."""
+    leaves the segments of the micro-steps before the page's last attend to (made on first use). ``anchor``: the
+    prefix forward's log-probs (all masked: zeros), sent a zero gradient when the state is done, so that every
+    parameter the stock path's prompt positions reach gets a gradient (zero where theirs is: e.g. a deepstack
+    feature added after the last layer whose keys are read), never None (an optimizer skips None, not zero)."""
 
-    def __init__(self, keys_values: dict[int, tuple[torch.Tensor, torch.Tensor]], prefix: int):
-        self.keys_values, self.prefix = keys_values, prefix
+    def __init__(self, keys_values: dict[int, tuple[torch.Tensor, torch.Tensor]], prefix: int, anchor=None):
+        self.keys_values, self.prefix, self.anchor = keys_values, prefix, anchor
         self.leaves: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def source(self, mode: str) -> "_Source":
@@ -111,14 +117,18 @@ class PrefixState:
         micro-step before the page's last) or ``inject`` (its last, after leaf ones)."""
         return _Source(self, mode)
 
-    def pending(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """The graph's tensors and the leaves whose gathered gradient has not been sent into them yet."""
+    def pending(self, done: bool = False) -> tuple[list[torch.Tensor], list]:
+        """The graph's tensors and the leaves whose gathered gradient has not been sent into them yet (none when
+        ``done``: a forward injected it), and the anchor (leaf None: a zero gradient)."""
         tensors, leaves = [], []
-        for layer, pair in self.leaves.items():
+        for layer, pair in self.leaves.items() if not done else ():
             for graph, leaf in zip(self.keys_values[layer], pair):
                 if leaf.grad is not None:
                     tensors.append(graph)
                     leaves.append(leaf)
+        if self.anchor is not None and self.anchor.requires_grad:
+            tensors.append(self.anchor)
+            leaves.append(None)
         return tensors, leaves
 
 
@@ -158,16 +168,14 @@ class PrefixScope:
         """After a forward: drop every state not needed by a later forward of the scope (all of them when
         ``final``). A dropped state the forward did not read (not in ``present``) with gathered gradients is
         attached to ``out`` (the forward's log-probs): the loss's backward then runs its prefix's graph. Those the
-        forward read in ``inject`` mode are done. Returns ``out``, attached where needed."""
+        forward read (``inject`` mode) are done but for their anchor. Returns ``out``, attached where needed."""
         tensors, leaves = [], []
         for key in list(self.states):
             if not final and key in later:
                 continue
-            state = self.states.pop(key)
-            if key not in present:
-                more = state.pending()
-                tensors += more[0]
-                leaves += more[1]
+            more = self.states.pop(key).pending(done=key in present)
+            tensors += more[0]
+            leaves += more[1]
         if leaves:
             if out is None or not out.requires_grad:
                 raise RuntimeError("a prefix's gathered gradient has no backward to go into")

@@ -293,13 +293,14 @@ class _Capture:
             start += n
         return torch.cat(pieces, dim=0).unsqueeze(0), None
 
-    def states(self) -> list[PrefixState]:
-        """Each prefix's state: the captured keys and values sliced to its tokens."""
+    def states(self, anchor=None) -> list[PrefixState]:
+        """Each prefix's state: the captured keys and values sliced to its tokens (``anchor``: the forward's
+        log-probs, with one prefix)."""
         states, start = [], 0
         for n in self.lengths:
             part = slice(start, start + n)
             states.append(PrefixState({layer: (k[:, :, part], v[:, :, part])
-                                       for layer, (k, v) in self.keys_values.items()}, n))
+                                       for layer, (k, v) in self.keys_values.items()}, n, anchor))
             start += n
         return states
 
@@ -407,10 +408,10 @@ class SharedPrefixForward:
             # is done), every layer's keys and values kept
             capture = _Capture((prefix,), torch.is_grad_enabled())
             with packed_call():
-                self.model(**prefix_inputs, **{SHARED_PREFIX: capture})
+                anchor = self.model(**prefix_inputs, **{SHARED_PREFIX: capture}).log_probs
             if len(capture.keys_values) != plan.layers:
                 raise RuntimeError(f"the prefix forward captured {len(capture.keys_values)} of {plan.layers} layers")
-            scope.states[key] = capture.states()[0]
+            scope.states[key] = capture.states(anchor if torch.is_grad_enabled() else None)[0]
         layout = plan.layout(scope, torch.is_grad_enabled())
         with packed_call():
             out = self.model(**plan.packed, **{SHARED_PREFIX: layout})
@@ -581,9 +582,11 @@ def _pack(inputs, groups, keys, kinds, images, positions, prompt_width, mask, la
     if row_images:
         packed["pixel_values"] = torch.cat([pixels for _, pixels in row_images])
         packed["image_grid_thw"] = torch.stack([grid for grid, _ in row_images])
-    # each new kept page's prefix: the plain forward (no fused head), one logit kept (only the keys and values count)
+    # each new kept page's prefix, all its labels -100 (what counts is the layers' keys and values; on a GPU the fused
+    # head scores none of its tokens)
     prefixes = [{"input_ids": ids[None], "attention_mask": attention_mask, "position_ids": positions_[:, None],
-                 "logits_to_keep": 1, "use_cache": False} for ids, positions_ in zip(new_ids, new_pos)]
+                 "labels": torch.full_like(ids, -100)[None], "fused_lm_head": True}
+                for ids, positions_ in zip(new_ids, new_pos)]
     for prefix_inputs, (grid, pixels) in zip(prefixes, new_images):
         prefix_inputs.update(pixel_values=pixels, image_grid_thw=grid[None])
     return _Plan(packed, tuple(mask.shape), torch.cat(rows_idx), torch.cat(cols_idx), torch.cat(src_idx), layout,
