@@ -315,6 +315,7 @@ class SharedPrefixGuard:
         self.checked = False
         self.off = False
         self.shared_calls = 0  # calls that shared at least one prompt (read by the tests and the bench)
+        self.prefix_forwards = 0  # pages' prompts forwarded alone, to be kept for later forwards (likewise)
 
     def fall_back(self, reason: str) -> None:
         from olmocr_rl.model.fallback import fall_back
@@ -407,6 +408,7 @@ class SharedPrefixForward:
             # a page needed again later: its prefix forwarded alone (a graph of its own, run backward when the page
             # is done), every layer's keys and values kept
             capture = _Capture((prefix,), torch.is_grad_enabled())
+            self.guard.prefix_forwards += 1
             with packed_call():
                 anchor = self.model(**prefix_inputs, **{SHARED_PREFIX: capture}).log_probs
             if len(capture.keys_values) != plan.layers:

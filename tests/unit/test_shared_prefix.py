@@ -133,15 +133,18 @@ def test_first_use_checks_itself_and_falls_back_with_one_line(models, monkeypatc
 STEPS = 20  # GRPO steps of each training (a generation batch every second step: num_iterations = 2)
 
 
-def _train(model_dir, tmp_path, shared: bool, lora: bool = False, frozen_tower: bool = False):
-    """STEPS GRPO steps of the tiny model (G = 4 completions of one page per step; two pages of different sizes; the
-    old-policy log-probs by num_iterations = 2, the reference model's by beta > 0, with LoRA the base model with its
+def _train(model_dir, tmp_path, shared: bool, lora: bool = False, frozen_tower: bool = False, batch: int = 2,
+           accumulation: int = 2, loss_type: str = "grpo", olmorl: bool = False):
+    """STEPS GRPO steps of the tiny model (G = 4 completions of a page; two pages of different sizes; ``batch`` rows a
+    micro-batch, ``accumulation`` micro-steps a step; the old-policy log-probs by num_iterations = 2, the reference
+    model's by beta > 0 (not with ``olmorl``: OlmoRL's settings and trainer), with LoRA the base model with its
     adapters off; ``frozen_tower`` as --freeze_vision_tower, its features cached per step): the log history and the
     guards."""
     from datasets import Dataset
     from trl import GRPOConfig
 
     from olmocr_rl.model.loading import load_model_and_processor
+    from olmocr_rl.trainer.olmorl import OlmoRLGRPOTrainer, olmorl_config_overrides
     from olmocr_rl.trainer.plain import PlainGRPOTrainer
     from olmocr_rl.trainer.shared_prefix import install_shared_prefix
 
@@ -155,46 +158,73 @@ def _train(model_dir, tmp_path, shared: bool, lora: bool = False, frozen_tower: 
         assert install_shared_prefix(model) is not None
     prompt = [{"role": "user", "content": [{"type": "text", "text": "Transcribe."}, {"type": "image"}]}]
     dataset = Dataset.from_list([{"prompt": prompt, "image": _page(56, 56, 0)}, {"prompt": prompt, "image": _page(84, 112, 1)}])
+    objective = olmorl_config_overrides() if olmorl else {"beta": 0.04, "loss_type": loss_type}
     args = GRPOConfig(output_dir=str(tmp_path / f"shared{shared}"), report_to="none", use_cpu=True, bf16=False,
-                      num_generations=4, per_device_train_batch_size=4, gradient_accumulation_steps=1,
-                      max_completion_length=8, num_iterations=2, beta=0.04, logging_steps=1, max_steps=STEPS, seed=0,
-                      save_strategy="no", learning_rate=1e-3)
+                      num_generations=4, per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
+                      max_completion_length=8, num_iterations=2, logging_steps=1, max_steps=STEPS, seed=0,
+                      save_strategy="no", learning_rate=1e-3, **objective)
     peft = None
     if lora:
         from peft import LoraConfig
 
         peft = LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS)
-    trainer = PlainGRPOTrainer(model=model, args=args, processing_class=processor, padding_free=True,
-                               shared_prefix=shared, shared_prefill=shared, train_dataset=dataset, peft_config=peft,
-                               cache_vision_features=frozen_tower,
-                               reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"]) % 5) for c in completions]])
+    trainer = (OlmoRLGRPOTrainer if olmorl else PlainGRPOTrainer)(
+        model=model, args=args, processing_class=processor, padding_free=True, shared_prefix=shared,
+        shared_prefill=shared, train_dataset=dataset, peft_config=peft, cache_vision_features=frozen_tower,
+        reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"]) % 5) for c in completions]])
     trainer.train()
     return [entry for entry in trainer.state.log_history if "loss" in entry], trainer.shared_prefix, trainer.shared_prefill
+
+
+def _assert_same_steps(shared: list[dict], stock: list[dict], keys=("loss", "grad_norm", "kl", "entropy")) -> None:
+    assert len(stock) == len(shared) == STEPS
+    assert [e.get("reward") for e in shared] == [e.get("reward") for e in stock]  # the same completions
+    for mine, theirs in zip(shared, stock):
+        for key in keys:
+            assert float(mine[key]) == pytest.approx(float(theirs[key]), rel=1e-4, abs=1e-6), key
+    assert any(abs(float(e["loss"])) > 0 for e in shared)
+    assert len({float(e["reward"]) for e in stock if "reward" in e}) > 1  # the samples move: a real comparison
 
 
 @pytest.mark.slow  # two GRPO trainings of 20 steps per arm: 2-5 s each
 @pytest.mark.parametrize("arm", ["full", "lora", "frozen_tower", "qwen3_vl", "qwen3_vl_moe"])
 def test_training_steps_equal_the_stock_path(tiny_model_dir, tiny_family_dir, tmp_path, arm):
+    """Micro-batches of 2 completions, 2 a step: each page's prompt kept from the first micro-step to the second."""
     model_dir = tiny_family_dir(arm) if arm.startswith("qwen3") else tiny_model_dir  # the Qwen3-VL arms: full
     switches = dict(lora=arm == "lora", frozen_tower=arm == "frozen_tower")
     stock, _, _ = _train(model_dir, tmp_path, shared=False, **switches)
     shared, guard, prefill = _train(model_dir, tmp_path, shared=True, **switches)
     batches = STEPS // 2  # steps 1, 3, 5, ... generate; the others are the batch's second iteration
-    # every forward shared its page's prompt: per generation batch the old-policy and the reference log-probs, and
-    # the loss of every step; the first one checked itself against the stock forward. The MoE's loss forwards ask
-    # for router logits (TRL's load-balancing loss, on by the architecture's coefficient): those take the stock path
-    loss_forwards = 0 if arm == "qwen3_vl_moe" else STEPS
-    assert guard.checked and not guard.off and guard.shared_calls == 2 * batches + loss_forwards
-    assert len(stock) == len(shared) == STEPS
+    # every forward shared its page's prompt: per generation batch the old-policy and the reference log-probs (two
+    # chunks of 2 rows each), and the loss's 2 micro-steps of every step; the first one checked itself against the
+    # stock forward. The MoE's loss forwards ask for router logits (TRL's load-balancing loss, on by the
+    # architecture's coefficient): those take the stock path
+    moe = arm == "qwen3_vl_moe"
+    assert guard.checked and not guard.off and guard.shared_calls == 4 * batches + (0 if moe else 2 * STEPS)
+    # the page prompt alone once for each call without gradients, and once a step for the loss
+    assert guard.prefix_forwards == 2 * batches + (0 if moe else STEPS)
     # generation's prefill shared each batch's page prompt, and sampled the same completions
     assert prefill.checked and not prefill.off and prefill.shared_calls == prefill.prefilled == batches
-    assert [e.get("reward") for e in shared] == [e.get("reward") for e in stock]
     assert sum("reward" in e for e in stock) == batches
-    for mine, theirs in zip(shared, stock):
-        for key in ("loss", "grad_norm", "kl", "entropy"):
-            assert float(mine[key]) == pytest.approx(float(theirs[key]), rel=1e-4, abs=1e-6), key
-    assert any(float(e["kl"]) > 0 for e in shared) and any(abs(float(e["loss"])) > 0 for e in shared)
-    assert len({float(e["reward"]) for e in stock if "reward" in e}) > 1  # the samples move: a real comparison
+    _assert_same_steps(shared, stock)
+    assert any(float(e["kl"]) > 0 for e in shared)
+
+
+@pytest.mark.slow  # two GRPO trainings of 20 steps per loss: 2-4 s each
+@pytest.mark.parametrize("loss, accumulation", [("grpo", 4), ("bnpo", 8), ("dr_grpo", 4), ("dapo", 4), ("olmorl", 4)])
+def test_every_loss_trains_the_stock_steps_one_completion_a_micro_batch(tiny_model_dir, tmp_path, loss, accumulation):
+    """olmOCR 2's geometry: one completion a micro-batch, a page's 4 a step (bnpo: 8 micro-steps, two pages, which
+    TRL's shuffle interleaves and the window plan serves page by page): each page's prompt forwarded once a step, and
+    every TRL loss and --olmorl train the stock steps."""
+    switches = dict(batch=1, accumulation=accumulation, loss_type=loss, olmorl=loss == "olmorl")
+    stock, _, _ = _train(tiny_model_dir, tmp_path, shared=False, **switches)
+    shared, guard, _ = _train(tiny_model_dir, tmp_path, shared=True, **switches)
+    pages = accumulation // 4  # a step's pages
+    batches = STEPS // 2
+    calls = 1 if loss == "olmorl" else 2  # forwards without gradients a batch: old-policy and reference (OlmoRL: beta 0)
+    assert guard.checked and not guard.off and guard.shared_calls == batches * calls * 4 * pages + STEPS * 4 * pages
+    assert guard.prefix_forwards == batches * calls * pages + STEPS * pages
+    _assert_same_steps(shared, stock, keys=("loss", "grad_norm", "entropy") + (() if loss == "olmorl" else ("kl",)))
 
 
 def test_on_by_default_and_off_where_it_cannot_be_exact(models, qwen3_models):
