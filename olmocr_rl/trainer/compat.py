@@ -428,7 +428,7 @@ OTHER_PRIVATE_NAMES = {
     **dict.fromkeys(("_noop", "_offline"), "wandb's settings (telemetry/wandb_run.py; any change there degrades to a warning)"),
     **dict.fromkeys(("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward"),
                     "torch's CPU flash attention and its backward, which return and take the log-sum-exp "
-                    "(trainer/shared_prefix.py's split attention; used only where both exist)"),
+                    "(trainer/prefix_attention.py's split attention; used only where both exist)"),
 }
 
 

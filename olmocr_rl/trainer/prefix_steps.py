@@ -108,13 +108,18 @@ class PrefixState:
     parameter the stock path's prompt positions reach gets a gradient (zero where theirs is: e.g. a deepstack
     feature added after the last layer whose keys are read), never None (an optimizer skips None, not zero)."""
 
-    def __init__(self, keys_values: dict[int, tuple[torch.Tensor, torch.Tensor]], prefix: int, anchor=None):
+    def __init__(self, keys_values: dict[int, tuple[torch.Tensor, torch.Tensor]], prefix: int, anchor=None,
+                 again: dict | None = None):
         self.keys_values, self.prefix, self.anchor = keys_values, prefix, anchor
         self.leaves: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        # recomputing (several processes): the prefix forward's inputs; its keys and values came without gradients,
+        # and the page's last forward holds the prefix in its row again, with gradients (see _Source)
+        self.again = again
 
     def source(self, mode: str) -> "_Source":
         """What one forward's attention reads: ``graph`` (no gradients, or the page's only forward), ``leaf`` (a
-        micro-step before the page's last) or ``inject`` (its last, after leaf ones)."""
+        micro-step before the page's last), ``inject`` (its last, after leaf ones) or ``again`` (its last when
+        recomputing: the prefix in the forward's own row, its keys and values with the leaves' gradients added)."""
         return _Source(self, mode)
 
     def pending(self, done: bool = False) -> tuple[list[torch.Tensor], list]:
@@ -140,15 +145,21 @@ class _Source:
         self.state, self.mode = state, mode
         self.served: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def keys_values(self, module) -> tuple[torch.Tensor, torch.Tensor]:
+    def keys_values(self, module, keys=None, values=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """This layer's prefix keys and values; mode ``again``: ``keys``/``values`` (the row's) with the leaves'
+        gathered gradients added in the backward."""
         layer = module.layer_idx
+        if self.mode == "again":
+            leaves = self.state.leaves.get(layer, (None, None))
+            return tuple(_Inject.apply(t, leaf) if leaf is not None else t for t, leaf in zip((keys, values), leaves))
         if layer not in self.served:
             graph = self.state.keys_values[layer]
             if self.mode == "graph":
                 self.served[layer] = graph
             elif self.mode == "leaf":
-                if layer not in self.state.leaves:
-                    self.state.leaves[layer] = tuple(t.detach().requires_grad_(t.requires_grad) for t in graph)
+                if layer not in self.state.leaves:  # recomputing: no graph yet, the gradient is wanted all the same
+                    wanted = self.state.again is not None or graph[0].requires_grad
+                    self.state.leaves[layer] = tuple(t.detach().requires_grad_(wanted) for t in graph)
                 self.served[layer] = self.state.leaves[layer]
             else:  # inject: the graph's tensors, with the leaves' gradients added in the backward
                 leaves = self.state.leaves.get(layer, (None, None))
@@ -164,16 +175,21 @@ class PrefixScope:
     def __init__(self):
         self.states: dict = {}
 
-    def release(self, out: torch.Tensor | None, present: set, later: frozenset, final: bool) -> torch.Tensor | None:
+    def release(self, out: torch.Tensor | None, present: set, later: frozenset, final: bool,
+                again=None) -> torch.Tensor | None:
         """After a forward: drop every state not needed by a later forward of the scope (all of them when
         ``final``). A dropped state the forward did not read (not in ``present``) with gathered gradients is
         attached to ``out`` (the forward's log-probs): the loss's backward then runs its prefix's graph. Those the
-        forward read (``inject`` mode) are done but for their anchor. Returns ``out``, attached where needed."""
+        forward read (``inject`` mode) are done but for their anchor. A recomputing state has no graph to attach:
+        ``again(state)`` forwards its prefix with gradients first. Returns ``out``, attached where needed."""
         tensors, leaves = [], []
         for key in list(self.states):
             if not final and key in later:
                 continue
-            more = self.states.pop(key).pending(done=key in present)
+            state = self.states.pop(key)
+            if key not in present and state.again is not None and state.leaves and again is not None:
+                again(state)
+            more = state.pending(done=key in present)
             tensors += more[0]
             leaves += more[1]
         if leaves:

@@ -27,16 +27,18 @@ def _rows(inputs: dict, rows: list[int]) -> dict:
     return out
 
 
-def _window(model, inputs, width: int, order: list[int], batch: int, shared: bool, later=None):
+def _window(model, inputs, width: int, order: list[int], batch: int, shared: bool, later=None, recompute=False):
     """The micro-steps of one window (rows ``order``, ``batch`` a micro-batch; ``width`` completion columns), each
     forward then backward of its log-probs and entropies, gradients accumulated: (per-row log-probs, entropies,
     gradients), the tokens each forward gave the language model, and the scope and guard (shared). ``later``: the
-    hint of each micro-step (default: the pages of the window's later micro-steps)."""
+    hint of each micro-step (default: the pages of the window's later micro-steps); ``recompute``: as several
+    processes run it (the prompt forwarded without gradients, and again with them in its page's last micro-step)."""
     keys = page_keys(inputs["input_ids"][:, :-width], inputs["attention_mask"][:, :-width], inputs["pixel_values"],
                      inputs["image_grid_thw"], tag="test")
     micro = [order[i:i + batch] for i in range(0, len(order), batch)]
     guard, scope, seen = SharedPrefixGuard(), PrefixScope(), []
     guard.checked = True  # the forwards themselves (the first-use check has its own tests)
+    guard.recompute = recompute
     hook = model.get_input_embeddings().register_forward_hook(lambda module, args, out: seen.append(args[0].numel()))
     model.zero_grad()
     logps, entropy = torch.zeros(inputs["input_ids"].shape), torch.zeros(inputs["input_ids"].shape)
@@ -59,25 +61,28 @@ def _window(model, inputs, width: int, order: list[int], batch: int, shared: boo
     return (logps, entropy, grads), seen, scope, guard
 
 
-def _both(models, order, batch, later=None, pages=PAGES, lengths=LENGTHS):
+def _both(models, order, batch, later=None, pages=PAGES, lengths=LENGTHS, recompute=False):
     stock, shared, processor = models
     inputs, completion_mask = trl_batch(processor, lengths, [_page(*p) for p in pages])
     width = completion_mask.shape[1]
-    mine, seen, scope, guard = _window(shared, inputs, width, order, batch, True, later)
+    mine, seen, scope, guard = _window(shared, inputs, width, order, batch, True, later, recompute)
     theirs, stock_seen, _, _ = _window(stock, inputs, width, order, batch, False)
     assert not scope.states  # the window's last micro-step consumed every page's prompt
     return mine, theirs, seen, stock_seen, guard
 
 
+@pytest.mark.parametrize("recompute", [False, True], ids=["kept", "recomputed"])
 @pytest.mark.parametrize("order, batch", [(list(range(6)), 1), ([3, 0, 4, 1, 5, 2], 1), ([0, 3, 1, 4, 2, 5], 2)],
                          ids=["page by page", "pages alternating", "two pages a micro-batch"])
-def test_a_window_forwards_each_page_prompt_once_and_accumulates_the_stock_gradients(models, order, batch):
-    mine, theirs, seen, stock_seen, guard = _both(models, order, batch)
+def test_a_window_forwards_each_page_prompt_once_and_accumulates_the_stock_gradients(models, order, batch, recompute):
+    """One process keeps the prompt's graph from its first forward to its page's last; several processes forward it
+    without gradients, then again with them in the page's last micro-step (no graph outlives a micro-step)."""
+    mine, theirs, seen, stock_seen, guard = _both(models, order, batch, recompute=recompute)
     _assert_same(mine, theirs)  # log-probs, entropies and every gradient, the vision tower's included
     assert guard.shared_calls == len(order) // batch  # every micro-step shared
     prompts = _prompt_lengths(models)
-    # each page's prompt (less its last token) once, then every completion with the prompt's last token
-    assert sum(seen) == sum(p - 1 for p in prompts) + sum(n + 1 for n in LENGTHS)
+    # each page's prompt (less its last token) once (twice, recomputed), then every completion with its last token
+    assert sum(seen) == (1 + recompute) * sum(p - 1 for p in prompts) + sum(n + 1 for n in LENGTHS)
 
 
 @pytest.mark.parametrize("case", ["qwen3_vl", "lora", "frozen_tower"])
@@ -99,14 +104,16 @@ def test_every_family_and_arm_accumulates_the_stock_gradients(models, qwen3_mode
     _assert_same(mine, theirs, trained=trained, untrained=untrained)
 
 
-def test_a_wrong_hint_about_later_forwards_is_still_exact(models):
+@pytest.mark.parametrize("recompute", [False, True], ids=["kept", "recomputed"])
+def test_a_wrong_hint_about_later_forwards_is_still_exact(models, recompute):
     """The hints only save memory. Rows A, B, A, B, one a micro-step: A said to come back, then not (its prompt's
     gradient rides on B's stock forward: _Attach), then said to come back again (forwarded again) and left to the
-    window's last micro-step, which does not hold it (attached there): the stock gradients."""
+    window's last micro-step, which does not hold it (attached there; recomputed, forwarded with gradients there to
+    take it): the stock gradients."""
     page_a = frozenset({("test", 0)})  # the pages are keyed by content, in order of first appearance
     hints = {0: page_a, 1: frozenset(), 2: page_a, 3: frozenset()}
     mine, theirs, seen, _, guard = _both(models, [0, 2, 1, 3], 1, later=hints.__getitem__,
-                                         pages=PAGES[:2] + PAGES[3:5], lengths=LENGTHS[:4])
+                                         pages=PAGES[:2] + PAGES[3:5], lengths=LENGTHS[:4], recompute=recompute)
     _assert_same(mine, theirs)
     assert guard.shared_calls == 2  # A's micro-steps; B's rows share nothing (stock forwards)
 

@@ -73,17 +73,17 @@ def test_shared_forward_equals_the_stock_forward(models, case, segment_calls, mo
     """Every way of attending a group's segments: on CPU the prefix and own parts as two kernels merged by their
     log-sum-exp (the default there), else one padded call (short completions, as here) or one call per segment (long
     ones: forced here by a threshold of one token)."""
-    from olmocr_rl.trainer import shared_prefix
+    from olmocr_rl.trainer import prefix_attention
 
     if segment_calls != "split":
-        monkeypatch.setattr(shared_prefix, "SPLIT_SEGMENT_ATTENTION", False)
+        monkeypatch.setattr(prefix_attention, "SPLIT_SEGMENT_ATTENTION", False)
     if segment_calls == "each":
-        monkeypatch.setattr(shared_prefix, "SEGMENT_CALL_TOKENS", 1)
+        monkeypatch.setattr(prefix_attention, "SEGMENT_CALL_TOKENS", 1)
     calls = []
     names = {"split": "_segments_split", "each": "_each_segment", "padded": "_segments_padded"}
     for name in names.values():
-        original = getattr(shared_prefix, name)
-        monkeypatch.setattr(shared_prefix, name,
+        original = getattr(prefix_attention, name)
+        monkeypatch.setattr(prefix_attention, name,
                             lambda *a, _name=name, _original=original, **k: calls.append(_name) or _original(*a, **k))
     _assert_same(*_both_paths(models, case))
     assert calls and set(calls) == {names[segment_calls]}
@@ -333,10 +333,10 @@ def test_the_masked_calls_build_each_mask_once_per_forward(segment_calls, monkey
     layer reuses the first's tensors, and the result equals the one with masks built per call."""
     from types import SimpleNamespace
 
-    from olmocr_rl.trainer import shared_prefix
+    from olmocr_rl.trainer import prefix_attention
 
-    monkeypatch.setattr(shared_prefix, "SPLIT_SEGMENT_ATTENTION", False)
-    monkeypatch.setattr(shared_prefix, "SEGMENT_CALL_TOKENS", 1 if segment_calls == "each" else 10**6)
+    monkeypatch.setattr(prefix_attention, "SPLIT_SEGMENT_ATTENTION", False)
+    monkeypatch.setattr(prefix_attention, "SEGMENT_CALL_TOKENS", 1 if segment_calls == "each" else 10**6)
     module = SimpleNamespace(is_causal=True, num_key_value_groups=2, training=False)
     generator = torch.Generator().manual_seed(0)
     layout = ((5, (3, 4, 3)), (4, (2, 2)))
@@ -344,11 +344,11 @@ def test_the_masked_calls_build_each_mask_once_per_forward(segment_calls, monkey
     query = torch.randn(1, 4, total, 8, generator=generator)
     key, value = (torch.randn(1, 2, total, 8, generator=generator) for _ in range(2))
     masks: dict = {}
-    first, _ = shared_prefix.shared_prefix_attention(module, query, key, value, layout, masks=masks, scaling=0.35)
+    first, _ = prefix_attention.shared_prefix_attention(module, query, key, value, layout, masks=masks, scaling=0.35)
     widths = {(5, 3), (5, 4), (4, 2)} if segment_calls == "each" else {(5, 4), (4, 2)}  # padded: the longest
     assert {(prefix, width) for prefix, width, _, _ in masks} == widths
     built = dict(masks)
-    second, _ = shared_prefix.shared_prefix_attention(module, query, key, value, layout, masks=masks, scaling=0.35)
+    second, _ = prefix_attention.shared_prefix_attention(module, query, key, value, layout, masks=masks, scaling=0.35)
     assert masks.keys() == built.keys() and all(masks[k] is built[k] for k in built)  # reused, none rebuilt
-    alone, _ = shared_prefix.shared_prefix_attention(module, query, key, value, layout, scaling=0.35)
+    alone, _ = prefix_attention.shared_prefix_attention(module, query, key, value, layout, scaling=0.35)
     assert torch.equal(first, second) and torch.equal(first, alone)
