@@ -245,10 +245,13 @@ class SharedPrefixForward:
         grad = torch.is_grad_enabled()
         for (key, prefix), prefix_inputs in zip(plan.new, plan.prefixes):
             # a page needed again later: its prefix forwarded alone (a graph of its own, run backward when the page
-            # is done; recomputing, without gradients), every layer's keys and values kept
-            scope.states[key] = self._forward_prefix(prefix_inputs, prefix, grad and not self.guard.recompute)
-            if grad and self.guard.recompute:
-                scope.states[key].again = prefix_inputs
+            # is done), every layer's keys and values kept. Recomputing (several processes), or with as many graphs
+            # kept as this micro-batch has rows (the stock path holds that many prompts' graphs: the peak memory
+            # stays below it), without gradients: its page's last forward holds it in its row again
+            graphs = sum(state.again is None and state.anchor is not None for state in scope.states.values())
+            again = grad and (self.guard.recompute or graphs >= len(inputs["input_ids"]))
+            scope.states[key] = self._forward_prefix(prefix_inputs, prefix, grad and not again)
+            scope.states[key].again = prefix_inputs if again else None
         layout = plan.layout(scope, torch.is_grad_enabled())
         with packed_call():
             out = self.model(**plan.packed, **{SHARED_PREFIX: layout})

@@ -72,17 +72,22 @@ def _both(models, order, batch, later=None, pages=PAGES, lengths=LENGTHS, recomp
 
 
 @pytest.mark.parametrize("recompute", [False, True], ids=["kept", "recomputed"])
-@pytest.mark.parametrize("order, batch", [(list(range(6)), 1), ([3, 0, 4, 1, 5, 2], 1), ([0, 3, 1, 4, 2, 5], 2)],
+@pytest.mark.parametrize("order, batch, second", [(list(range(6)), 1, None), ([3, 0, 4, 1, 5, 2], 1, 0),
+                                                  ([0, 3, 1, 4, 2, 5], 2, None)],
                          ids=["page by page", "pages alternating", "two pages a micro-batch"])
-def test_a_window_forwards_each_page_prompt_once_and_accumulates_the_stock_gradients(models, order, batch, recompute):
-    """One process keeps the prompt's graph from its first forward to its page's last; several processes forward it
-    without gradients, then again with them in the page's last micro-step (no graph outlives a micro-step)."""
+def test_a_window_forwards_each_page_prompt_once_and_accumulates_the_stock_gradients(models, order, batch, second,
+                                                                                     recompute):
+    """One process keeps the prompt's graph from its first forward to its page's last, as many graphs at a time as a
+    micro-batch has rows (the stock path's peak: pages alternating one a micro-batch, the ``second`` page to come,
+    A, is recomputed); several processes forward every prompt without gradients, then again with them in the page's last
+    micro-step (no graph outlives a micro-step)."""
     mine, theirs, seen, stock_seen, guard = _both(models, order, batch, recompute=recompute)
     _assert_same(mine, theirs)  # log-probs, entropies and every gradient, the vision tower's included
     assert guard.shared_calls == len(order) // batch  # every micro-step shared
     prompts = _prompt_lengths(models)
-    # each page's prompt (less its last token) once (twice, recomputed), then every completion with its last token
-    assert sum(seen) == (1 + recompute) * sum(p - 1 for p in prompts) + sum(n + 1 for n in LENGTHS)
+    # each page's prompt (less its last token) once (recomputed: twice), then every completion with its last token
+    twice = [recompute or second == page for page in (0, 1)]
+    assert sum(seen) == sum((1 + again) * (p - 1) for p, again in zip(prompts, twice)) + sum(n + 1 for n in LENGTHS)
 
 
 @pytest.mark.parametrize("case", ["qwen3_vl", "lora", "frozen_tower"])
