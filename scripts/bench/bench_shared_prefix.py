@@ -125,15 +125,26 @@ def trl_block(processor, page, lengths: list[int], vocab: int):
                 image_grid_thw=vision["image_grid_thw"], mm_token_type_ids=mm, labels=labels, fused_lm_head=True)
 
 
+def rows_of(inputs: dict, rows: list[int]) -> dict:
+    """The micro-batch of ``rows`` of a TRL block (pixel values by each row's image grid), as TRL splits it."""
+    import torch
+
+    ends = torch.cumsum(inputs["image_grid_thw"].prod(-1), 0).tolist()
+    part = {key: value[rows] if isinstance(value, torch.Tensor) else value for key, value in inputs.items()}
+    part["pixel_values"] = torch.cat([inputs["pixel_values"][(ends[r - 1] if r else 0):ends[r]] for r in rows])
+    return part
+
+
 def setup(shape: str, side: int, generations: int, completion: int, work: str | None, released: bool,
-          frozen_tower: bool = False):
+          frozen_tower: bool = False, batch: int | None = None):
     """The model (pack-aware attention, page encoded once per group), the inputs, and each arm's phase. With
     ``frozen_tower`` the page's features are encoded here, as generation's prefill encodes them in a step, so the
-    phase runs the merger and the language model only."""
+    phase runs the merger and the language model only. ``batch``: rows a micro-batch (default: the whole group)."""
     import torch
     from trl.trainer.utils import add_fused_lm_head
 
     from olmocr_rl.trainer.padding_free import PackedForward
+    from olmocr_rl.trainer.prefix_steps import PrefixScope, page_keys
     from olmocr_rl.trainer.shared_prefix import SharedPrefixForward, SharedPrefixGuard, install_shared_prefix
 
     model, processor = load(shape, work, released, frozen_tower)
@@ -143,27 +154,43 @@ def setup(shape: str, side: int, generations: int, completion: int, work: str | 
     lengths = [round(completion / 2 + i * (completion / 2) / max(generations - 1, 1)) for i in range(generations)]
     inputs = trl_block(processor, page_image(side), lengths, model.config.get_text_config().vocab_size)
     width = max(lengths)  # TRL's logits_to_keep: the completion columns
+    batch = batch or generations
+    micro = [list(range(start, min(start + batch, generations))) for start in range(0, generations, batch)]
+    parts = [rows_of(inputs, rows) for rows in micro]
+    keys = page_keys(inputs["input_ids"][:, :-width], inputs["attention_mask"][:, :-width], inputs["pixel_values"],
+                     inputs["image_grid_thw"])
     guard = SharedPrefixGuard()
     guard.checked = True  # the first-use check is the trainer's; here each arm runs its own forward only
-    calls = {"--padding_free": PackedForward(model), "padded (TRL)": model,
-             "--shared_prefix": SharedPrefixForward(model, None, width, guard)}
+    fixed = {"--padding_free": PackedForward(model), "padded (TRL)": model}
+
+    def call(arm: str, pages: list, **window):
+        return fixed.get(arm) or SharedPrefixForward(model, None, width, guard, pages=pages, **window)
+
     seen: list[int] = []
     model.get_input_embeddings().register_forward_hook(lambda module, args, out: seen.append(args[0].numel()))
 
     def phase(arm: str) -> int:
-        """The training phase of one micro-batch; returns the tokens the language model forwarded."""
+        """The training phase of one page's group: the forward without gradients over TRL's chunks of ``batch``
+        rows (one call: the old-policy log-probs, and the reference model's when beta > 0), then each micro-batch's
+        forward and backward, gradients accumulated over the window; returns the tokens the language model
+        forwarded."""
         seen.clear()
         with torch.no_grad():
-            calls[arm](**inputs)  # old-policy (and reference) log-probs
+            chunks = call(arm, keys)
+            for part in parts:
+                chunks(**part)
         model.zero_grad(set_to_none=True)
-        out = calls[arm](**inputs)
-        mask = inputs["attention_mask"][:, -width:]
-        ((out.log_probs[:, -width:] * mask).sum() + out.entropy[:, -width:].mean()).backward()
+        scope = PrefixScope()  # the window's kept prompts
+        for step, (rows, part) in enumerate(zip(micro, parts)):
+            later = frozenset(keys[r] for rows_after in micro[step + 1:] for r in rows_after)
+            out = call(arm, [keys[r] for r in rows], scope=scope, later=later, final=step == len(micro) - 1)(**part)
+            mask = part["attention_mask"][:, -width:]
+            ((out.log_probs[:, -width:] * mask).sum() + out.entropy[:, -width:].mean()).backward()
         return sum(seen)
 
     if frozen_tower:  # generation's prefill has encoded the page by the time the training phase runs
         with torch.no_grad():
-            calls["--padding_free"](**inputs)
+            fixed["--padding_free"](**inputs)
     prompt = int(inputs["attention_mask"][0].sum()) - lengths[0]
     return phase, prompt, lengths
 
@@ -172,7 +199,7 @@ def memory_child(args) -> None:
     """One arm's phase in this fresh process: the rise of peak RSS over the RSS before it (MiB), as JSON. The
     kernel's peak (VmHWM) is reset first (``/proc/self/clear_refs``), so loading and page processing do not count."""
     phase, _, _ = setup(args.shape_name, args.side, args.generations, args.completion, args.work, args.released,
-                        args.frozen_tower)
+                        args.frozen_tower, args.per_device_train_batch_size)
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := the current RSS
     before = _status_kib("VmHWM")
     tokens = phase(args.memory_arm)
@@ -189,7 +216,7 @@ def _status_kib(key: str) -> int:
 def measure(args, shape: str, arms: list[str]) -> None:
     params = shape_params(args, shape)
     phase, prompt, lengths = setup(args.model_shape, params["side"], params["generations"], params["completion"],
-                                   args.work, params["released"], args.frozen_tower)
+                                   args.work, params["released"], args.frozen_tower, args.per_device_train_batch_size)
     tokens: dict[str, int] = {}
     times = interleaved({arm: (lambda arm=arm: tokens.__setitem__(arm, phase(arm))) for arm in arms}, args.repeats)
     memory = {arm: float("nan") for arm in arms}
@@ -197,7 +224,9 @@ def measure(args, shape: str, arms: list[str]) -> None:
         command = [sys.executable, __file__, f"--memory_arm={arm}", "--shape_name", args.model_shape, "--work", args.work,
                    "--side", str(params["side"]), "--generations", str(params["generations"]),
                    "--completion", str(params["completion"])] + (["--released"] if params["released"] else []) \
-            + (["--frozen_tower"] if args.frozen_tower else [])
+            + (["--frozen_tower"] if args.frozen_tower else []) \
+            + ([f"--per_device_train_batch_size={args.per_device_train_batch_size}"]
+               if args.per_device_train_batch_size else [])
         done = subprocess.run(command, capture_output=True, text=True, env={**os.environ})
         if done.returncode != 0:
             sys.exit(f"memory run of {arm} failed:\n{done.stderr[-3000:]}")
@@ -206,8 +235,10 @@ def measure(args, shape: str, arms: list[str]) -> None:
 
     import torch
 
+    batch = args.per_device_train_batch_size or params["generations"]
     print(f"[bench_shared_prefix] shape {shape}: {args.model_shape} model, G = {params['generations']} completions of "
-          f"{lengths[0]}..{lengths[-1]} tokens on a {prompt}-token page prompt ({params['side']} px)"
+          f"{lengths[0]}..{lengths[-1]} tokens on a {prompt}-token page prompt ({params['side']} px), {batch} a "
+          f"micro-batch ({-(-params['generations'] // batch)} micro-steps)"
           f"{', vision tower frozen (features cached per step)' if args.frozen_tower else ''}; training phase "
           f"(no-grad forward + forward + backward), median of {args.repeats}, {torch.get_num_threads()} threads")
     base = statistics.median(times["--padding_free"])
@@ -221,6 +252,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_shape_arguments(parser)
     parser.add_argument("--padded", action="store_true", help="also TRL's padded block at every shape")
+    parser.add_argument("--per_device_train_batch_size", type=int, default=None,
+                        help="completions a micro-batch (default: the whole group in one; olmOCR 2 trains 1), the "
+                             "window's micro-steps accumulating gradients")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip_memory", action="store_true", help="no peak-memory runs (one process per arm)")
     parser.add_argument("--frozen_tower", action="store_true",
