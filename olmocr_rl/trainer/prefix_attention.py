@@ -6,7 +6,11 @@ A group's segments attend in one of these ways (all exact; tests/unit/test_share
 
 * on CPU, the prefix part in one flash-attention call for all of a group's segments and each segment's own part
   causally, merged by their log-sum-exp (:class:`_PrefixAndOwn`);
-* elsewhere one masked SDPA call per segment when they are long (:data:`SEGMENT_CALL_TOKENS`), one padded call for
+* on a GPU, one FlexAttention call per layer for all of a group's segments (:func:`_segments_flex`: a block mask,
+  the prefix visible to every segment and each segment's own tokens causally; compiled), checked on its first call
+  against the masked calls, outputs and gradients, and replaced by them for the run, with one warning line, where
+  the check fails (:class:`FlexGuard`);
+* otherwise one masked SDPA call per segment when they are long (:data:`SEGMENT_CALL_TOKENS`), one padded call for
   short ones.
 
 The prefix is the row's own tokens, or keys and values kept from an earlier forward (trainer/prefix_steps.py).
@@ -14,9 +18,12 @@ The prefix is the row's own tokens, or keys and values kept from an earlier forw
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-__all__ = ["SEGMENT_CALL_TOKENS", "SPLIT_SEGMENT_ATTENTION", "shared_prefix_attention"]
+__all__ = ["FLEX_SEGMENT_ATTENTION", "SEGMENT_CALL_TOKENS", "SPLIT_SEGMENT_ATTENTION", "FlexGuard",
+           "shared_prefix_attention"]
 
 
 #: A group's segments are attended one SDPA call each (keys: the prefix and the segment's own tokens, exactly) when
@@ -52,7 +59,9 @@ def shared_prefix_attention(module, query, key, value, layout, masks: dict | Non
                                             **kwargs)
             pieces.append(out[0])
             start += prefix
-        if _splits(query, kwargs):
+        if _flexes(query, kwargs):
+            attend = _segments_flex
+        elif _splits(query, kwargs):
             attend = _segments_split
         else:
             attend = _each_segment if max(segments) >= SEGMENT_CALL_TOKENS else _segments_padded
@@ -190,3 +199,149 @@ def _segments_split(module, query, key, value, k_prefix, v_prefix, start, segmen
                               repeat_kv(key[:, :, own], repeats), repeat_kv(value[:, :, own], repeats),
                               tuple(segments), kwargs.get("scaling"))
     return [out[0].transpose(0, 1)]
+
+
+
+#: On a GPU, a group's segments attend in one FlexAttention call per layer (:func:`_segments_flex`) instead of one
+#: masked call each (or one padded call): no mask tensor, and the blocks the mask hides are skipped. The CPU keeps its
+#: log-sum-exp split (FlexAttention has no CPU backward in torch 2.13).
+FLEX_SEGMENT_ATTENTION = True
+
+
+class FlexGuard:
+    """The process's state of the FlexAttention path: its first call checked against the masked calls, or off."""
+
+    FLAG, STOCK = "--shared_prefix's FlexAttention path", "the masked SDPA calls"
+
+    def __init__(self):
+        self.checked = False
+        self.off = False
+        self.calls = 0  # groups attended by FlexAttention (read by the tests)
+
+    def fall_back(self, reason: str) -> None:
+        from olmocr_rl.model.fallback import fall_back
+
+        self.off = True
+        fall_back(self.FLAG, reason, self.STOCK)
+
+
+FLEX = FlexGuard()
+
+
+@functools.cache
+def _flex_functions(compiled: bool):
+    """(flex_attention, create_block_mask), flex_attention compiled with dynamic shapes (the prompt and completion
+    lengths change every step) where ``compiled``; None without FlexAttention."""
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    except ImportError:
+        return None
+    return (torch.compile(flex_attention, dynamic=True) if compiled else flex_attention), create_block_mask
+
+
+def _flexes(query, kwargs) -> bool:
+    """Whether :func:`_segments_flex` runs: on a CUDA GPU, FlexAttention present, its check not failed, no dropout."""
+    return (FLEX_SEGMENT_ATTENTION and query.device.type == "cuda" and not FLEX.off and not kwargs.get("dropout")
+            and _flex_functions(True) is not None)
+
+
+def _segment_ids(prefix: int, segments: tuple, device):
+    """Each query's segment (sum of segments,) and each key's (prefix + sum,; the prefix's -1)."""
+    query_ids = torch.repeat_interleave(torch.arange(len(segments), device=device),
+                                        torch.tensor(segments, device=device))
+    return query_ids, torch.cat([torch.full((prefix,), -1, device=device), query_ids])
+
+
+def _visible(prefix: int, query_ids, key_ids):
+    """The mask_mod of a group: a key is seen when it is the prefix's, or its segment's and not after the query (the
+    segments lie in the same order among the queries and, after the prefix, among the keys)."""
+    def mask_mod(batch, head, q, k):
+        return (k < prefix) | ((key_ids[k] == query_ids[q]) & (k - prefix <= q))
+
+    return mask_mod
+
+
+def _flex_mask(query, prefix: int, segments: tuple, masks: dict | None, create_block_mask):
+    """The group's BlockMask, built once per forward (every layer and the backward's replays)."""
+    cache_key = ("flex", prefix, segments, query.device)
+    if masks is not None and cache_key in masks:
+        return masks[cache_key]
+    total = sum(segments)
+    block = create_block_mask(_visible(prefix, *_segment_ids(prefix, segments, query.device)), None, None, total,
+                              prefix + total, device=query.device)
+    if masks is not None:
+        masks[cache_key] = block
+    return block
+
+
+def _segments_flex(module, query, key, value, k_prefix, v_prefix, start, segments, masks=None, compiled=True,
+                   **kwargs):
+    """All of a group's segments in one FlexAttention call: queries the segments', keys the prefix's and the
+    segments' own, the group's block mask; one piece of ``sum(segments)`` rows. Its first call is checked
+    (:func:`_check_flex`); a failure there or an error later falls back to the masked calls for the run."""
+    functions = _flex_functions(compiled)
+    own = slice(start, start + sum(segments))
+    masked = _each_segment if max(segments) >= SEGMENT_CALL_TOKENS else _segments_padded
+
+    def fallback():
+        return masked(module, query, key, value, k_prefix, v_prefix, start, segments, masks=masks, **kwargs)
+
+    if functions is None:
+        return fallback()
+    flex_attention, create_block_mask = functions
+    keys = torch.cat([k_prefix, key[:, :, own]], dim=2)
+    values = torch.cat([v_prefix, value[:, :, own]], dim=2)
+    scale, grouped = kwargs.get("scaling"), query.shape[1] != keys.shape[1]
+    try:
+        block = _flex_mask(query, k_prefix.shape[2], tuple(segments), masks, create_block_mask)
+
+        def attend(q, k, v):
+            return flex_attention(q, k, v, block_mask=block, scale=scale, enable_gqa=grouped)
+
+        if not FLEX.checked:
+            problem = _check_flex(attend, query[:, :, own], keys, values, k_prefix.shape[2], tuple(segments), scale)
+            if problem:
+                FLEX.fall_back(problem)
+                return fallback()
+            FLEX.checked = True
+        out = attend(query[:, :, own], keys, values)
+    except Exception as exc:  # noqa: BLE001 - any failure of the speed-up falls back to the masked calls
+        from olmocr_rl.model.fallback import reason_of
+
+        if FLEX.checked and torch.is_grad_enabled():
+            raise  # a checked path failing mid-run with gradients: its error as it is (out of memory, most likely)
+        FLEX.fall_back(f"its {'first ' if not FLEX.checked else ''}call failed: {reason_of(exc)}")
+        return fallback()
+    FLEX.calls += 1
+    return [out[0].transpose(0, 1)]
+
+
+def _check_flex(attend, query, keys, values, prefix: int, segments: tuple, scale) -> str | None:
+    """The first FlexAttention call against SDPA with the group's dense mask: the outputs and the gradients of query,
+    keys and values for one random output gradient, within the dtype's tolerance (olmocr_rl.model.fallback). Returns
+    what differs, or None."""
+    from transformers.integrations.sdpa_attention import repeat_kv
+
+    from olmocr_rl.model.fallback import relative_difference, tolerance
+
+    inputs = [t.detach().clone().requires_grad_(True) for t in (query, keys, values)]
+    query_ids, key_ids = _segment_ids(prefix, segments, query.device)
+    visible = _visible(prefix, query_ids, key_ids)(None, None, torch.arange(len(query_ids), device=query.device)[:, None],
+                                                  torch.arange(len(key_ids), device=query.device)[None, :])
+    generator = torch.Generator(device=query.device).manual_seed(0)
+    with torch.enable_grad():
+        mine = attend(*inputs)
+        repeats = query.shape[1] // keys.shape[1]
+        theirs = torch.nn.functional.scaled_dot_product_attention(
+            inputs[0], repeat_kv(inputs[1], repeats), repeat_kv(inputs[2], repeats), attn_mask=visible, scale=scale)
+        cotangent = torch.randn(theirs.shape, generator=generator, device=query.device, dtype=theirs.dtype)
+        grads = torch.autograd.grad(mine, inputs, cotangent)
+        stock = torch.autograd.grad(theirs, inputs, cotangent)
+    allowed = tolerance(query.dtype)
+    for name, a, b in zip(("output", "query gradient", "key gradient", "value gradient"), (mine, *grads),
+                          (theirs, *stock)):
+        difference = relative_difference(a.detach(), b)
+        if difference > allowed:
+            return (f"its first call's {name} differs from the masked attention's by {difference:.2g} (relative), "
+                    f"more than the {allowed:.0e} allowed in {query.dtype}")
+    return None
