@@ -345,7 +345,7 @@ def _run_arms(plan: list[tuple[str, str]], args, settings: dict, work: Path, sta
         profiled = settings["steps"] if index == profile_arm else None  # the last step: the others stay unprofiled
         cli = _arm_cli(arm, args.bench, model_dir, out_dir, settings["G"], settings["length"], settings["steps"],
                        settings["image_dim"], settings["backend"], settings["length_kwargs"], profile_step=profiled,
-                       batch=args.per_device_train_batch_size)
+                       batch=settings.get("batch"))
         print(f"[gpu_check] arm {shape} {arm}: python -m olmocr_rl.grpo_train {' '.join(cli)}", flush=True)
         # On a GPU each arm gets its own process: a colocated engine, compiled graphs and the allocator's
         # cache would otherwise carry into the next arm's numbers.
@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     backend = "vllm-colocate" if environment.vllm else "hf-generate"  # vLLM is not imported here: each arm's process
     settings = {
         "cuda": cuda, "family": args.family, "shape": shape, "steps": args.steps or (4 if cuda else 3), "length": length,
-        "G": args.num_generations or (8 if cuda else 4), "backend": backend,
+        "G": args.num_generations or (8 if cuda else 4), "backend": backend, "batch": args.per_device_train_batch_size,
         "image_dim": args.image_dim or (DEFAULT_TARGET_LONGEST_IMAGE_DIM if cuda else 448),
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         # vLLM runs to max_tokens with its distribution untouched; HF generation holds EOS off
