@@ -99,8 +99,9 @@ class PlainGRPOTrainer(GRPOTrainer):
                              "vllm_engine_kwargs: the server generates while the trainer trains")
         with _rollout_backend(vllm_engine_kwargs, self._rollouts):
             super().__init__(*args, **kwargs)
-        if self.shared_prefix is not None:  # several processes: no graph outlives a micro-step (FSDP2 reshards)
-            self.shared_prefix.recompute = self.accelerator.num_processes > 1
+        if self.shared_prefix is not None:  # no graph outlives a micro-step where FSDP2 / DeepSpeed shard parameters
+            self.shared_prefix.recompute = (self.accelerator.num_processes > 1 or self.is_fsdp_enabled
+                                            or self.is_deepspeed_enabled)
         if self.shared_prefix is not None and getattr(self, "ref_model", None) is not None:
             from olmocr_rl.trainer.shared_prefix import install_shared_prefix
 

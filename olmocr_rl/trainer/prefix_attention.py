@@ -254,9 +254,12 @@ def _segment_ids(prefix: int, segments: tuple, device):
 
 def _visible(prefix: int, query_ids, key_ids):
     """The mask_mod of a group: a key is seen when it is the prefix's, or its segment's and not after the query (the
-    segments lie in the same order among the queries and, after the prefix, among the keys)."""
+    segments lie in the same order among the queries and, after the prefix, among the keys). It closes over tensors
+    only (the prefix length too), so the compiled kernel is not specialised to one page's prompt length."""
+    length = torch.tensor(prefix, device=query_ids.device)
+
     def mask_mod(batch, head, q, k):
-        return (k < prefix) | ((key_ids[k] == query_ids[q]) & (k - prefix <= q))
+        return (k < length) | ((key_ids[k] == query_ids[q]) & (k - length <= q))
 
     return mask_mod
 
