@@ -4,18 +4,24 @@
     OMP_NUM_THREADS=1 python scripts/bench/bench_shared_prefix.py --shapes olmocr2 --generations 28
     python scripts/bench/bench_shared_prefix.py --shapes demo --side 224 --repeats 1    # the smoke test's size
     OMP_NUM_THREADS=1 python scripts/bench/bench_shared_prefix.py --shapes olmocr2 --frozen_tower  # LoRA's phase
+    OMP_NUM_THREADS=1 python scripts/bench/bench_shared_prefix.py --shapes olmocr2 --generations 28 \
+        --per_device_train_batch_size 1                                   # olmOCR 2's geometry: 28 micro-steps
 
-The micro-batch is what TRL 1.16 scores for one page: G rows of the page prompt (the olmOCR v4 YAML prompt and
+The block is what TRL 1.16 scores for one page: G rows of the page prompt (the olmOCR v4 YAML prompt and
 a page of bench_data_sample/ rendered at --side px) and G completions whose lengths are spread evenly over
 [C/2, C] (shape ``demo``: the CPU demo's 16 x 64 tokens at 448 px, the tiny processor's 16 image tokens a page;
 ``olmocr2``: olmOCR 2's token shape, about 1,800 prompt tokens -- a 1400 px page under the released processor's
 pixel budget; bench_data_sample's 1288 px page gives 1,541 -- and C = 1,000). The training phase of a step is this forward with
 gradients and its backward (the loss), plus the same forward without gradients (the old-policy log-probs,
-and the reference model's when beta > 0). Arms, all through TRL's fused log-prob head, the page encoded once
-per group in each (``--share_page_encoding``, the default):
+and the reference model's when beta > 0). ``--per_device_train_batch_size`` splits the block into micro-batches
+as TRL does (olmOCR 2 trains one completion a micro-batch): the forward without gradients runs over TRL's chunks
+of that many rows, then each micro-batch's forward and backward, the gradients accumulated over the window.
+Arms, all through TRL's fused log-prob head, the page encoded once per forward in each (``--share_page_encoding``,
+the default):
 
 * ``--padding_free`` (the default before): the rows packed into one row, attention per sequence;
-* ``--shared_prefix`` (with ``--padding_free``): the prompt once, each completion attending to it;
+* ``--shared_prefix`` (with ``--padding_free``): the prompt once, each completion attending to it (across the
+  micro-steps too: the prompt's keys and values kept, their gradient run through it once in the last);
 * ``padded (TRL)``: TRL's padded block as is (shape ``demo`` only, or ``--padded``).
 
 ``--frozen_tower``: the vision tower frozen and its features cached per step (``--freeze_vision_tower``, and LoRA,
