@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from speed_common import interleaved, model_dir, page_image  # noqa: E402
+from speed_common import interleaved, model_dir, page_image, rows_of, trl_block  # noqa: E402
 
 #: released: the page gets the released Qwen2.5-VL processor's pixel budget (2,560 image tokens at most) instead
 #: of the tiny model's (16 tokens, the CPU demo's), so a 1288 px page is about 1,600 image tokens as in olmOCR 2.
@@ -111,36 +111,6 @@ def shape_params(args, shape: str) -> dict:
     return {**SHAPES[shape], **overrides}
 
 
-def trl_block(processor, page, lengths: list[int], vocab: int):
-    """Inputs of TRL's log-prob forward for len(lengths) copies of one page prompt with those completion lengths."""
-    import torch
-    from trl.trainer.utils import pad
-
-    text = page_prompt(processor, page)
-    vision = processor(images=[[page]] * len(lengths), text=[text] * len(lengths), padding=True, return_tensors="pt")
-    generator = torch.Generator().manual_seed(0)
-    completions = [torch.randint(20, vocab, (n,), generator=generator) for n in lengths]
-    completion_ids = pad(completions, 0, "right")
-    completion_mask = pad([torch.ones_like(c) for c in completions], 0, "right")
-    input_ids = torch.cat([vision["input_ids"], completion_ids], 1)
-    attention_mask = torch.cat([vision["attention_mask"], completion_mask], 1)
-    labels = input_ids.masked_fill(attention_mask == 0, -100)
-    labels[:, :-completion_ids.shape[1]] = -100
-    mm = torch.cat([vision["mm_token_type_ids"], torch.zeros_like(completion_ids)], 1)
-    return dict(input_ids=input_ids, attention_mask=attention_mask, pixel_values=vision["pixel_values"],
-                image_grid_thw=vision["image_grid_thw"], mm_token_type_ids=mm, labels=labels, fused_lm_head=True)
-
-
-def rows_of(inputs: dict, rows: list[int]) -> dict:
-    """The micro-batch of ``rows`` of a TRL block (pixel values by each row's image grid), as TRL splits it."""
-    import torch
-
-    ends = torch.cumsum(inputs["image_grid_thw"].prod(-1), 0).tolist()
-    part = {key: value[rows] if isinstance(value, torch.Tensor) else value for key, value in inputs.items()}
-    part["pixel_values"] = torch.cat([inputs["pixel_values"][(ends[r - 1] if r else 0):ends[r]] for r in rows])
-    return part
-
-
 def setup(shape: str, side: int, generations: int, completion: int, work: str | None, released: bool,
           frozen_tower: bool = False, batch: int | None = None):
     """The model (pack-aware attention, page encoded once per group), the inputs, and each arm's phase. With
@@ -158,7 +128,8 @@ def setup(shape: str, side: int, generations: int, completion: int, work: str | 
     add_fused_lm_head(model, outputs=("log_probs", "entropy"))
     model.train()
     lengths = [round(completion / 2 + i * (completion / 2) / max(generations - 1, 1)) for i in range(generations)]
-    inputs = trl_block(processor, page_image(side), lengths, model.config.get_text_config().vocab_size)
+    page = page_image(side)
+    inputs = trl_block(processor, page, page_prompt(processor, page), lengths, model.config.get_text_config().vocab_size)
     width = max(lengths)  # TRL's logits_to_keep: the completion columns
     batch = batch or generations
     micro = [list(range(start, min(start + batch, generations))) for start in range(0, generations, batch)]
