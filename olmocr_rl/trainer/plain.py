@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 from typing import Any
 
 import torch
@@ -53,6 +54,8 @@ from olmocr_rl.trainer.shared_prefill import PrefillGuard, shared_prefill
 from olmocr_rl.trainer.shared_prefix import SharedPrefixForward, SharedPrefixGuard
 
 __all__ = ["PlainGRPOTrainer"]
+
+logger = logging.getLogger(__name__)
 
 
 class PlainGRPOTrainer(GRPOTrainer):
@@ -102,6 +105,13 @@ class PlainGRPOTrainer(GRPOTrainer):
         if self.shared_prefix is not None:  # no graph outlives a micro-step where FSDP2 / DeepSpeed shard parameters
             self.shared_prefix.recompute = (self.accelerator.num_processes > 1 or self.is_fsdp_enabled
                                             or self.is_deepspeed_enabled)
+            # DeepSpeed ZeRO-3: a prompt kept across micro-steps gave another gradient from the second optimizer step
+            # on (CPU, two processes; ZeRO-2, FSDP2 and DDP gave the stock ones): it shares within a micro-batch there
+            stage = getattr(getattr(self.accelerator.state, "deepspeed_plugin", None), "zero_stage", None)
+            self.shared_prefix.across_steps = stage != 3
+            if stage == 3:
+                logger.info("shared prefix: DeepSpeed ZeRO-3, so a page's prompt is shared within a micro-batch and "
+                            "by the forwards without gradients, not kept across micro-steps")
         if self.shared_prefix is not None and getattr(self, "ref_model", None) is not None:
             from olmocr_rl.trainer.shared_prefix import install_shared_prefix
 
@@ -203,6 +213,7 @@ class PlainGRPOTrainer(GRPOTrainer):
         if torch.is_grad_enabled() and self.model.training:  # a micro-step: its page prompts live for the window
             plan = self._window_plan
             pages = plan.current if plan.current is not None and len(plan.current) == len(input_ids) else None
+            pages = pages if self.shared_prefix.across_steps else None
             plan.current = None
             shared = SharedPrefixForward(model, stock, logits_to_keep, self.shared_prefix, pages=pages,
                                          scope=self._window_prefixes, later=plan.later if pages else frozenset(),

@@ -154,6 +154,7 @@ class SharedPrefixGuard:
         # and again with them in its page's last micro-step (no graph outlives a micro-step: FSDP2 reshards and
         # DeepSpeed partitions parameters between them); one process keeps the first forward's graph instead
         self.recompute = False
+        self.across_steps = True  # prompts kept across a window's micro-steps (set off by the trainer for ZeRO-3)
 
     def fall_back(self, reason: str) -> None:
         from olmocr_rl.model.fallback import fall_back
