@@ -207,13 +207,16 @@ def parse_arm(spec: str) -> tuple[str, str]:
 
 
 def _arm_cli(arm: str, bench: str, model_dir: Path, out_dir: Path, G: int, length: int, steps: int,
-             image_dim: int, backend: str, length_kwargs: dict, profile_step: int | None = None) -> list[str]:
-    """The trainer flags of one arm (``objective/speedups``): fixed-length completions, one log per step, no saves."""
+             image_dim: int, backend: str, length_kwargs: dict, profile_step: int | None = None,
+             batch: int | None = None) -> list[str]:
+    """The trainer flags of one arm (``objective/speedups``): fixed-length completions, one log per step, no saves;
+    ``batch`` completions a micro-batch (default G: one micro-step a step)."""
     objective, speedups = parse_arm(arm)
     cli = [
         "--train_bench_data_folder", bench, "--model_name", str(model_dir), "--output_dir", str(out_dir),
         "--reward_bench", "--reward_front_matter", "--reward_eos",
-        "--num_generations", str(G), "--per_device_train_batch_size", str(G), "--gradient_accumulation_steps", "1",
+        "--num_generations", str(G), "--per_device_train_batch_size", str(batch or G),
+        "--gradient_accumulation_steps", str(G // (batch or G)),
         "--max_completion_length", str(length), "--generation_kwargs", json.dumps(length_kwargs),
         "--max_steps", str(steps), "--logging_steps", "1", "--save_steps", "100000", "--warmup_steps", "0",
         "--learning_rate", "1e-6", "--temperature", "1.0", "--target_longest_image_dim", str(image_dim),
@@ -242,6 +245,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=None, help="training steps per arm (default 4 GPU, 3 CPU)")
     parser.add_argument("--completion_length", type=int, default=None, help="fixed completion tokens (256 GPU, 16 CPU)")
     parser.add_argument("--num_generations", type=int, default=None, help="G (default 8 GPU, 4 CPU)")
+    parser.add_argument("--per_device_train_batch_size", type=int, default=None,
+                        help="completions a micro-batch, G / it accumulation steps (default G; olmOCR 2 trains 1)")
     parser.add_argument("--image_dim", type=int, default=None, help="page size, longest side (default: the trainer's --target_longest_image_dim on GPU, 448 on CPU)")
     parser.add_argument("--arms", default="grpo/stock,grpo/all,olmorl/stock,olmorl/all,lora/all",
                         help="comma list of objective/speedups arms: objective grpo, olmorl or lora (--use_peft); "
@@ -339,7 +344,8 @@ def _run_arms(plan: list[tuple[str, str]], args, settings: dict, work: Path, sta
         out_dir = work / f"run-{shape}-{arm.replace('/', '-')}"
         profiled = settings["steps"] if index == profile_arm else None  # the last step: the others stay unprofiled
         cli = _arm_cli(arm, args.bench, model_dir, out_dir, settings["G"], settings["length"], settings["steps"],
-                       settings["image_dim"], settings["backend"], settings["length_kwargs"], profile_step=profiled)
+                       settings["image_dim"], settings["backend"], settings["length_kwargs"], profile_step=profiled,
+                       batch=settings.get("batch"))
         print(f"[gpu_check] arm {shape} {arm}: python -m olmocr_rl.grpo_train {' '.join(cli)}", flush=True)
         # On a GPU each arm gets its own process: a colocated engine, compiled graphs and the allocator's
         # cache would otherwise carry into the next arm's numbers.
@@ -383,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     backend = "vllm-colocate" if environment.vllm else "hf-generate"  # vLLM is not imported here: each arm's process
     settings = {
         "cuda": cuda, "family": args.family, "shape": shape, "steps": args.steps or (4 if cuda else 3), "length": length,
-        "G": args.num_generations or (8 if cuda else 4), "backend": backend,
+        "G": args.num_generations or (8 if cuda else 4), "backend": backend, "batch": args.per_device_train_batch_size,
         "image_dim": args.image_dim or (DEFAULT_TARGET_LONGEST_IMAGE_DIM if cuda else 448),
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         # vLLM runs to max_tokens with its distribution untouched; HF generation holds EOS off
@@ -408,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         return {
             "date": time.strftime("%Y-%m-%d"), "device": settings["device"], "family": args.family, "shape": shape,
             "parameters": params, "backend": backend, "num_generations": settings["G"], "completion_length": length,
+            "per_device_train_batch_size": args.per_device_train_batch_size or settings["G"],
             "image_dim": settings["image_dim"], "steps": settings["steps"],
             "peak_flops": _peak_flops(settings["device"]),
             "memory": "GPU peak allocated" if cuda else "process peak RSS", "total_s": time.time() - start,

@@ -349,25 +349,21 @@ def importance_sampling_notices(a: Namespace, vllm_mode: str) -> list[str]:
 
 
 def shared_prefix_notices(a: Namespace, vllm_mode: str, steps_per_generation: int) -> list[str]:
-    """What ``--shared_prefix`` can share under this batch geometry, when that is less than a page's completions: it
-    shares among the rows of one micro-batch, which TRL fills from a shuffled generation batch."""
-    if not a.shared_prefix:
+    """What ``--shared_prefix`` cannot share under this batch geometry. The training forwards share a page's prompt
+    among the completions one process trains in one optimizer step (its micro-batches, served page by page), the
+    old-policy and reference log-probs among those of one generation batch, HF generation's prefill among the G
+    samples of a page."""
+    if not a.shared_prefix or a.per_device_train_batch_size * a.gradient_accumulation_steps > 1:
         return []
-    prefill = ("generation's prefill is still shared" if vllm_mode == "none"
-               else "with vLLM generation nothing is shared")
-    batch = a.per_device_train_batch_size
-    if batch == 1:
-        return [f"--shared_prefix: with --per_device_train_batch_size 1 each micro-batch holds one completion, so the "
-                f"training forwards share no page prompt ({prefill}); to share them, put several completions of a "
-                f"page in a micro-batch: a larger --per_device_train_batch_size with --gradient_accumulation_steps "
-                f"lowered to keep the generation batch (e.g. --per_device_train_batch_size {a.num_generations} "
-                f"--gradient_accumulation_steps 1 for one page a step)"]
-    if steps_per_generation > 1:
-        return [f"--shared_prefix: TRL shuffles each generation batch's rows before it splits them into "
-                f"{steps_per_generation} micro-batches of {batch}, so a micro-batch holds completions of the same "
-                f"page only by chance and the training forwards share those alone; with steps_per_generation 1 "
-                f"(--gradient_accumulation_steps 1) a micro-batch holds whole groups"]
-    return []
+    others = []
+    if a.per_device_train_batch_size * steps_per_generation > 1:
+        others.append("the old-policy and reference log-probs of a generation batch")
+    if vllm_mode == "none":
+        others.append("generation's prefill")
+    shared = f"only {' and '.join(others)} share it" if others else "nothing shares it"
+    return [f"--shared_prefix: with --per_device_train_batch_size 1 and --gradient_accumulation_steps 1 each optimizer "
+            f"step trains one completion a process, so the training forwards forward every page prompt ({shared}); "
+            f"a process shares a page's prompt among the completions it trains in one optimizer step"]
 
 
 def max_image_tokens(longest_side: int) -> int:

@@ -202,6 +202,14 @@ SURFACE: tuple[Point, ...] = (
           source=("outputs = model(**model_inputs, labels=labels, fused_lm_head=True)",
                   "all_logps.append(outputs.log_probs[:, -logits_to_keep:])",
                   "labels = input_ids_batch.masked_fill(attention_mask_batch == 0, -100)")),
+    Point(_GRPO + "._prepare_inputs", "override", "trainer/plain.py (prefix_steps.py)", "--shared_prefix serves each "
+          "window's buffered micro-batches page by page", "a page's micro-steps are apart (its prompt kept longer)",
+          params=("generation_batch",), source=("generate_every = self.args.steps_per_generation * self.num_iterations",
+                                                 "inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]")),
+    Point(_GRPO + "._buffered_inputs", "read", "trainer/plain.py", "the generation batch's micro-batches",
+          "the window plan fails", instance=True, source=("self._buffered_inputs = None",)),
+    Point(_GRPO + "._step", "read", "trainer/plain.py", "the micro-step TRL's buffer index counts",
+          "the window plan serves the wrong micro-batches", instance=True, source=("self._step = 0",)),
     Point("trl.trainer.utils:add_fused_lm_head#layout", "invariant", "trainer/padding_free.py (shared_prefix.py)",
           "the fused head's per-token values are (rows, length - 1), value j scoring token j + 1, zero where the "
           "label is -100: the packed row's values are scattered back in that layout",
@@ -256,9 +264,8 @@ SURFACE: tuple[Point, ...] = (
     Point("transformers.integrations:WandbCallback._wandb", "read", "telemetry/wandb_run.py",
           "olmOCR's bench_reward/* keys are logged at top level through the callback's wandb module",
           "those keys go missing from W&B", instance=True, source=("self._wandb = wandb",)),
-    Point("transformers.integrations:WandbCallback._initialized", "read", "telemetry/wandb_run.py",
-          "the callback is set up before its first top-level log", "the first log raises", instance=True,
-          source=("self._initialized = False",)),
+    Point("transformers.integrations:WandbCallback._initialized", "read", "telemetry/wandb_run.py", "the callback is "
+          "set up before its first top-level log", "the first log raises", instance=True, source=("self._initialized = False",)),
     Point("transformers.integrations:WandbCallback.setup", "call", "telemetry/wandb_run.py",
           "sets the callback up when a top-level log comes first", "the first log raises",
           params=("args", "state", "model")),
@@ -293,8 +300,8 @@ SURFACE: tuple[Point, ...] = (
     Point(f"{_VISION}:apply_rotary_pos_emb_vision", "call", "model/vision_speedups.py",
           "the batched attention applies the vision rotary embedding as the stock forward does",
           "wrong vision features", params=("q", "k", "cos", "sin")),
-    Point(f"{_VISION}:eager_attention_forward", "call", "model/vision_speedups.py",
-          "the attention function when no other is configured", "the batched attention fails"),
+    Point(f"{_VISION}:eager_attention_forward", "call", "model/vision_speedups.py", "the attention function when no "
+          "other is configured", "the batched attention fails"),
     Point("transformers.modeling_utils:ALL_ATTENTION_FUNCTIONS", "read", "model/vision_speedups.py",
           "the configured attention function (get_interface)", "the batched attention fails"),
     Point("transformers.configuration_utils:PretrainedConfig._attn_implementation", "read",
@@ -421,7 +428,7 @@ OTHER_PRIVATE_NAMES = {
     **dict.fromkeys(("_noop", "_offline"), "wandb's settings (telemetry/wandb_run.py; any change there degrades to a warning)"),
     **dict.fromkeys(("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward"),
                     "torch's CPU flash attention and its backward, which return and take the log-sum-exp "
-                    "(trainer/shared_prefix.py's split attention; used only where both exist)"),
+                    "(trainer/prefix_attention.py's split attention; used only where both exist)"),
 }
 
 
@@ -493,11 +500,6 @@ def _parameters(func) -> list[str]:
     return names[1:] if names[:1] in (["self"], ["cls"]) else names
 
 
-def _owner(target: str) -> str:
-    module_name, _, qualname = target.split("#", 1)[0].partition(":")
-    return f"{module_name}:{qualname.rsplit('.', 1)[0]}"
-
-
 def _check(p: Point) -> tuple[int, str] | None:
     """``(0, problem)`` when the target itself is missing or changed, ``(1, problem)`` when how the stack uses it
     changed (so a removed name is reported by its own point first), or None."""
@@ -516,7 +518,8 @@ def _check(p: Point) -> tuple[int, str] | None:
         return 0, f"cannot be inspected ({type(exc).__name__}: {exc})"
     try:
         if p.source:
-            where = p.in_source or (f"{_owner(p.target)}.__init__" if p.instance else p.target)
+            owner = p.target.split("#", 1)[0].rsplit(".", 1)[0]  # module:Class
+            where = p.in_source or (f"{owner}.__init__" if p.instance else p.target)
             code = _resolve(where)
             code = getattr(code, "__func__", code)
             text = _source_text(code.__init__ if inspect.isclass(code) else code)
@@ -551,10 +554,7 @@ def _check_sampler_class() -> str | None:
     return None
 
 
-_EXTRA_CHECKS = {
-    _SCORE + "#batch_keys": _check_batch_keys,
-    "trl.trainer.grpo_trainer:RepeatSampler": _check_sampler_class,
-}
+_EXTRA_CHECKS = {_SCORE + "#batch_keys": _check_batch_keys, "trl.trainer.grpo_trainer:RepeatSampler": _check_sampler_class}
 
 
 def problems(*, vllm: bool = False) -> list[str]:

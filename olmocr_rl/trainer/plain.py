@@ -16,8 +16,11 @@ each override calls a helper of its own module and then the parent (nothing of T
                                      (``active_sampling``, ``active_sampling=``: pages from its own seeded
                                      sampler) on the subclass's keep mask; the ``async/*`` numbers of
                                      ``async_generation=`` (``async_rollouts``)
+``_prepare_inputs``                  with ``shared_prefix=``, each window's micro-batches served page by page
+                                     (``prefix_steps.WindowPlan``: their order within a window changes no gradient)
 ``_get_per_token_logps_and_entropies`` padding count (timing), the packed forward (``padding_free=``) and the
-                                     shared-prefix forward (``shared_prefix=``)
+                                     shared-prefix forward (``shared_prefix=``), a page's prompt kept across the
+                                     chunks of a call and the micro-steps of a window (``prefix_steps``)
 ``_load_from_checkpoint``, ``_load_optimizer_and_scheduler``   resume (``checkpoint_load``)
 ``_save_checkpoint``                 whole checkpoints with flags and manifest (``checkpoint_save``)
 ``log``                              the completions table as text
@@ -32,8 +35,10 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 from typing import Any
 
+import torch
 from trl import GRPOTrainer
 
 from olmocr_rl.telemetry.timing import StepClock
@@ -44,10 +49,13 @@ from olmocr_rl.trainer.compat import check_trainer_surface
 from olmocr_rl.trainer.is_telemetry import ImportanceSamplingTelemetry
 from olmocr_rl.trainer.padding_free import PackedForward
 from olmocr_rl.trainer.page_order import epoch_seeded
+from olmocr_rl.trainer.prefix_steps import PrefixScope, WindowPlan, page_keys
 from olmocr_rl.trainer.shared_prefill import PrefillGuard, shared_prefill
 from olmocr_rl.trainer.shared_prefix import SharedPrefixForward, SharedPrefixGuard
 
 __all__ = ["PlainGRPOTrainer"]
+
+logger = logging.getLogger(__name__)
 
 
 class PlainGRPOTrainer(GRPOTrainer):
@@ -76,6 +84,8 @@ class PlainGRPOTrainer(GRPOTrainer):
         config = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments.get("args")
         self.padding_free = padding_free
         self.shared_prefix = SharedPrefixGuard() if shared_prefix else None  # its first-use check and fallback
+        self._window_plan = WindowPlan() if shared_prefix else None  # each window's micro-batches, page by page
+        self._window_prefixes = PrefixScope()  # page prompts kept across a window's micro-steps
         self.shared_prefill = PrefillGuard() if shared_prefill else None  # likewise, for HF generation's prefill
         self.olmocr_rl_flags = saved_flags
         self.apply_learning_rate_on_resume = apply_learning_rate_on_resume
@@ -92,6 +102,16 @@ class PlainGRPOTrainer(GRPOTrainer):
                              "vllm_engine_kwargs: the server generates while the trainer trains")
         with _rollout_backend(vllm_engine_kwargs, self._rollouts):
             super().__init__(*args, **kwargs)
+        if self.shared_prefix is not None:  # no graph outlives a micro-step where FSDP2 / DeepSpeed shard parameters
+            self.shared_prefix.recompute = (self.accelerator.num_processes > 1 or self.is_fsdp_enabled
+                                            or self.is_deepspeed_enabled)
+            # DeepSpeed ZeRO-3: a prompt kept across micro-steps gave another gradient from the second optimizer step
+            # on (CPU, two processes; ZeRO-2, FSDP2 and DDP gave the stock ones): it shares within a micro-batch there
+            stage = getattr(getattr(self.accelerator.state, "deepspeed_plugin", None), "zero_stage", None)
+            self.shared_prefix.across_steps = stage != 3
+            if stage == 3:
+                logger.info("shared prefix: DeepSpeed ZeRO-3, so a page's prompt is shared within a micro-batch and "
+                            "by the forwards without gradients, not kept across micro-steps")
         if self.shared_prefix is not None and getattr(self, "ref_model", None) is not None:
             from olmocr_rl.trainer.shared_prefix import install_shared_prefix
 
@@ -174,13 +194,35 @@ class PlainGRPOTrainer(GRPOTrainer):
         self._is_telemetry.observe(self, output)
         return output, None
 
+    def _prepare_inputs(self, generation_batch):
+        inputs = super()._prepare_inputs(generation_batch)
+        if self._window_plan is None or not self.model.training or self.shared_prefix.off:
+            return inputs
+        index = self._window_plan.serve(
+            self._buffered_inputs, self._step, self.args.steps_per_generation,
+            self.args.steps_per_generation * self.num_iterations, self.current_gradient_accumulation_steps,
+            self.accelerator.sync_gradients)
+        return self._buffered_inputs[index]
+
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         self.step_clock.forward(attention_mask)
         stock = PackedForward(model) if self.padding_free else model
         if not self.shared_prefix:
             return super()._get_per_token_logps_and_entropies(stock, input_ids, attention_mask, logits_to_keep, *args,
                                                               **kwargs)
-        shared = SharedPrefixForward(model, stock, logits_to_keep, self.shared_prefix)
+        if torch.is_grad_enabled() and self.model.training:  # a micro-step: its page prompts live for the window
+            plan = self._window_plan
+            pages = plan.current if plan.current is not None and len(plan.current) == len(input_ids) else None
+            pages = pages if self.shared_prefix.across_steps else None
+            plan.current = None
+            shared = SharedPrefixForward(model, stock, logits_to_keep, self.shared_prefix, pages=pages,
+                                         scope=self._window_prefixes, later=plan.later if pages else frozenset(),
+                                         final=self.accelerator.sync_gradients or pages is None)
+        else:  # no gradients: the page prompts live for this call's chunks
+            images = kwargs.get("pixel_values"), kwargs.get("image_grid_thw")
+            pages = None if self.shared_prefix.off else page_keys(
+                input_ids[:, :-logits_to_keep], attention_mask[:, :-logits_to_keep], *images)
+            shared = SharedPrefixForward(model, stock, logits_to_keep, self.shared_prefix, pages=pages)
         out = super()._get_per_token_logps_and_entropies(shared, input_ids, attention_mask, logits_to_keep, *args,
                                                          **kwargs)
         self.step_clock.shared(shared.saved_tokens)  # timing/shared_prefix_tokens

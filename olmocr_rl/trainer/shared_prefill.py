@@ -36,7 +36,8 @@ import logging
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from olmocr_rl.trainer.shared_prefix import SharedPrefixGuard, _groups
+from olmocr_rl.trainer.prefix_steps import _groups
+from olmocr_rl.trainer.shared_prefix import SharedPrefixGuard
 
 logger = logging.getLogger(__name__)
 

@@ -15,13 +15,16 @@ into one row of ``P - 1 + sum(n_j + 1)`` tokens per group instead of ``G * (P + 
 3. positions are the stock forward's: the M-RoPE ids of each padded row (Qwen2.5-VL's or Qwen3-VL's
    ``compute_3d_position_ids``, as in ``padding_free.PackedForward``), the prefix taking the first row's, each segment its own row's;
 4. the text attention (SDPA, the pack-aware function of ``padding_free.install_padding_free``) reads the layout
-   from the ``olmocr_rl_shared_prefix`` forward keyword and runs :func:`shared_prefix_attention`: the prefix
-   causally, then each group's segments, each attending to the whole prefix and causally to itself: on CPU the
-   prefix part in one call for all of a group's segments and each segment's own part causally, merged by their
-   log-sum-exp (:class:`_PrefixAndOwn`); elsewhere one masked call per segment when they are long
-   (:data:`SEGMENT_CALL_TOKENS`), one padded call for short ones;
+   from the ``olmocr_rl_shared_prefix`` forward keyword and runs trainer/prefix_attention.py: the prefix
+   causally, then each group's segments, each attending to the whole prefix and causally to itself;
 5. the vision tower gets one image per group; the per-token log-probs and entropies are scattered back into
    TRL's (rows, completion) layout, zeros where the stock path has none.
+
+Across calls (trainer/prefix_steps.py): a page whose completions come in several calls -- the chunks of one TRL call
+without gradients, or the micro-steps of one gradient-accumulation window (one completion a micro-batch, as olmOCR 2
+trains) -- has its prefix forwarded alone once and its layers' keys and values kept (a group ``(0, segments,
+source)`` of the layout: the row holds its segments only); with gradients the prefix's gradient is gathered over the
+window's micro-steps and run through the prompt once.
 
 The result equals the stock forward up to float rounding (tests/unit/test_shared_prefix.py: log-probs,
 entropies and gradients of the tiny Qwen2.5-VL, Qwen3-VL and Qwen3-VL-MoE in fp32, and training steps). The first
@@ -47,7 +50,10 @@ from olmocr_rl.trainer.padding_free import (
     _unwrapped,
     no_mask,
     packed_call,
+    padding_free_problem,
 )
+from olmocr_rl.trainer.prefix_attention import shared_prefix_attention
+from olmocr_rl.trainer.prefix_steps import PrefixScope, PrefixState, _groups
 
 logger = logging.getLogger(__name__)
 
@@ -56,12 +62,12 @@ __all__ = ["SharedPrefixForward", "SharedPrefixGuard", "install_shared_prefix", 
 
 
 def shared_prefix_problem(model) -> str | None:
-    """Why the shared-prefix forward cannot be exact for ``model`` (None: it can, once its attention is pack-aware)."""
-    base = _unwrapped(model)
-    model_type = getattr(base.config, "model_type", None)
-    if model_type not in PACKABLE_MODEL_TYPES or _inner(model) is None:
-        return f"model type {model_type!r} (it reproduces the position ids of {', '.join(PACKABLE_MODEL_TYPES)})"
-    implementation = base.config.get_text_config()._attn_implementation
+    """Why the shared-prefix forward cannot be exact for ``model`` (None: it can, once its attention is pack-aware):
+    packing's own problem (padding_free_problem), or an attention other than SDPA."""
+    problem = padding_free_problem(model)
+    if problem:
+        return problem
+    implementation = _unwrapped(model).config.get_text_config()._attn_implementation
     if implementation not in ("sdpa", PACKED_SDPA):
         return f"attention implementation {implementation!r} (the shared prefix needs sdpa)"
     return None
@@ -82,169 +88,6 @@ def install_shared_prefix(model) -> str | None:
     return "each group's prompt forwarded once (shared prefix, checked against the stock forward on first use)"
 
 
-#: A group's segments are attended one SDPA call each (keys: the prefix and the segment's own tokens, exactly) when
-#: its longest is at least this many tokens; shorter ones go in one call, padded to the longest (fewer calls, where
-#: per-call overhead outweighs the padding). Both are exact; on CPU at olmOCR 2's shape (1,761-token prefix,
-#: 8 x 500..1,000 tokens) one call per segment takes about 0.75x the time of the padded call, at the demo's
-#: (16 x 32..64) the same (scripts/bench/bench_shared_prefix.py measures the phase).
-SEGMENT_CALL_TOKENS = 256
-
-
-def shared_prefix_attention(module, query, key, value, layout, masks: dict | None = None, **kwargs):
-    """Attention over a packed row laid out as ``layout``: per group ``(prefix, (n_1, ..., n_k))``, the prefix's
-    tokens then k segments of n_j tokens. The prefix attends causally to itself; segment j to the whole prefix
-    and causally to itself. query/key/value (1, heads, T, head_dim); returns (1, T, heads, head_dim). ``masks``:
-    where the masked calls' masks are kept for reuse (one forward's, every layer and the backward's replays)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    kwargs.pop("is_causal", None)
-    pieces, start = [], 0
-    for prefix, segments in layout:
-        head = slice(start, start + prefix)
-        k_prefix, v_prefix = key[:, :, head], value[:, :, head]
-        out, _ = sdpa_attention_forward(module, query[:, :, head], k_prefix, v_prefix, None, is_causal=True, **kwargs)
-        pieces.append(out[0])
-        start += prefix
-        if _splits(query, kwargs):
-            attend = _segments_split
-        else:
-            attend = _each_segment if max(segments) >= SEGMENT_CALL_TOKENS else _segments_padded
-        pieces += attend(module, query, key, value, k_prefix, v_prefix, start, segments, masks=masks, **kwargs)
-        start += sum(segments)
-    return torch.cat(pieces, dim=0).unsqueeze(0), None
-
-
-def _segment_mask(query, prefix: int, width: int, masks: dict | None = None):
-    """The additive mask of ``width`` queries over the prefix and ``width`` segment keys: the prefix visible, the
-    segment's own tokens causally. Additive, not boolean: SDPA's CPU kernel then keeps no weights. Built once per
-    forward for each (prefix, width) when ``masks`` is given: every layer's calls, and the autograd graph that
-    saves them, share one tensor (on a GPU: fewer kernel launches, and one mask kept for the backward, not one a
-    segment and layer)."""
-    cache_key = (prefix, width, query.dtype, query.device)
-    if masks is not None and cache_key in masks:
-        return masks[cache_key]
-    mask = query.new_zeros(1, 1, width, prefix + width)
-    mask[..., prefix:] = torch.full((width, width), torch.finfo(query.dtype).min, dtype=query.dtype,
-                                    device=query.device).triu(1)
-    if masks is not None:
-        masks[cache_key] = mask
-    return mask
-
-
-def _each_segment(module, query, key, value, k_prefix, v_prefix, start, segments, masks=None, **kwargs):
-    """One call per segment, its keys the prefix's and its own (no padding)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    pieces = []
-    for n in segments:
-        own = slice(start, start + n)
-        keys, values = torch.cat([k_prefix, key[:, :, own]], dim=2), torch.cat([v_prefix, value[:, :, own]], dim=2)
-        out, _ = sdpa_attention_forward(module, query[:, :, own], keys, values,
-                                        _segment_mask(query, k_prefix.shape[2], n, masks), is_causal=False,
-                                        **kwargs)
-        pieces.append(out[0])
-        start += n
-    return pieces
-
-
-def _segments_padded(module, query, key, value, k_prefix, v_prefix, start, segments, masks=None, **kwargs):
-    """All segments in one call, each padded to the longest by repeating its last token: a segment's padding is
-    hidden from its real tokens by causality, and the padded queries' outputs are dropped."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    device = query.device
-    longest = max(segments)
-    lengths = torch.tensor(segments, device=device)
-    starts = start + torch.cumsum(lengths, 0) - lengths
-    steps = torch.arange(longest, device=device)
-    index = starts[:, None] + torch.minimum(steps[None, :], lengths[:, None] - 1)
-
-    def take(states):  # (1, heads, T, d) -> (segments, heads, longest, d)
-        return states[0][:, index.reshape(-1)].reshape(
-            states.shape[1], len(segments), longest, states.shape[3]).transpose(0, 1)
-
-    count = len(segments)
-    keys = torch.cat([k_prefix.expand(count, -1, -1, -1), take(key)], dim=2)
-    values = torch.cat([v_prefix.expand(count, -1, -1, -1), take(value)], dim=2)
-    out, _ = sdpa_attention_forward(module, take(query), keys, values,
-                                    _segment_mask(query, k_prefix.shape[2], longest, masks), is_causal=False,
-                                    **kwargs)
-    return [out[j, :n] for j, n in enumerate(segments)]
-
-
-#: On CPU, a group's segments attend the prefix and themselves as two kernels merged by their log-sum-exp
-#: (:class:`_PrefixAndOwn`) instead of one masked call over both: the prefix part is one call for all of them, and
-#: the masked upper triangle of each segment's own block is never computed. Measured on CPU (fp32, 1 thread): one
-#: 1,001-token segment over a 1,761-token prefix, forward and backward, 1.37x (8 heads of 64) and 2.0x (4 of 32,
-#: the tiny model's) against the masked call. The tests also run the other two ways with it off.
-SPLIT_SEGMENT_ATTENTION = True
-
-
-def _splits(query, kwargs) -> bool:
-    """Whether :func:`_segments_split` runs: on CPU, its kernels present, no attention dropout."""
-    return (SPLIT_SEGMENT_ATTENTION and query.device.type == "cpu" and not kwargs.get("dropout")
-            and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward"))
-
-
-class _PrefixAndOwn(torch.autograd.Function):
-    """Attention of a group's segment queries (1, heads, sum n_j, d) over the whole prefix and, causally, their own
-    segment: the prefix part one flash-attention call for every segment, each segment's own part a causal call,
-    the two merged by their log-sum-exp. The backward runs each part's kernel backward with the merged output and
-    log-sum-exp, which gives the exact gradients of the joint softmax (each part's probabilities are exp(scores -
-    merged lse)); the query's gradient is the sum of the two."""
-
-    @staticmethod
-    def forward(ctx, query, k_prefix, v_prefix, k_own, v_own, segments, scale):
-        flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-        out_prefix, lse_prefix = flash(query, k_prefix, v_prefix, 0.0, False, scale=scale)[:2]
-        outs, lses, start = [], [], 0
-        for n in segments:
-            own = slice(start, start + n)
-            out, lse = flash(query[:, :, own], k_own[:, :, own], v_own[:, :, own], 0.0, True, scale=scale)[:2]
-            outs.append(out)
-            lses.append(lse)
-            start += n
-        out_own, lse_own = torch.cat(outs, dim=2), torch.cat(lses, dim=2)
-        lse = torch.logaddexp(lse_prefix, lse_own)
-        merged = (out_prefix.float() * torch.exp(lse_prefix - lse).unsqueeze(-1)
-                  + out_own.float() * torch.exp(lse_own - lse).unsqueeze(-1)).to(query.dtype)
-        ctx.save_for_backward(query, k_prefix, v_prefix, k_own, v_own, merged, lse)
-        ctx.segments, ctx.scale = segments, scale
-        return merged
-
-    @staticmethod
-    def backward(ctx, grad):
-        query, k_prefix, v_prefix, k_own, v_own, merged, lse = ctx.saved_tensors
-        backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
-        grad = grad.contiguous()
-        d_query, d_k_prefix, d_v_prefix = backward(grad, query, k_prefix, v_prefix, merged, lse, 0.0, False,
-                                                   scale=ctx.scale)
-        d_queries, d_keys, d_values, start = [], [], [], 0
-        for n in ctx.segments:
-            own = slice(start, start + n)
-            dq, dk, dv = backward(grad[:, :, own], query[:, :, own], k_own[:, :, own], v_own[:, :, own],
-                                  merged[:, :, own], lse[:, :, own], 0.0, True, scale=ctx.scale)
-            d_queries.append(dq)
-            d_keys.append(dk)
-            d_values.append(dv)
-            start += n
-        return (d_query + torch.cat(d_queries, dim=2), d_k_prefix, d_v_prefix, torch.cat(d_keys, dim=2),
-                torch.cat(d_values, dim=2), None, None)
-
-
-def _segments_split(module, query, key, value, k_prefix, v_prefix, start, segments, masks=None, **kwargs):
-    """All of a group's segments through :class:`_PrefixAndOwn` (key/value heads repeated for grouped-query
-    attention, as transformers' SDPA path does); one piece of ``sum(segments)`` rows. No masks (``masks`` unused)."""
-    from transformers.integrations.sdpa_attention import repeat_kv
-
-    repeats = query.shape[1] // key.shape[1]
-    own = slice(start, start + sum(segments))
-    out = _PrefixAndOwn.apply(query[:, :, own], repeat_kv(k_prefix, repeats), repeat_kv(v_prefix, repeats),
-                              repeat_kv(key[:, :, own], repeats), repeat_kv(value[:, :, own], repeats),
-                              tuple(segments), kwargs.get("scaling"))
-    return [out[0].transpose(0, 1)]
-
-
 class _Layout:
     """The ``olmocr_rl_shared_prefix`` forward keyword: the groups' layout, and the attention that reads it (so the
     pack-aware attention of padding_free.py needs nothing of this module)."""
@@ -257,6 +100,45 @@ class _Layout:
         return shared_prefix_attention(module, query, key, value, self.groups, masks=self.masks, **kwargs)
 
 
+class _Capture:
+    """The ``olmocr_rl_shared_prefix`` keyword of a forward of prefixes alone (one causal sequence each, of these
+    lengths): each text layer's keys and values are kept, as the attention gets them (after the rotary embedding;
+    the first call of a layer, not a replay of it in the backward)."""
+
+    def __init__(self, lengths: tuple[int, ...], grad: bool):
+        self.lengths, self.grad = lengths, grad
+        self.keys_values: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def attend(self, module, query, key, value, **kwargs):
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        if module.layer_idx not in self.keys_values:
+            if self.grad and not torch.is_grad_enabled():
+                raise RuntimeError("a layer ran its forward without gradients (reentrant checkpointing): the "
+                                   "prefix's keys and values would take no gradient")
+            self.keys_values[module.layer_idx] = (key, value)
+        kwargs.pop("is_causal", None)
+        pieces, start = [], 0
+        for n in self.lengths:
+            part = slice(start, start + n)
+            out, _ = sdpa_attention_forward(module, query[:, :, part], key[:, :, part], value[:, :, part], None,
+                                            is_causal=True, **kwargs)
+            pieces.append(out[0])
+            start += n
+        return torch.cat(pieces, dim=0).unsqueeze(0), None
+
+    def states(self, anchor=None) -> list[PrefixState]:
+        """Each prefix's state: the captured keys and values sliced to its tokens (``anchor``: the forward's
+        log-probs, with one prefix)."""
+        states, start = [], 0
+        for n in self.lengths:
+            part = slice(start, start + n)
+            states.append(PrefixState({layer: (k[:, :, part], v[:, :, part])
+                                       for layer, (k, v) in self.keys_values.items()}, n, anchor))
+            start += n
+        return states
+
+
 class SharedPrefixGuard:
     """The run's state of ``--shared_prefix``: whether the first call's check passed, or the speed-up is off."""
 
@@ -267,6 +149,12 @@ class SharedPrefixGuard:
         self.checked = False
         self.off = False
         self.shared_calls = 0  # calls that shared at least one prompt (read by the tests and the bench)
+        self.prefix_forwards = 0  # pages' prompts forwarded alone, to be kept for later forwards (likewise)
+        # several processes (set by the trainer): a prompt kept for later micro-steps is forwarded without gradients,
+        # and again with them in its page's last micro-step (no graph outlives a micro-step: FSDP2 reshards and
+        # DeepSpeed partitions parameters between them); one process keeps the first forward's graph instead
+        self.recompute = False
+        self.across_steps = True  # prompts kept across a window's micro-steps (set off by the trainer for ZeRO-3)
 
     def fall_back(self, reason: str) -> None:
         from olmocr_rl.model.fallback import fall_back
@@ -280,29 +168,45 @@ class SharedPrefixForward:
 
     ``model`` is the trainer's model (its text attention pack-aware), ``stock`` what would be called otherwise
     (the model, or padding_free.PackedForward around it), ``width`` TRL's ``logits_to_keep`` (the completion
-    columns of the padded block)."""
+    columns of the padded block).
 
-    def __init__(self, model, stock, width: int, guard: SharedPrefixGuard):
+    Across calls (trainer/prefix_steps.py): ``pages`` the page key of every row TRL will pass, over all of this
+    object's calls in order (None: each call's rows grouped by their contents, nothing kept between calls);
+    ``scope`` the prefix states that live across these calls (and, with gradients, across the micro-steps of a
+    window); ``later`` the pages that forwards after this object's calls will need; ``final`` whether this
+    object's last call ends the scope."""
+
+    def __init__(self, model, stock, width: int, guard: SharedPrefixGuard, pages: list | None = None,
+                 scope: PrefixScope | None = None, later: frozenset = frozenset(), final: bool = True):
         self.model, self.stock, self.width, self.guard = model, stock, width, guard
+        self.pages, self.scope, self.later, self.final = pages, scope or PrefixScope(), later, final
+        self.offset = 0
         self.saved_tokens = 0  # the rows' real tokens the language model did not forward, over this object's calls
 
     def __call__(self, **inputs: Any):
+        rows = len(inputs["input_ids"])
+        keys = after = None
+        if self.pages is not None and self.offset + rows <= len(self.pages):
+            keys, after = self.pages[self.offset:self.offset + rows], self.pages[self.offset + rows:]
+        self.offset += rows
+        later, final = self.later | frozenset(after or ()), self.final and not after
         if self.guard.off:
-            return self.stock(**inputs)
-        plan = _plan(self.model, inputs, self.width)
+            return self._stock(inputs, later, final)
+        plan = _plan(self.model, inputs, self.width, keys, self.scope, later, final)
         if plan is None:
-            return self.stock(**inputs)
+            return self._stock(inputs, later, final)
         if self.guard.checked:
-            return self._shared(inputs, plan)
+            return self._shared(inputs, plan, self.scope)
         from olmocr_rl.model.fallback import compute_dtype, reason_of, relative_difference, tolerance
 
+        trial_scope = PrefixScope()
         try:
             with torch.no_grad():
-                trial = self._shared(inputs, plan, count=False)
+                trial = self._shared(inputs, plan, trial_scope, count=False)
                 reference = self.stock(**inputs)
         except Exception as exc:  # noqa: BLE001 - any failure of the speed-up falls back to the stock forward
             self.guard.fall_back(f"its first forward failed: {reason_of(exc)}")
-            return self.stock(**inputs)
+            return self._stock(inputs, later, final)
         columns = slice(-self.width, None)
         difference = max(relative_difference(getattr(trial, name)[:, columns], getattr(reference, name)[:, columns])
                          for name in ("log_probs", "entropy") if getattr(reference, name, None) is not None)
@@ -311,41 +215,110 @@ class SharedPrefixForward:
         if difference > allowed:
             self.guard.fall_back(f"its first result differs from the stock forward's by {difference:.2g} (relative), "
                                  f"more than the {allowed:.0e} allowed in {dtype}")
-            return self.stock(**inputs) if torch.is_grad_enabled() else reference
+            return self._stock(inputs, later, final) if torch.is_grad_enabled() else self._release(reference, later,
+                                                                                                   final)
         self.guard.checked = True
         logger.info("shared prefix: the first forward (%d rows, %d prompts) matches the stock forward (relative "
                     "difference %.1e, %.0e allowed in %s); %d tokens forwarded instead of %d",
-                    len(inputs["input_ids"]), len(plan.packed[SHARED_PREFIX].groups), difference, allowed, dtype,
-                    plan.packed["input_ids"].shape[1], int(inputs["attention_mask"].sum()))
+                    rows, len(plan.groups), difference, allowed, dtype, plan.forwarded,
+                    int(inputs["attention_mask"].sum()))
         if torch.is_grad_enabled():
-            return self._shared(inputs, plan)
+            return self._shared(inputs, plan, self.scope)
+        self.scope.states.update(trial_scope.states)  # no gradients: the trial's states are the ones to keep
         self._count(plan)
         return trial
 
-    def _count(self, plan: "_Plan") -> None:
-        """Each row's real tokens are its group's prefix and its segment: the packed row holds each prefix once."""
-        layout = plan.packed[SHARED_PREFIX].groups
-        self.saved_tokens += sum((len(segments) - 1) * prefix for prefix, segments in layout)
+    def _stock(self, inputs: dict, later: frozenset, final: bool):
+        return self._release(self.stock(**inputs), later, final)
 
-    def _shared(self, inputs: dict, plan: "_Plan", count: bool = True):
+    def _release(self, out, later: frozenset, final: bool):
+        """Drop the states no later forward needs; a dropped one's gathered gradient rides on ``out``'s log-probs."""
+        if self.scope.states:
+            out.log_probs = self.scope.release(out.log_probs, frozenset(), later, final, self._again)
+        return out
+
+    def _count(self, plan: "_Plan") -> None:
+        """Each row's real tokens are its group's prefix and its segment: the forwards hold each prefix once."""
+        self.saved_tokens += plan.saved
+
+    def _shared(self, inputs: dict, plan: "_Plan", scope: PrefixScope, count: bool = True):
         self.guard.shared_calls += 1
+        grad = torch.is_grad_enabled()
+        for (key, prefix), prefix_inputs in zip(plan.new, plan.prefixes):
+            # a page needed again later: its prefix forwarded alone (a graph of its own, run backward when the page
+            # is done), every layer's keys and values kept. Recomputing (several processes), or with as many graphs
+            # kept as this micro-batch has rows (the stock path holds that many prompts' graphs: the peak memory
+            # stays below it), without gradients: its page's last forward holds it in its row again
+            graphs = sum(state.again is None and state.anchor is not None for state in scope.states.values())
+            again = grad and (self.guard.recompute or graphs >= len(inputs["input_ids"]))
+            scope.states[key] = self._forward_prefix(prefix_inputs, prefix, grad and not again)
+            scope.states[key].again = prefix_inputs if again else None
+        layout = plan.layout(scope, torch.is_grad_enabled())
         with packed_call():
-            out = self.model(**plan.packed)
+            out = self.model(**plan.packed, **{SHARED_PREFIX: layout})
         if count:
             self._count(plan)
         for name in ("log_probs", "entropy"):
             value = getattr(out, name, None)
             if value is not None:
                 setattr(out, name, plan.unpack(value))
+        if scope.states:
+            out.log_probs = scope.release(out.log_probs, plan.present, plan.later, plan.final, self._again)
         return out
+
+    def _forward_prefix(self, prefix_inputs: dict, prefix: int, graph: bool) -> PrefixState:
+        """One page's prefix forwarded alone, every layer's keys and values captured; ``graph``: with gradients
+        (and the forward's log-probs as the state's anchor)."""
+        capture = _Capture((prefix,), graph)
+        self.guard.prefix_forwards += 1
+        with packed_call(), torch.set_grad_enabled(graph):
+            anchor = self.model(**prefix_inputs, **{SHARED_PREFIX: capture}).log_probs
+        layers = _unwrapped(self.model).config.get_text_config().num_hidden_layers
+        if len(capture.keys_values) != layers:
+            raise RuntimeError(f"the prefix forward captured {len(capture.keys_values)} of {layers} layers")
+        return capture.states(anchor if graph else None)[0]
+
+    def _again(self, state: PrefixState) -> None:
+        """A recomputing state dropped by a forward that does not hold its page: its prefix forwarded again with
+        gradients, so that its gathered gradient has a graph to go into."""
+        fresh = self._forward_prefix(state.again, state.prefix, True)
+        state.keys_values, state.anchor = fresh.keys_values, fresh.anchor
 
 
 class _Plan:
-    """One micro-batch's packed row: ``packed`` (the model's inputs) and where each completion's values land."""
+    """One call's forwards: ``packed`` (the segments' row: the model's inputs) and where each completion's values
+    land; ``prefixes`` (the inputs of a forward of each prefix of ``new``'s pages)."""
 
     def __init__(self, packed: dict, shape: tuple[int, int], rows: torch.Tensor, columns: torch.Tensor,
-                 sources: torch.Tensor):
+                 sources: torch.Tensor, groups: list, new: list, prefixes: list[dict], later: frozenset,
+                 final: bool):
         self.packed, self.shape, self.rows, self.columns, self.sources = packed, shape, rows, columns, sources
+        self.groups, self.new, self.prefixes, self.later, self.final = groups, new, prefixes, later, final
+        self.present = {key for _, _, key, kind in groups if kind != "row"}
+        self.forwarded = packed["input_ids"].shape[1] + sum(prefix for _, prefix in new)
+        # each row's real tokens are its prefix and its segment; forwarded: the in-row prefixes and the new ones
+        self.saved = sum(len(segments) * prefix for prefix, segments, _, _ in groups) - sum(
+            prefix for prefix, _, _, kind in groups if kind in ("row", "again")) - sum(prefix for _, prefix in new)
+
+    def layout(self, scope: PrefixScope, grad: bool) -> _Layout:
+        """The attention's layout: an in-row group ``(prefix, segments)``; a kept page's ``(0, segments, source)``
+        reading its state as ``graph`` (no gradients), ``leaf`` (a later forward needs it) or ``inject`` (its last);
+        a recomputing page's last ``(prefix, segments, source)``: in the row again, the leaves' gradients added."""
+        entries = []
+        for prefix, segments, key, kind in self.groups:
+            if kind == "row":
+                entries.append((prefix, segments))
+                continue
+            state = scope.states[key]
+            if state.prefix != prefix:
+                raise RuntimeError(f"a kept prefix of {state.prefix} tokens for a page prompt of {prefix + 1}")
+            if kind == "again":
+                entries.append((prefix, segments, state.source("again")))
+                continue
+            needed = not self.final and key in self.later
+            mode = "graph" if not grad else ("leaf" if needed else "inject")
+            entries.append((0, segments, state.source(mode)))
+        return _Layout(tuple(entries))
 
     def unpack(self, per_token: torch.Tensor) -> torch.Tensor:
         """(1, T - 1) values of the packed row (value k scoring packed token k + 1) -> TRL's (rows, length - 1),
@@ -356,23 +329,11 @@ class _Plan:
         return out[:, 1:]
 
 
-def _groups(prompts: list[torch.Tensor], images: list | None) -> list[list[int]]:
-    """Rows with identical prompts (tokens, and image grid and pixels where there are images), first seen first."""
-    groups: list[list[int]] = []
-    for row, tokens in enumerate(prompts):
-        for group in groups:
-            first = group[0]
-            if torch.equal(prompts[first], tokens) and (images is None or all(
-                    torch.equal(a, b) for a, b in zip(images[first], images[row]))):
-                group.append(row)
-                break
-        else:
-            groups.append([row])
-    return groups
-
-
-def _plan(model, inputs: dict, width: int) -> _Plan | None:
-    """The packed row for one call, or None where the stock forward must run (see the module docstring)."""
+def _plan(model, inputs: dict, width: int, keys: list | None = None, scope: PrefixScope | None = None,
+          later: frozenset = frozenset(), final: bool = True) -> _Plan | None:
+    """The forwards of one call, or None where the stock forward must run (see the module docstring). ``keys``:
+    the rows' page keys (None: grouped by their contents here); a page with a state in ``scope`` attends to it, one
+    needed by a later forward (in ``later``, not ``final``) gets one, the others hold their prefix in the row."""
     if not inputs.get("fused_lm_head") or set(inputs) - _PACKABLE_INPUTS or inputs.get("attention_mask") is None:
         return None
     if inputs.get("output_router_logits"):
@@ -398,34 +359,64 @@ def _plan(model, inputs: dict, width: int) -> _Plan | None:
     image_token = getattr(base.config, "image_token_id", None)
     if image_token is not None and bool((input_ids[:, prompt_width - 1] == image_token).any()):
         return None
-    prompts = [input_ids[r, :prompt_width][mask[r, :prompt_width]] for r in range(rows)]
-    groups = _groups(prompts, images)
-    if all(len(group) == 1 for group in groups):
+    if keys is None:
+        prompts = [input_ids[r, :prompt_width][mask[r, :prompt_width]] for r in range(rows)]
+        groups = _groups(prompts, images)
+        keys = [None] * rows
+    else:
+        by_key: dict = {}
+        for row, key in enumerate(keys):
+            by_key.setdefault(key, []).append(row)
+        groups = list(by_key.values())
+    states = scope.states if scope is not None else {}
+    kinds = []
+    for group in groups:
+        key = keys[group[0]]
+        if key is not None and key in states:
+            done = final or key not in later
+            kinds.append("again" if done and torch.is_grad_enabled() and states[key].again is not None else "state")
+        elif key is not None and not final and key in later:
+            kinds.append("new")
+        else:
+            kinds.append("row")
+    if all(kind == "row" and len(group) == 1 for kind, group in zip(kinds, groups)):
         return None  # nothing to share: the stock forward
     positions = inner.compute_3d_position_ids(
         input_ids=input_ids, image_grid_thw=grids, video_grid_thw=None, inputs_embeds=None,
         attention_mask=attention_mask, past_key_values=None, mm_token_type_ids=inputs.get("mm_token_type_ids"))
     if positions is None:
         positions = torch.arange(length, device=input_ids.device).view(1, 1, -1).expand(3, rows, -1)
-    return _pack(inputs, groups, images, positions, prompt_width, mask, labels, no_mask(model))
+    return _pack(inputs, groups, [keys[g[0]] for g in groups], kinds, images, positions, prompt_width, mask, labels,
+                 no_mask(model), later, final)
 
 
-def _pack(inputs, groups, images, positions, prompt_width, mask, labels, attention_mask) -> _Plan:
-    """Lay the groups out (prefix, then each member's segment) and record where each completion's values go."""
+def _pack(inputs, groups, keys, kinds, images, positions, prompt_width, mask, labels, attention_mask, later,
+          final) -> _Plan:
+    """Lay the groups out (an in-row group's prefix, then each member's segment; a kept page's segments alone),
+    record where each completion's values go, and the prefixes to forward for the new kept pages."""
     input_ids = inputs["input_ids"]
     device = input_ids.device
     ids, labs, pos, text_pos, layout = [], [], [], [], []
     rows_idx, cols_idx, src_idx = [], [], []
+    new, new_ids, new_pos, new_images = [], [], [], []
     offset = 0
-    for group in groups:
+    for group, key, kind in zip(groups, keys, kinds):
         first = group[0]
         keep = mask[first]
         prefix = int(keep[:prompt_width].sum()) - 1
-        ids.append(input_ids[first][keep][:prefix])
-        labs.append(labels[first][keep][:prefix])
-        pos.append(positions[:, first][:, keep][:, :prefix])
-        text_pos.append(torch.arange(prefix, device=device))
-        offset += prefix
+        if kind in ("row", "again"):
+            ids.append(input_ids[first][keep][:prefix])
+            labs.append(labels[first][keep][:prefix])
+            pos.append(positions[:, first][:, keep][:, :prefix])
+            text_pos.append(torch.arange(prefix, device=device))
+            offset += prefix
+        elif kind == "new":
+            new.append((key, prefix))
+            new_ids.append(input_ids[first][keep][:prefix])
+            new_pos.append(torch.cat([torch.arange(prefix, device=device)[None],
+                                      positions[:, first][:, keep][:, :prefix]]))
+            if images is not None:
+                new_images.append(images[first])
         segments = []
         for row in group:
             keep = mask[row]
@@ -441,16 +432,25 @@ def _pack(inputs, groups, images, positions, prompt_width, mask, labels, attenti
             src_idx.append(torch.arange(offset + 1, offset + n, device=device))
             segments.append(n)
             offset += n
-        layout.append((prefix, tuple(segments)))
+        layout.append((prefix, tuple(segments), key, kind))
     packed = {
         "input_ids": torch.cat(ids).unsqueeze(0),
         "attention_mask": attention_mask,  # none to build: the layout is the attention's
         "position_ids": torch.cat([torch.cat(text_pos)[None], torch.cat(pos, dim=1)]).unsqueeze(1),  # (4, 1, T)
         "labels": torch.cat(labs).unsqueeze(0),
         "fused_lm_head": True,
-        SHARED_PREFIX: _Layout(tuple(layout)),
     }
-    if images is not None:
-        packed["pixel_values"] = torch.cat([images[g[0]][1] for g in groups])
-        packed["image_grid_thw"] = torch.stack([images[g[0]][0] for g in groups])
-    return _Plan(packed, tuple(mask.shape), torch.cat(rows_idx), torch.cat(cols_idx), torch.cat(src_idx))
+    row_images = [images[g[0]] for g, kind in zip(groups, kinds) if kind in ("row", "again")] if images is not None \
+        else []
+    if row_images:
+        packed["pixel_values"] = torch.cat([pixels for _, pixels in row_images])
+        packed["image_grid_thw"] = torch.stack([grid for grid, _ in row_images])
+    # each new kept page's prefix, all its labels -100 (what counts is the layers' keys and values; on a GPU the fused
+    # head scores none of its tokens)
+    prefixes = [{"input_ids": ids[None], "attention_mask": attention_mask, "position_ids": positions_[:, None],
+                 "labels": torch.full_like(ids, -100)[None], "fused_lm_head": True}
+                for ids, positions_ in zip(new_ids, new_pos)]
+    for prefix_inputs, (grid, pixels) in zip(prefixes, new_images):
+        prefix_inputs.update(pixel_values=pixels, image_grid_thw=grid[None])
+    return _Plan(packed, tuple(mask.shape), torch.cat(rows_idx), torch.cat(cols_idx), torch.cat(src_idx), layout,
+                 new, prefixes, later, final)

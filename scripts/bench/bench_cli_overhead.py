@@ -128,7 +128,8 @@ def install_step_clock(path: Path) -> None:
 # ---- the bare arm ------------------------------------------------------------------------------------
 
 
-def run_bare(model_dir: str, out_dir: Path, steps: int, g: int, length: int, image_dim: int, seed: int) -> None:
+def run_bare(model_dir: str, out_dir: Path, steps: int, g: int, length: int, image_dim: int, seed: int,
+             batch: int | None = None) -> None:
     """A plain TRL GRPO run on ``bench_data_sample`` (what a user would write with TRL alone)."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
@@ -164,7 +165,8 @@ def run_bare(model_dir: str, out_dir: Path, steps: int, g: int, length: int, ima
 
     model, processor = load_model_and_processor(model_dir)
     config = GRPOConfig(
-        output_dir=str(out_dir), max_steps=steps, per_device_train_batch_size=g, gradient_accumulation_steps=1,
+        output_dir=str(out_dir), max_steps=steps, per_device_train_batch_size=batch or g,
+        gradient_accumulation_steps=g // (batch or g),
         num_generations=g, max_completion_length=length, temperature=1.0, top_p=1.0, learning_rate=1e-4,
         lr_scheduler_type="linear", warmup_steps=0, loss_type="bnpo", scale_rewards="group", beta=0.0,
         gradient_checkpointing=False, logging_steps=1, save_strategy="no", report_to="none", seed=seed,
@@ -179,13 +181,28 @@ def run_bare(model_dir: str, out_dir: Path, steps: int, g: int, length: int, ima
 # ---- the harness -------------------------------------------------------------------------------------
 
 
-def cli_flags(model_dir: str, out_dir: Path, steps: int, g: int, length: int, image_dim: int, seed: int) -> list[str]:
+def released_pixels(model_dir: str, out: Path) -> str:
+    """A copy of ``model_dir`` whose processor has the released Qwen2.5-VL pixel budget (2,560 image tokens)."""
+    import shutil
+
+    from olmocr_rl.model.families import _RELEASED_PIXELS_14
+
+    shutil.copytree(model_dir, out)
+    config_file = out / "processor_config.json"
+    config = json.loads(config_file.read_text())
+    config["image_processor"]["size"]["longest_edge"] = _RELEASED_PIXELS_14
+    config_file.write_text(json.dumps(config, indent=2))
+    return str(out)
+
+
+def cli_flags(model_dir: str, out_dir: Path, steps: int, g: int, length: int, image_dim: int, seed: int,
+              batch: int | None = None) -> list[str]:
     """The CLI's flags for the same run as :func:`run_bare`."""
     return [
         "--train_bench_data_folder", str(BENCH),
         "--model_name", model_dir, "--output_dir", str(out_dir), "--reward_bench",
-        "--max_steps", str(steps), "--num_generations", str(g), "--per_device_train_batch_size", str(g),
-        "--gradient_accumulation_steps", "1", "--max_completion_length", str(length),
+        "--max_steps", str(steps), "--num_generations", str(g), "--per_device_train_batch_size", str(batch or g),
+        "--gradient_accumulation_steps", str(g // (batch or g)), "--max_completion_length", str(length),
         "--target_longest_image_dim", str(image_dim), "--temperature", "1.0", "--top_p", "1.0",
         "--learning_rate", "1e-4", "--warmup_steps", "0", "--loss_type", "bnpo", "--scale_rewards", "group",
         "--no-gradient_checkpointing", "--logging_steps", "1", "--save_steps", str(steps + 1000),
@@ -195,12 +212,12 @@ def cli_flags(model_dir: str, out_dir: Path, steps: int, g: int, length: int, im
 
 
 def arm_command(arm: str, model_dir: str, out_dir: Path, steps: int, g: int, length: int, image_dim: int,
-                seed: int) -> list[str]:
+                seed: int, batch: int | None = None) -> list[str]:
     return [
         sys.executable, str(Path(__file__).resolve()), "--arm", arm, "--model", model_dir, "--out", str(out_dir),
         "--steps", str(steps), "--num_generations", str(g), "--max_completion_length", str(length),
         "--image_dim", str(image_dim), "--seed", str(seed),
-    ]
+    ] + ([f"--per_device_train_batch_size={batch}"] if batch else [])
 
 
 def step_intervals(times: list[float]) -> list[float]:
@@ -310,7 +327,8 @@ def format_report(runs: list[dict], summary: dict, params: dict, command: str, m
         "with other work, so the arms were interleaved).",
         "",
         f"Setup: {model_note}, `bench_data_sample/` (one page per step), G = {params['num_generations']} completions "
-        f"of at most {params['max_completion_length']} tokens, pages rendered at {params['image_dim']} px, "
+        f"of at most {params['max_completion_length']} tokens, {params['per_device_train_batch_size']} a micro-batch, "
+        f"pages rendered at {params['image_dim']} px, "
         f"{params['steps']} steps per run (step 1 not counted), seed {params['seed']}, fp32 on CPU, no gradient "
         "checkpointing. The CLI runs with `--reward_bench` only (bench telemetry, metrics.jsonl, progress table, "
         "step timing, lazy rendering and the reward worker pool all on, as a user gets them); the bare script "
@@ -386,11 +404,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max_completion_length", type=int, default=16)
     p.add_argument("--image_dim", type=int, default=448)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--per_device_train_batch_size", type=int, default=None,
+                   help="completions a micro-batch in both arms, G / it accumulation steps (default: G, one)")
+    p.add_argument("--released_pixels", action="store_true",
+                   help="the model's processor given the released Qwen2.5-VL pixel budget (a copy of the folder): a "
+                        "page of --image_dim 1288 px is ~1,600 image tokens, as in olmOCR 2, instead of the tiny 16")
     p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS for both arms")
     p.add_argument("--write-doc", type=Path, default=None, help="write the report (markdown) to this file")
     args = p.parse_args(argv)
     params = {"steps": args.steps, "g": args.num_generations, "length": args.max_completion_length,
-              "image_dim": args.image_dim, "seed": args.seed}
+              "image_dim": args.image_dim, "seed": args.seed, "batch": args.per_device_train_batch_size}
     if args.arm != "both":  # one measured run, in this (child) process
         if args.arm == "bare":
             install_step_clock(args.out / CLOCK_FILE)
@@ -418,6 +441,9 @@ def main(argv: list[str] | None = None) -> int:
 
             model_dir = str(build_tiny_model(work / "tiny", seed=0))
             model_note = "the tiny Qwen2.5-VL (`python -m olmocr_rl.tiny_model`, seed 0, untrained)"
+        if args.released_pixels:
+            model_dir = released_pixels(model_dir, work / "released")
+            model_note += ", its processor given the released pixel budget"
         runs = []
         for rep in range(args.reps):
             order = ("cli", "bare") if rep % 2 == 0 else ("bare", "cli")  # ABBA: neither arm always goes first
@@ -429,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"({', '.join(f'{x:.2f}' for x in run['cpu'])}), load {run['load']:.1f}", flush=True)
     summary = summarize(runs)
     params_named = {"steps": args.steps, "num_generations": args.num_generations, "threads": args.threads,
+                    "per_device_train_batch_size": args.per_device_train_batch_size or args.num_generations,
                     "max_completion_length": args.max_completion_length, "image_dim": args.image_dim, "seed": args.seed}
     command = "python scripts/bench/bench_cli_overhead.py " + " ".join(argv if argv is not None else sys.argv[1:])
     report = format_report(runs, summary, params_named, command.strip(), model_note)

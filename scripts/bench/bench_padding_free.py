@@ -19,28 +19,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from speed_common import interleaved, model_dir, page_image, report  # noqa: E402
+from speed_common import interleaved, model_dir, page_image, report, trl_block  # noqa: E402
 
 
-def trl_block(processor, page, lengths: list[int], vocab: int):
-    """Inputs of TRL's log-prob forward for len(lengths) copies of one page prompt with those completion lengths."""
-    import torch
-    from trl.trainer.utils import pad
-
-    messages = [[{"role": "user", "content": [{"type": "image", "image": page}, {"type": "text", "text": "Read."}]}]]
-    text = processor.apply_chat_template(messages[0], add_generation_prompt=True, tokenize=False)
-    vision = processor(images=[[page]] * len(lengths), text=[text] * len(lengths), padding=True, return_tensors="pt")
-    generator = torch.Generator().manual_seed(0)
-    completions = [torch.randint(20, vocab, (n,), generator=generator) for n in lengths]
-    completion_ids = pad(completions, 0, "right")
-    completion_mask = pad([torch.ones_like(c) for c in completions], 0, "right")
-    input_ids = torch.cat([vision["input_ids"], completion_ids], 1)
-    attention_mask = torch.cat([vision["attention_mask"], completion_mask], 1)
-    labels = input_ids.masked_fill(attention_mask == 0, -100)
-    labels[:, :-completion_ids.shape[1]] = -100
-    mm = torch.cat([vision["mm_token_type_ids"], torch.zeros_like(completion_ids)], 1)
-    return dict(input_ids=input_ids, attention_mask=attention_mask, pixel_values=vision["pixel_values"],
-                image_grid_thw=vision["image_grid_thw"], mm_token_type_ids=mm, labels=labels, fused_lm_head=True)
+def read_prompt(processor) -> str:
+    """The chat text of a short page prompt ("Read." and the page)."""
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Read."}]}]
+    return processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
 def main() -> None:
@@ -69,7 +54,8 @@ def main() -> None:
         model.train()
     step = (args.longest - args.shortest) / max(args.rows - 1, 1)
     lengths = [round(args.shortest + i * step) for i in range(args.rows)]
-    inputs = trl_block(processor, page_image(args.side), lengths, stock.config.get_text_config().vocab_size)
+    inputs = trl_block(processor, page_image(args.side), read_prompt(processor), lengths,
+                       stock.config.get_text_config().vocab_size)
     width = inputs["input_ids"].shape[1] - lengths[-1]
 
     def run(call, parameters):

@@ -4,18 +4,24 @@
     OMP_NUM_THREADS=1 python scripts/bench/bench_shared_prefix.py --shapes olmocr2 --generations 28
     python scripts/bench/bench_shared_prefix.py --shapes demo --side 224 --repeats 1    # the smoke test's size
     OMP_NUM_THREADS=1 python scripts/bench/bench_shared_prefix.py --shapes olmocr2 --frozen_tower  # LoRA's phase
+    OMP_NUM_THREADS=1 python scripts/bench/bench_shared_prefix.py --shapes olmocr2 --generations 28 \
+        --per_device_train_batch_size 1                                   # olmOCR 2's geometry: 28 micro-steps
 
-The micro-batch is what TRL 1.16 scores for one page: G rows of the page prompt (the olmOCR v4 YAML prompt and
+The block is what TRL 1.16 scores for one page: G rows of the page prompt (the olmOCR v4 YAML prompt and
 a page of bench_data_sample/ rendered at --side px) and G completions whose lengths are spread evenly over
 [C/2, C] (shape ``demo``: the CPU demo's 16 x 64 tokens at 448 px, the tiny processor's 16 image tokens a page;
 ``olmocr2``: olmOCR 2's token shape, about 1,800 prompt tokens -- a 1400 px page under the released processor's
 pixel budget; bench_data_sample's 1288 px page gives 1,541 -- and C = 1,000). The training phase of a step is this forward with
 gradients and its backward (the loss), plus the same forward without gradients (the old-policy log-probs,
-and the reference model's when beta > 0). Arms, all through TRL's fused log-prob head, the page encoded once
-per group in each (``--share_page_encoding``, the default):
+and the reference model's when beta > 0). ``--per_device_train_batch_size`` splits the block into micro-batches
+as TRL does (olmOCR 2 trains one completion a micro-batch): the forward without gradients runs over TRL's chunks
+of that many rows, then each micro-batch's forward and backward, the gradients accumulated over the window.
+Arms, all through TRL's fused log-prob head, the page encoded once per forward in each (``--share_page_encoding``,
+the default):
 
 * ``--padding_free`` (the default before): the rows packed into one row, attention per sequence;
-* ``--shared_prefix`` (with ``--padding_free``): the prompt once, each completion attending to it;
+* ``--shared_prefix`` (with ``--padding_free``): the prompt once, each completion attending to it (across the
+  micro-steps too: the prompt's keys and values kept, their gradient run through it once in the last);
 * ``padded (TRL)``: TRL's padded block as is (shape ``demo`` only, or ``--padded``).
 
 ``--frozen_tower``: the vision tower frozen and its features cached per step (``--freeze_vision_tower``, and LoRA,
@@ -39,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from speed_common import interleaved, model_dir, page_image  # noqa: E402
+from speed_common import interleaved, model_dir, page_image, rows_of, trl_block  # noqa: E402
 
 #: released: the page gets the released Qwen2.5-VL processor's pixel budget (2,560 image tokens at most) instead
 #: of the tiny model's (16 tokens, the CPU demo's), so a 1288 px page is about 1,600 image tokens as in olmOCR 2.
@@ -105,35 +111,16 @@ def shape_params(args, shape: str) -> dict:
     return {**SHAPES[shape], **overrides}
 
 
-def trl_block(processor, page, lengths: list[int], vocab: int):
-    """Inputs of TRL's log-prob forward for len(lengths) copies of one page prompt with those completion lengths."""
-    import torch
-    from trl.trainer.utils import pad
-
-    text = page_prompt(processor, page)
-    vision = processor(images=[[page]] * len(lengths), text=[text] * len(lengths), padding=True, return_tensors="pt")
-    generator = torch.Generator().manual_seed(0)
-    completions = [torch.randint(20, vocab, (n,), generator=generator) for n in lengths]
-    completion_ids = pad(completions, 0, "right")
-    completion_mask = pad([torch.ones_like(c) for c in completions], 0, "right")
-    input_ids = torch.cat([vision["input_ids"], completion_ids], 1)
-    attention_mask = torch.cat([vision["attention_mask"], completion_mask], 1)
-    labels = input_ids.masked_fill(attention_mask == 0, -100)
-    labels[:, :-completion_ids.shape[1]] = -100
-    mm = torch.cat([vision["mm_token_type_ids"], torch.zeros_like(completion_ids)], 1)
-    return dict(input_ids=input_ids, attention_mask=attention_mask, pixel_values=vision["pixel_values"],
-                image_grid_thw=vision["image_grid_thw"], mm_token_type_ids=mm, labels=labels, fused_lm_head=True)
-
-
 def setup(shape: str, side: int, generations: int, completion: int, work: str | None, released: bool,
-          frozen_tower: bool = False):
+          frozen_tower: bool = False, batch: int | None = None):
     """The model (pack-aware attention, page encoded once per group), the inputs, and each arm's phase. With
     ``frozen_tower`` the page's features are encoded here, as generation's prefill encodes them in a step, so the
-    phase runs the merger and the language model only."""
+    phase runs the merger and the language model only. ``batch``: rows a micro-batch (default: the whole group)."""
     import torch
     from trl.trainer.utils import add_fused_lm_head
 
     from olmocr_rl.trainer.padding_free import PackedForward
+    from olmocr_rl.trainer.prefix_steps import PrefixScope, page_keys
     from olmocr_rl.trainer.shared_prefix import SharedPrefixForward, SharedPrefixGuard, install_shared_prefix
 
     model, processor = load(shape, work, released, frozen_tower)
@@ -141,29 +128,46 @@ def setup(shape: str, side: int, generations: int, completion: int, work: str | 
     add_fused_lm_head(model, outputs=("log_probs", "entropy"))
     model.train()
     lengths = [round(completion / 2 + i * (completion / 2) / max(generations - 1, 1)) for i in range(generations)]
-    inputs = trl_block(processor, page_image(side), lengths, model.config.get_text_config().vocab_size)
+    page = page_image(side)
+    inputs = trl_block(processor, page, page_prompt(processor, page), lengths, model.config.get_text_config().vocab_size)
     width = max(lengths)  # TRL's logits_to_keep: the completion columns
+    batch = batch or generations
+    micro = [list(range(start, min(start + batch, generations))) for start in range(0, generations, batch)]
+    parts = [rows_of(inputs, rows) for rows in micro]
+    keys = page_keys(inputs["input_ids"][:, :-width], inputs["attention_mask"][:, :-width], inputs["pixel_values"],
+                     inputs["image_grid_thw"])
     guard = SharedPrefixGuard()
     guard.checked = True  # the first-use check is the trainer's; here each arm runs its own forward only
-    calls = {"--padding_free": PackedForward(model), "padded (TRL)": model,
-             "--shared_prefix": SharedPrefixForward(model, None, width, guard)}
+    fixed = {"--padding_free": PackedForward(model), "padded (TRL)": model}
+
+    def call(arm: str, pages: list, **window):
+        return fixed.get(arm) or SharedPrefixForward(model, None, width, guard, pages=pages, **window)
+
     seen: list[int] = []
     model.get_input_embeddings().register_forward_hook(lambda module, args, out: seen.append(args[0].numel()))
 
     def phase(arm: str) -> int:
-        """The training phase of one micro-batch; returns the tokens the language model forwarded."""
+        """The training phase of one page's group: the forward without gradients over TRL's chunks of ``batch``
+        rows (one call: the old-policy log-probs, and the reference model's when beta > 0), then each micro-batch's
+        forward and backward, gradients accumulated over the window; returns the tokens the language model
+        forwarded."""
         seen.clear()
         with torch.no_grad():
-            calls[arm](**inputs)  # old-policy (and reference) log-probs
+            chunks = call(arm, keys)
+            for part in parts:
+                chunks(**part)
         model.zero_grad(set_to_none=True)
-        out = calls[arm](**inputs)
-        mask = inputs["attention_mask"][:, -width:]
-        ((out.log_probs[:, -width:] * mask).sum() + out.entropy[:, -width:].mean()).backward()
+        scope = PrefixScope()  # the window's kept prompts
+        for step, (rows, part) in enumerate(zip(micro, parts)):
+            later = frozenset(keys[r] for rows_after in micro[step + 1:] for r in rows_after)
+            out = call(arm, [keys[r] for r in rows], scope=scope, later=later, final=step == len(micro) - 1)(**part)
+            mask = part["attention_mask"][:, -width:]
+            ((out.log_probs[:, -width:] * mask).sum() + out.entropy[:, -width:].mean()).backward()
         return sum(seen)
 
     if frozen_tower:  # generation's prefill has encoded the page by the time the training phase runs
         with torch.no_grad():
-            calls["--padding_free"](**inputs)
+            fixed["--padding_free"](**inputs)
     prompt = int(inputs["attention_mask"][0].sum()) - lengths[0]
     return phase, prompt, lengths
 
@@ -172,7 +176,7 @@ def memory_child(args) -> None:
     """One arm's phase in this fresh process: the rise of peak RSS over the RSS before it (MiB), as JSON. The
     kernel's peak (VmHWM) is reset first (``/proc/self/clear_refs``), so loading and page processing do not count."""
     phase, _, _ = setup(args.shape_name, args.side, args.generations, args.completion, args.work, args.released,
-                        args.frozen_tower)
+                        args.frozen_tower, args.per_device_train_batch_size)
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := the current RSS
     before = _status_kib("VmHWM")
     tokens = phase(args.memory_arm)
@@ -189,7 +193,7 @@ def _status_kib(key: str) -> int:
 def measure(args, shape: str, arms: list[str]) -> None:
     params = shape_params(args, shape)
     phase, prompt, lengths = setup(args.model_shape, params["side"], params["generations"], params["completion"],
-                                   args.work, params["released"], args.frozen_tower)
+                                   args.work, params["released"], args.frozen_tower, args.per_device_train_batch_size)
     tokens: dict[str, int] = {}
     times = interleaved({arm: (lambda arm=arm: tokens.__setitem__(arm, phase(arm))) for arm in arms}, args.repeats)
     memory = {arm: float("nan") for arm in arms}
@@ -197,7 +201,9 @@ def measure(args, shape: str, arms: list[str]) -> None:
         command = [sys.executable, __file__, f"--memory_arm={arm}", "--shape_name", args.model_shape, "--work", args.work,
                    "--side", str(params["side"]), "--generations", str(params["generations"]),
                    "--completion", str(params["completion"])] + (["--released"] if params["released"] else []) \
-            + (["--frozen_tower"] if args.frozen_tower else [])
+            + (["--frozen_tower"] if args.frozen_tower else []) \
+            + ([f"--per_device_train_batch_size={args.per_device_train_batch_size}"]
+               if args.per_device_train_batch_size else [])
         done = subprocess.run(command, capture_output=True, text=True, env={**os.environ})
         if done.returncode != 0:
             sys.exit(f"memory run of {arm} failed:\n{done.stderr[-3000:]}")
@@ -206,8 +212,10 @@ def measure(args, shape: str, arms: list[str]) -> None:
 
     import torch
 
+    batch = args.per_device_train_batch_size or params["generations"]
     print(f"[bench_shared_prefix] shape {shape}: {args.model_shape} model, G = {params['generations']} completions of "
-          f"{lengths[0]}..{lengths[-1]} tokens on a {prompt}-token page prompt ({params['side']} px)"
+          f"{lengths[0]}..{lengths[-1]} tokens on a {prompt}-token page prompt ({params['side']} px), {batch} a "
+          f"micro-batch ({-(-params['generations'] // batch)} micro-steps)"
           f"{', vision tower frozen (features cached per step)' if args.frozen_tower else ''}; training phase "
           f"(no-grad forward + forward + backward), median of {args.repeats}, {torch.get_num_threads()} threads")
     base = statistics.median(times["--padding_free"])
@@ -221,6 +229,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_shape_arguments(parser)
     parser.add_argument("--padded", action="store_true", help="also TRL's padded block at every shape")
+    parser.add_argument("--per_device_train_batch_size", type=int, default=None,
+                        help="completions a micro-batch (default: the whole group in one; olmOCR 2 trains 1), the "
+                             "window's micro-steps accumulating gradients")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip_memory", action="store_true", help="no peak-memory runs (one process per arm)")
     parser.add_argument("--frozen_tower", action="store_true",

@@ -42,8 +42,9 @@ SMOKE = {
     "bench_grad_checkpointing.py": Smoke(("--shape", "tiny", "--side", "224", "--rows", "1", "--tokens", "8",
                                      "--repeats", "1"), "vision"),
     "bench_cli_overhead.py": Smoke(("--model", "{model}", "--reps", "1", "--steps", "2", "--max_completion_length",
-                                    "4", "--num_generations", "2", "--image_dim", "224", "--write-doc",
-                                    "{tmp}/cli_overhead.md"), "Start-up, CPU time (launch"),
+                                    "4", "--num_generations", "2", "--image_dim", "224", "--per_device_train_batch_size",
+                                    "1", "--released_pixels", "--write-doc", "{tmp}/cli_overhead.md"),
+                                   "2 completions of at most 4 tokens, 1 a micro-batch"),
     # The hf arm only here: the vLLM arms (engine and `vllm serve`) run where vLLM is installed.
     "bench_evaluate.py": Smoke(("--model", "{model}", "--backends", "hf", "--pages", "^counting.pdf:1$",
                                 "--max_new_tokens", "4", "--work", "{tmp}"), "hf batch=1"),
@@ -69,7 +70,8 @@ SMOKE = {
     "compare_olmocr_synth.py": Smoke((), "total", own_process=True, needs="olmocr"),
     # The peak-memory runs (a process per arm, 8 s of imports each) are left out here.
     "bench_shared_prefix.py": Smoke(("--model_shape", "{model}", "--shapes", "demo", "--side", "224", "--generations", "2", "--completion", "4",
-                                     "--repeats", "1", "--skip_memory", "--work", "{tmp}"), "--shared_prefix"),
+                                     "--per_device_train_batch_size", "1", "--repeats", "1", "--skip_memory",
+                                     "--work", "{tmp}"), "1 a micro-batch (2 micro-steps)"),
     "bench_shared_prefill.py": Smoke(("--model_shape", "{model}", "--shapes", "demo", "--side", "224", "--generations",
                                       "2", "--completion", "4", "--repeats", "1", "--work", "{tmp}"),
                                      "ids equal to the stock arm's: True"),

@@ -314,18 +314,22 @@ def test_zero3_on_two_processes_matches_one_process(tiny_model_dir, tmp_path):
 
 @pytest.mark.slow
 def test_fsdp2_shared_prefix_equals_the_stock_forward(tiny_model_dir, tmp_path):
-    """--shared_prefix under FSDP2: two processes holding half of one page's group of 4 each (2 rows a
-    micro-batch), the defaults against ``--no-shared_prefix``. Generation's prefill and the training forwards share the page prompt
-    (each rank's first use checked against the stock path), the completions are the same, and the losses and grad
-    norms agree to float rounding (the same reductions in both runs; only the forwards' layout differs)."""
+    """--shared_prefix under FSDP2: two processes holding half of one page's group of 8 each, one completion a
+    micro-batch and 4 micro-steps a step (olmOCR 2's geometry), the defaults against ``--no-shared_prefix``.
+    Generation's prefill and the training forwards share the page prompt: each rank forwards it without gradients in
+    its first micro-step, the segments of the next attend to it, and the last holds it in its row again with the
+    gradients they gathered (no graph outlives a micro-step: FSDP2 reshards between them; each rank's first use
+    checked against the stock path). The completions are the same, and the losses and grad norms agree to float
+    rounding (the same reductions in both runs; only the forwards' layout differs)."""
     from test_lora_training import _free_port
 
     runs = {}
     for name, extra in (("shared", []), ("stock", ["--no-shared_prefix"])):
         out = tmp_path / name
         command = sharded_command("fsdp", _free_port(), [*COMMON, "--model_name", str(tiny_model_dir),
-                                                         "--per_device_train_batch_size", "2", "--num_generations",
-                                                         "4", "--output_dir", str(out), *extra])
+                                                         "--per_device_train_batch_size", "1", "--num_generations",
+                                                         "8", "--gradient_accumulation_steps", "4",
+                                                         "--output_dir", str(out), *extra])
         result = warm_python.run(command, cwd=REPO, env=sharded_env(tmp_path), capture_output=True, text=True,
                                  timeout=600)
         assert result.returncode == 0, failure(result)
@@ -333,11 +337,13 @@ def test_fsdp2_shared_prefix_equals_the_stock_forward(tiny_model_dir, tmp_path):
     (shared, log), (stock, stock_log) = runs["shared"], runs["stock"]
     # the first-use checks passed: the main process logs its own (2 rows, 1 page prompt); a fallback, on any rank,
     # would be a warning line
-    assert "shared prefix: the first forward (2 rows, 1 prompts) matches the stock forward" in log, log[-3000:]
-    assert "shared prefill: the first generation's prefill (2 rows, 1 prompts) matches the stock one" in log
+    assert "shared prefix: the first forward (1 rows, 1 prompts) matches the stock forward" in log, log[-3000:]
+    assert "shared prefill: the first generation's prefill (4 rows, 1 prompts) matches the stock one" in log
     assert "is off for the rest of this run" not in log and "shared pre" not in stock_log
     assert [r["step"] for r in shared] == [r["step"] for r in stock] == [1, 2]
     for mine, theirs in zip(shared, stock):
         assert mine["reward"] == theirs["reward"] and mine["reward_std"] == theirs["reward_std"]
         assert mine["grad_norm"] > 0 and mine["grad_norm"] == pytest.approx(theirs["grad_norm"], rel=1e-4)
         assert mine["loss"] == pytest.approx(theirs["loss"], rel=1e-4, abs=LOSS_ATOL)
+        # the prompt twice a step instead of 4 times: about half the real tokens (the prompt is most of a row)
+        assert 0.4 < mine["timing/shared_prefix_tokens"] < 0.75, mine["timing/shared_prefix_tokens"]

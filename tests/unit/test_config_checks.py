@@ -47,23 +47,24 @@ def test_resolve_loss():
 
 
 def test_shared_prefix_notices_say_what_the_batch_geometry_lets_it_share():
-    # the defaults: one completion a micro-batch, so only HF generation's prefill shares
-    (notice,) = checks.shared_prefix_notices(flags(), "none", 8)
-    assert notice.startswith("--shared_prefix: with --per_device_train_batch_size 1 each micro-batch holds one "
-                             "completion, so the training forwards share no page prompt (generation's prefill is "
-                             "still shared)")
-    assert "--per_device_train_batch_size 28 --gradient_accumulation_steps 1" in notice
-    (notice,) = checks.shared_prefix_notices(flags(), "colocate", 8)
-    assert "(with vLLM generation nothing is shared)" in notice
-    (notice,) = checks.shared_prefix_notices(flags(per_device_train_batch_size=4, gradient_accumulation_steps=2), "none", 2)
-    assert notice.startswith("--shared_prefix: TRL shuffles each generation batch's rows before it splits them into 2 "
-                             "micro-batches of 4")
-    assert checks.shared_prefix_notices(flags(per_device_train_batch_size=8, num_generations=8,
-                                              gradient_accumulation_steps=1), "none", 1) == []
-    assert checks.shared_prefix_notices(flags(shared_prefix=False), "none", 8) == []
+    # the defaults (one completion a micro-batch, 8 a step) and any window of two completions or more: all shared
+    assert checks.shared_prefix_notices(flags(), "none", 8) == []
+    assert checks.shared_prefix_notices(flags(per_device_train_batch_size=4, gradient_accumulation_steps=2), "none",
+                                        2) == []
+    # one completion an optimizer step: the training forwards share nothing; what still does is named
+    one = flags(gradient_accumulation_steps=1, num_generations=8)
+    (notice,) = checks.shared_prefix_notices(one, "none", 8)
+    assert notice.startswith("--shared_prefix: with --per_device_train_batch_size 1 and --gradient_accumulation_steps "
+                             "1 each optimizer step trains one completion a process, so the training forwards "
+                             "forward every page prompt (only the old-policy and reference log-probs of a "
+                             "generation batch and generation's prefill share it)")
+    (notice,) = checks.shared_prefix_notices(one, "colocate", 1)
+    assert "(nothing shares it)" in notice
+    assert checks.shared_prefix_notices(flags(shared_prefix=False, gradient_accumulation_steps=1), "none", 1) == []
     # validate() logs it with the run's other notices
     config = validate(parse_args(["--train_bench_data_folder", str(REPO / "bench_data_sample"), "--reward_bench",
-                                  "--num_generations", "8"]),
+                                  "--num_generations", "8", "--gradient_accumulation_steps", "1",
+                                  "--steps_per_generation", "8"]),
                       CPU)
     assert any(n.startswith("--shared_prefix: with --per_device_train_batch_size 1") for n in config.notices)
 

@@ -36,17 +36,18 @@ def models(tiny_model_dir):
     return stock, packed, processor
 
 
-def _trl_batch(processor, completion_lengths=(5, 11, 2, 8)):
-    """A micro-batch as TRL 1.16 builds it: left-padded page prompts (two pages with different image sizes, so
-    different prompt lengths), right-padded completions, labels on the completion tokens only."""
+def _trl_batch(processor, completion_lengths=(5, 11, 2, 8), pages=None, seed=2):
+    """A micro-batch as TRL 1.16 builds it: left-padded page prompts (by default two pages with different image
+    sizes, so different prompt lengths; else ``pages``, one image a row), right-padded completions, labels on the
+    completion tokens only. Returns (inputs, completion mask)."""
     from trl.trainer.utils import pad
 
-    images = [_page(56, 56, 0), _page(56, 56, 0), _page(112, 84, 1), _page(112, 84, 1)]
+    images = pages or [_page(56, 56, 0), _page(56, 56, 0), _page(112, 84, 1), _page(112, 84, 1)]
     messages = [[{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": "Read."}]}]
                 for image in images]
     prompts = [torch.tensor(ids) for ids in processor.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]]
-    generator = torch.Generator().manual_seed(2)
+    generator = torch.Generator().manual_seed(seed)
     completions = [torch.randint(20, 200, (n,), generator=generator) for n in completion_lengths]
     prompt_ids, prompt_mask = pad(prompts, 0, "left"), pad([torch.ones_like(p) for p in prompts], 0, "left")
     completion_ids = pad(completions, 0, "right")
@@ -60,7 +61,7 @@ def _trl_batch(processor, completion_lengths=(5, 11, 2, 8)):
     inputs = dict(input_ids=input_ids, attention_mask=attention_mask, pixel_values=vision["pixel_values"],
                   image_grid_thw=vision["image_grid_thw"], labels=labels, fused_lm_head=True,
                   mm_token_type_ids=torch.cat([vision["mm_token_type_ids"], torch.zeros_like(completion_ids)], 1))
-    assert len({len(p) for p in prompts}) == 2  # the prompts really are left-padded
+    assert pages or len({len(p) for p in prompts}) == 2  # the prompts really are left-padded
     return inputs, completion_mask
 
 

@@ -7,57 +7,19 @@ import logging
 
 import pytest
 import torch
-from PIL import Image
+# test_padding_free's fixtures (the stock model, and a copy with the pack-aware SDPA the shared layout runs through)
+from test_padding_free import _page, models, qwen3_models  # noqa: F401
+from test_padding_free import _trl_batch as trl_batch
 
 from olmocr_rl.model import fallback
 from olmocr_rl.trainer.padding_free import PackedForward, install_padding_free
 from olmocr_rl.trainer.shared_prefix import SharedPrefixForward, SharedPrefixGuard, shared_prefix_problem
 
 
-def _page(height, width, seed):
-    generator = torch.Generator().manual_seed(seed)
-    return Image.fromarray((torch.rand(height, width, 3, generator=generator) * 255).byte().numpy())
-
-
-@pytest.fixture(scope="module")
-def models(tiny_model_dir):
-    from trl.trainer.utils import add_fused_lm_head
-
-    from olmocr_rl.model.loading import load_model_and_processor
-
-    stock, processor = load_model_and_processor(str(tiny_model_dir))
-    shared = copy.deepcopy(stock)
-    assert shared_prefix_problem(shared) is None
-    assert install_padding_free(shared) is not None  # the pack-aware SDPA the shared layout runs through
-    for model in (stock, shared):  # what GRPOTrainer does to the policy
-        add_fused_lm_head(model, outputs=("log_probs", "entropy"))
-    return stock, shared, processor
-
-
 def _trl_batch(processor, pages, completion_lengths, seed=2):
-    """A micro-batch as TRL 1.16 builds it: left-padded page prompts (pages of different sizes: different prompt
-    lengths), right-padded completions, labels on the completion tokens only. Returns (inputs, completion width)."""
-    from trl.trainer.utils import pad
-
-    messages = [[{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": "Read."}]}]
-                for image in pages]
-    prompts = [torch.tensor(ids) for ids in processor.apply_chat_template(
-        messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]]
-    generator = torch.Generator().manual_seed(seed)
-    completions = [torch.randint(20, 200, (n,), generator=generator) for n in completion_lengths]
-    prompt_ids, prompt_mask = pad(prompts, 0, "left"), pad([torch.ones_like(p) for p in prompts], 0, "left")
-    completion_ids = pad(completions, 0, "right")
-    completion_mask = pad([torch.ones_like(c) for c in completions], 0, "right")
-    texts = [processor.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in messages]
-    vision = processor(images=[[image] for image in pages], text=texts, padding=True, return_tensors="pt")
-    input_ids = torch.cat([prompt_ids, completion_ids], 1)
-    attention_mask = torch.cat([prompt_mask, completion_mask], 1)
-    labels = input_ids.masked_fill(attention_mask == 0, -100)
-    labels[:, :-completion_ids.shape[1]] = -100
-    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, pixel_values=vision["pixel_values"],
-                  image_grid_thw=vision["image_grid_thw"], labels=labels, fused_lm_head=True,
-                  mm_token_type_ids=torch.cat([vision["mm_token_type_ids"], torch.zeros_like(completion_ids)], 1))
-    return inputs, completion_ids.shape[1]
+    """test_padding_free's micro-batch of these pages and completion lengths: (inputs, completion width)."""
+    inputs, completion_mask = trl_batch(processor, completion_lengths, pages, seed)
+    return inputs, completion_mask.shape[1]
 
 
 def _run(call, parameters, inputs, width):
@@ -111,17 +73,17 @@ def test_shared_forward_equals_the_stock_forward(models, case, segment_calls, mo
     """Every way of attending a group's segments: on CPU the prefix and own parts as two kernels merged by their
     log-sum-exp (the default there), else one padded call (short completions, as here) or one call per segment (long
     ones: forced here by a threshold of one token)."""
-    from olmocr_rl.trainer import shared_prefix
+    from olmocr_rl.trainer import prefix_attention
 
     if segment_calls != "split":
-        monkeypatch.setattr(shared_prefix, "SPLIT_SEGMENT_ATTENTION", False)
+        monkeypatch.setattr(prefix_attention, "SPLIT_SEGMENT_ATTENTION", False)
     if segment_calls == "each":
-        monkeypatch.setattr(shared_prefix, "SEGMENT_CALL_TOKENS", 1)
+        monkeypatch.setattr(prefix_attention, "SEGMENT_CALL_TOKENS", 1)
     calls = []
     names = {"split": "_segments_split", "each": "_each_segment", "padded": "_segments_padded"}
     for name in names.values():
-        original = getattr(shared_prefix, name)
-        monkeypatch.setattr(shared_prefix, name,
+        original = getattr(prefix_attention, name)
+        monkeypatch.setattr(prefix_attention, name,
                             lambda *a, _name=name, _original=original, **k: calls.append(_name) or _original(*a, **k))
     _assert_same(*_both_paths(models, case))
     assert calls and set(calls) == {names[segment_calls]}
@@ -171,15 +133,18 @@ def test_first_use_checks_itself_and_falls_back_with_one_line(models, monkeypatc
 STEPS = 20  # GRPO steps of each training (a generation batch every second step: num_iterations = 2)
 
 
-def _train(model_dir, tmp_path, shared: bool, lora: bool = False, frozen_tower: bool = False):
-    """STEPS GRPO steps of the tiny model (G = 4 completions of one page per step; two pages of different sizes; the
-    old-policy log-probs by num_iterations = 2, the reference model's by beta > 0, with LoRA the base model with its
+def _train(model_dir, tmp_path, shared: bool, lora: bool = False, frozen_tower: bool = False, batch: int = 2,
+           accumulation: int = 2, loss_type: str = "grpo", olmorl: bool = False):
+    """STEPS GRPO steps of the tiny model (G = 4 completions of a page; two pages of different sizes; ``batch`` rows a
+    micro-batch, ``accumulation`` micro-steps a step; the old-policy log-probs by num_iterations = 2, the reference
+    model's by beta > 0 (not with ``olmorl``: OlmoRL's settings and trainer), with LoRA the base model with its
     adapters off; ``frozen_tower`` as --freeze_vision_tower, its features cached per step): the log history and the
     guards."""
     from datasets import Dataset
     from trl import GRPOConfig
 
     from olmocr_rl.model.loading import load_model_and_processor
+    from olmocr_rl.trainer.olmorl import OlmoRLGRPOTrainer, olmorl_config_overrides
     from olmocr_rl.trainer.plain import PlainGRPOTrainer
     from olmocr_rl.trainer.shared_prefix import install_shared_prefix
 
@@ -193,74 +158,86 @@ def _train(model_dir, tmp_path, shared: bool, lora: bool = False, frozen_tower: 
         assert install_shared_prefix(model) is not None
     prompt = [{"role": "user", "content": [{"type": "text", "text": "Transcribe."}, {"type": "image"}]}]
     dataset = Dataset.from_list([{"prompt": prompt, "image": _page(56, 56, 0)}, {"prompt": prompt, "image": _page(84, 112, 1)}])
+    objective = olmorl_config_overrides() if olmorl else {"beta": 0.04, "loss_type": loss_type}
     args = GRPOConfig(output_dir=str(tmp_path / f"shared{shared}"), report_to="none", use_cpu=True, bf16=False,
-                      num_generations=4, per_device_train_batch_size=4, gradient_accumulation_steps=1,
-                      max_completion_length=8, num_iterations=2, beta=0.04, logging_steps=1, max_steps=STEPS, seed=0,
-                      save_strategy="no", learning_rate=1e-3)
+                      num_generations=4, per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
+                      max_completion_length=8, num_iterations=2, logging_steps=1, max_steps=STEPS, seed=0,
+                      save_strategy="no", learning_rate=1e-3, **objective)
     peft = None
     if lora:
         from peft import LoraConfig
 
         peft = LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS)
-    trainer = PlainGRPOTrainer(model=model, args=args, processing_class=processor, padding_free=True,
-                               shared_prefix=shared, shared_prefill=shared, train_dataset=dataset, peft_config=peft,
-                               cache_vision_features=frozen_tower,
-                               reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"]) % 5) for c in completions]])
+    trainer = (OlmoRLGRPOTrainer if olmorl else PlainGRPOTrainer)(
+        model=model, args=args, processing_class=processor, padding_free=True, shared_prefix=shared,
+        shared_prefill=shared, train_dataset=dataset, peft_config=peft, cache_vision_features=frozen_tower,
+        reward_funcs=[lambda completions, **kw: [float(len(c[0]["content"]) % 5) for c in completions]])
     trainer.train()
     return [entry for entry in trainer.state.log_history if "loss" in entry], trainer.shared_prefix, trainer.shared_prefill
+
+
+def _assert_same_steps(shared: list[dict], stock: list[dict], keys=("loss", "grad_norm", "kl", "entropy")) -> None:
+    assert len(stock) == len(shared) == STEPS
+    assert [e.get("reward") for e in shared] == [e.get("reward") for e in stock]  # the same completions
+    for mine, theirs in zip(shared, stock):
+        for key in keys:
+            assert float(mine[key]) == pytest.approx(float(theirs[key]), rel=1e-4, abs=1e-6), key
+    assert any(abs(float(e["loss"])) > 0 for e in shared)
+    assert len({float(e["reward"]) for e in stock if "reward" in e}) > 1  # the samples move: a real comparison
 
 
 @pytest.mark.slow  # two GRPO trainings of 20 steps per arm: 2-5 s each
 @pytest.mark.parametrize("arm", ["full", "lora", "frozen_tower", "qwen3_vl", "qwen3_vl_moe"])
 def test_training_steps_equal_the_stock_path(tiny_model_dir, tiny_family_dir, tmp_path, arm):
+    """Micro-batches of 2 completions, 2 a step: each page's prompt kept from the first micro-step to the second."""
     model_dir = tiny_family_dir(arm) if arm.startswith("qwen3") else tiny_model_dir  # the Qwen3-VL arms: full
     switches = dict(lora=arm == "lora", frozen_tower=arm == "frozen_tower")
     stock, _, _ = _train(model_dir, tmp_path, shared=False, **switches)
     shared, guard, prefill = _train(model_dir, tmp_path, shared=True, **switches)
     batches = STEPS // 2  # steps 1, 3, 5, ... generate; the others are the batch's second iteration
-    # every forward shared its page's prompt: per generation batch the old-policy and the reference log-probs, and
-    # the loss of every step; the first one checked itself against the stock forward. The MoE's loss forwards ask
-    # for router logits (TRL's load-balancing loss, on by the architecture's coefficient): those take the stock path
-    loss_forwards = 0 if arm == "qwen3_vl_moe" else STEPS
-    assert guard.checked and not guard.off and guard.shared_calls == 2 * batches + loss_forwards
-    assert len(stock) == len(shared) == STEPS
+    # every forward shared its page's prompt: per generation batch the old-policy and the reference log-probs (two
+    # chunks of 2 rows each), and the loss's 2 micro-steps of every step; the first one checked itself against the
+    # stock forward. The MoE's loss forwards ask for router logits (TRL's load-balancing loss, on by the
+    # architecture's coefficient): those take the stock path
+    moe = arm == "qwen3_vl_moe"
+    assert guard.checked and not guard.off and guard.shared_calls == 4 * batches + (0 if moe else 2 * STEPS)
+    # the page prompt alone once for each call without gradients, and once a step for the loss
+    assert guard.prefix_forwards == 2 * batches + (0 if moe else STEPS)
     # generation's prefill shared each batch's page prompt, and sampled the same completions
     assert prefill.checked and not prefill.off and prefill.shared_calls == prefill.prefilled == batches
-    assert [e.get("reward") for e in shared] == [e.get("reward") for e in stock]
     assert sum("reward" in e for e in stock) == batches
-    for mine, theirs in zip(shared, stock):
-        for key in ("loss", "grad_norm", "kl", "entropy"):
-            assert float(mine[key]) == pytest.approx(float(theirs[key]), rel=1e-4, abs=1e-6), key
-    assert any(float(e["kl"]) > 0 for e in shared) and any(abs(float(e["loss"])) > 0 for e in shared)
-    assert len({float(e["reward"]) for e in stock if "reward" in e}) > 1  # the samples move: a real comparison
+    _assert_same_steps(shared, stock)
+    assert any(float(e["kl"]) > 0 for e in shared)
 
 
-def test_on_by_default_and_off_where_it_cannot_be_exact(models):
+@pytest.mark.slow  # two GRPO trainings of 20 steps per loss: 2-4 s each
+@pytest.mark.parametrize("loss, accumulation", [("grpo", 4), ("bnpo", 8), ("dr_grpo", 4), ("dapo", 4), ("olmorl", 4)])
+def test_every_loss_trains_the_stock_steps_one_completion_a_micro_batch(tiny_model_dir, tmp_path, loss, accumulation):
+    """olmOCR 2's geometry: one completion a micro-batch, a page's 4 a step (bnpo: 8 micro-steps, two pages, which
+    TRL's shuffle interleaves and the window plan serves page by page): each page's prompt forwarded once a step, and
+    every TRL loss and --olmorl train the stock steps."""
+    switches = dict(batch=1, accumulation=accumulation, loss_type=loss, olmorl=loss == "olmorl")
+    stock, _, _ = _train(tiny_model_dir, tmp_path, shared=False, **switches)
+    shared, guard, _ = _train(tiny_model_dir, tmp_path, shared=True, **switches)
+    pages = accumulation // 4  # a step's pages
+    batches = STEPS // 2
+    calls = 1 if loss == "olmorl" else 2  # forwards without gradients a batch: old-policy and reference (OlmoRL: beta 0)
+    assert guard.checked and not guard.off and guard.shared_calls == batches * calls * 4 * pages + STEPS * 4 * pages
+    assert guard.prefix_forwards == batches * calls * pages + STEPS * pages
+    _assert_same_steps(shared, stock, keys=("loss", "grad_norm", "entropy") + (() if loss == "olmorl" else ("kl",)))
+
+
+def test_on_by_default_and_off_where_it_cannot_be_exact(models, qwen3_models):
     from olmocr_rl.config import build_parser
 
     assert build_parser().get_default("shared_prefix") is True
+    assert shared_prefix_problem(models[1]) is None and shared_prefix_problem(qwen3_models[1]) is None
     stock, _, _ = models
     other = copy.deepcopy(stock)
     other.config.get_text_config()._attn_implementation = "flash_attention_2"
     assert "attention implementation 'flash_attention_2'" in shared_prefix_problem(other)
     other.config.model_type = "llava"
     assert "model type 'llava'" in shared_prefix_problem(other)
-
-
-@pytest.fixture(scope="module", params=["qwen3_vl", "qwen3_vl_moe"])
-def qwen3_models(request, tiny_family_dir):
-    """The tiny Qwen3-VL, dense or MoE (deepstack features; the text model builds its own mask), stock and shared."""
-    from trl.trainer.utils import add_fused_lm_head
-
-    from olmocr_rl.model.loading import load_model_and_processor
-
-    stock, processor = load_model_and_processor(str(tiny_family_dir(request.param)))
-    shared = copy.deepcopy(stock)
-    assert shared_prefix_problem(shared) is None
-    assert install_padding_free(shared) is not None
-    for model in (stock, shared):
-        add_fused_lm_head(model, outputs=("log_probs", "entropy"))
-    return stock, shared, processor
 
 
 @pytest.mark.parametrize("case", range(len(GROUPS)))
@@ -356,10 +333,10 @@ def test_the_masked_calls_build_each_mask_once_per_forward(segment_calls, monkey
     layer reuses the first's tensors, and the result equals the one with masks built per call."""
     from types import SimpleNamespace
 
-    from olmocr_rl.trainer import shared_prefix
+    from olmocr_rl.trainer import prefix_attention
 
-    monkeypatch.setattr(shared_prefix, "SPLIT_SEGMENT_ATTENTION", False)
-    monkeypatch.setattr(shared_prefix, "SEGMENT_CALL_TOKENS", 1 if segment_calls == "each" else 10**6)
+    monkeypatch.setattr(prefix_attention, "SPLIT_SEGMENT_ATTENTION", False)
+    monkeypatch.setattr(prefix_attention, "SEGMENT_CALL_TOKENS", 1 if segment_calls == "each" else 10**6)
     module = SimpleNamespace(is_causal=True, num_key_value_groups=2, training=False)
     generator = torch.Generator().manual_seed(0)
     layout = ((5, (3, 4, 3)), (4, (2, 2)))
@@ -367,11 +344,11 @@ def test_the_masked_calls_build_each_mask_once_per_forward(segment_calls, monkey
     query = torch.randn(1, 4, total, 8, generator=generator)
     key, value = (torch.randn(1, 2, total, 8, generator=generator) for _ in range(2))
     masks: dict = {}
-    first, _ = shared_prefix.shared_prefix_attention(module, query, key, value, layout, masks=masks, scaling=0.35)
+    first, _ = prefix_attention.shared_prefix_attention(module, query, key, value, layout, masks=masks, scaling=0.35)
     widths = {(5, 3), (5, 4), (4, 2)} if segment_calls == "each" else {(5, 4), (4, 2)}  # padded: the longest
     assert {(prefix, width) for prefix, width, _, _ in masks} == widths
     built = dict(masks)
-    second, _ = shared_prefix.shared_prefix_attention(module, query, key, value, layout, masks=masks, scaling=0.35)
+    second, _ = prefix_attention.shared_prefix_attention(module, query, key, value, layout, masks=masks, scaling=0.35)
     assert masks.keys() == built.keys() and all(masks[k] is built[k] for k in built)  # reused, none rebuilt
-    alone, _ = shared_prefix.shared_prefix_attention(module, query, key, value, layout, scaling=0.35)
+    alone, _ = prefix_attention.shared_prefix_attention(module, query, key, value, layout, scaling=0.35)
     assert torch.equal(first, second) and torch.equal(first, alone)
