@@ -29,18 +29,21 @@ from pathlib import Path
 
 from .compose import KINDS, Composer, PageSpec
 from .grid import DEFAULT_DIM, PrintGrid, measure_alignment
-from .layout import Columns, TableBlock, tokens_markdown
+from .flow import reads_horizontal
+from .layout import Columns, DisplayMath, TableBlock, tokens_markdown
 from .words import SPLITS, Vocabulary
 
 __all__ = ["generate", "page_html", "page_text", "sidecar", "printed_lines", "main", "MANIFEST", "check_bench"]
 
 MANIFEST = "recipe_pages.json"
 FORMAT = 1
+MAX_DRAWS = 50
 
 
-def printed_lines(spec: PageSpec, grid: PrintGrid) -> list[dict]:
+def printed_lines(spec: PageSpec, grid: PrintGrid, math_rows: list[int] | None = None) -> list[dict]:
     """Every line the page prints in the grid font: ``{"row", "cell", "text"}``, row and cell counted from the
-    image's top and left edges (markers and math as spaces, blank lines left out)."""
+    image's top and left edges (markers and math as spaces, blank lines left out); the lines of display math are
+    added to ``math_rows`` when given."""
     top, left = grid.margin_rows[0], grid.margin_cells[0]
     lines: list[dict] = []
 
@@ -52,8 +55,10 @@ def printed_lines(spec: PageSpec, grid: PrintGrid) -> list[dict]:
     if spec.header:
         furniture(row, spec.header)
         row += 1 + spec.gap
-    for n, block in enumerate(spec.blocks):
+    for block in spec.blocks:
         for cell, text in block.printed(grid):
+            if isinstance(block, DisplayMath) and math_rows is not None:
+                math_rows.append(row)
             if text.strip():
                 lead = len(text) - len(text.lstrip())
                 lines.append({"row": row, "cell": left + cell + lead, "text": text.strip()})
@@ -75,6 +80,19 @@ def _check_fits(spec: PageSpec, grid: PrintGrid, name: str) -> None:
                 grid.margin_rows[1]:
             raise RuntimeError(f"{name}: line {line} runs outside the {grid.text_cols} x {grid.text_rows} text area "
                                "(a generator bug)")
+
+
+def _draw_page(composer: Composer, kind: str, rng: random.Random, grid: PrintGrid, name: str
+               ) -> tuple[PageSpec, int]:
+    """A page of ``kind`` that fits its text area and that PDFium reads as horizontal lines (:mod:`.flow`): drawn
+    again with the same generator until it does; and how many draws it took."""
+    for draw in range(1, MAX_DRAWS + 1):
+        spec = composer.compose(kind, rng)
+        _check_fits(spec, grid, name)
+        math_rows: list[int] = []
+        if reads_horizontal(printed_lines(spec, grid, math_rows), grid, math_rows):
+            return spec, draw
+    raise RuntimeError(f"{name}: no {kind} page in {MAX_DRAWS} draws reads as horizontal lines (a generator bug)")
 
 
 def page_html(spec: PageSpec, grid: PrintGrid) -> str:
@@ -158,12 +176,13 @@ def generate(split: str, n: int, seed: int = 0, out_dir: str | Path = "pages", g
     out = Path(out_dir)
     _clear_previous(out)
     composer = Composer(Vocabulary(split, pool_seed), grid)
-    pages, per_kind, chars = [], Counter(), 0
+    pages, per_kind, chars, redrawn = [], Counter(), 0, 0
     for i in range(n):
         kind = kinds[i % len(kinds)]
         name = f"{split}_{i:04d}"
-        spec = composer.compose(kind, random.Random(f"olmocr_rl.recipe.pages:{seed}:{split}:{pool_seed}:{i}"))
-        _check_fits(spec, grid, name)
+        rng = random.Random(f"olmocr_rl.recipe.pages:{seed}:{split}:{pool_seed}:{i}")
+        spec, draws = _draw_page(composer, kind, rng, grid, name)
+        redrawn += draws > 1
         (out / kind).mkdir(parents=True, exist_ok=True)
         (out / kind / f"{name}.html").write_text(page_html(spec, grid))
         data = sidecar(spec, grid, name, split, seed)
@@ -173,7 +192,7 @@ def generate(split: str, n: int, seed: int = 0, out_dir: str | Path = "pages", g
         chars += data["chars"]
     manifest = {"format": FORMAT, "split": split, "n": n, "seed": seed, "pool_seed": pool_seed, "kinds": list(kinds),
                 "grid": grid.describe(), "pages_per_kind": dict(sorted(per_kind.items())),
-                "chars_per_page": round(chars / n, 1), "pages": pages}
+                "chars_per_page": round(chars / n, 1), "pages": pages, "redrawn": redrawn}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
 
