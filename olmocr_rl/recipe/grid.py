@@ -194,7 +194,7 @@ class PrintGrid:
             f"table.ruled{{box-shadow:0 {_px(1)} 0 #777}}",
             f".cols{{display:grid;grid-template-columns:{self.cells(self.column_cells)} "
             f"{self.cells(self.column_cells)};column-gap:{self.cells(self.column_gap)};white-space:nowrap}}",
-            f".cols p{{margin-bottom:0}}.cols p+p{{margin-top:{gap}}}",
+            f".cols p{{margin-bottom:0}}.cols p+p{{margin-top:{gap}}}.footnotes p{{margin-bottom:0}}",
             # KaTeX at the text's size, display math left-aligned on its own lines, inline math in whole cells
             ".katex{font-size:1em;line-height:normal}",
             ".katex-display{margin:0;text-align:left}.katex-display>.katex{text-align:left}",

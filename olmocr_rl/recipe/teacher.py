@@ -1,7 +1,8 @@
 """A flawed teacher's transcripts of generated pages: the SFT data of the recipe, with faults the bench catches.
 
     python -m olmocr_rl.recipe.teacher --bench recipe/bench_train --pages recipe/pages_train \\
-        --out recipe/teacher_train [--seed 0] [--rate furniture=0.5 --rate flatten=0.5 --rate across=0.5]
+        --out recipe/teacher_train [--seed 0] [--rate furniture=0.5 --rate flatten=0.5 --rate across=0.5] \\
+        [--as_bench recipe/bench_train_teacher]
 
 olmOCR 2's warm start learned from a teacher model's transcriptions, faults included. This command writes, for
 every page of a synth folder (``--bench``, made from pages of ``python -m olmocr_rl.recipe.pages``; ``--pages``
@@ -20,7 +21,9 @@ A fault is drawn only for a page it applies to (a page with furniture, a table, 
 seeded with ``--seed``, the page and the fault (the same command gives the same bytes). The transcripts go to
 ``<out>/<subset>/<stem>_page1_pg1_repeat1.md`` (claude_original's layout) and ``<out>/teacher_faults.json``
 records the faults of every page and the realised rates; the command prints the rates and the pass rate per
-test type of the teacher's transcripts next to the clean references'.
+test type of the teacher's transcripts next to the clean references'. ``--as_bench DIR`` also writes a bench
+folder whose references are the transcripts (the tests and PDFs copied from ``--bench``), for a warm start that
+learns from ``claude_original/`` (``python -m olmocr_rl.tiny_model --sft DIR``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import argparse
 import json
 import random
 import re
+import shutil
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -39,7 +43,7 @@ from olmocr_rl.data.front_matter import split_front_matter
 from olmocr_rl.data.references import reference_path
 
 __all__ = ["FAULTS", "DEFAULT_RATES", "TeacherError", "applicable_faults", "faulty_transcript", "run_teacher",
-           "score_folder", "main", "FAULTS_FILE"]
+           "score_folder", "as_bench", "main", "FAULTS_FILE"]
 
 FAULTS = ("furniture", "flatten", "across")
 DEFAULT_RATES = {fault: 0.5 for fault in FAULTS}
@@ -163,6 +167,22 @@ def run_teacher(bench: str | Path, pages: str | Path, out: str | Path, seed: int
     return record
 
 
+def as_bench(bench: str | Path, transcripts: str | Path, target: str | Path) -> Path:
+    """A bench folder for the warm start (``python -m olmocr_rl.tiny_model --sft``, which learns from
+    ``claude_original/``): ``bench``'s tests and PDFs with the teacher's transcripts as its references."""
+    bench, transcripts, target = Path(bench), Path(transcripts), Path(target)
+    if target.exists() and any(target.iterdir()):
+        raise ValueError(f"--as_bench {target} is not empty; give a new folder")
+    for path in sorted(bench.rglob("*")):
+        rel = path.relative_to(bench)
+        if path.is_file() and (path.suffix == ".jsonl" or rel.parts[0] == "pdfs"):
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target / rel)
+    shutil.copytree(transcripts, target / "claude_original", ignore=shutil.ignore_patterns(FAULTS_FILE))
+    shutil.copyfile(transcripts / FAULTS_FILE, target / FAULTS_FILE)
+    return target
+
+
 def score_folder(bench: str | Path, transcripts: str | Path | None = None) -> dict[str, tuple[int, int]]:
     """Per test type, (passed, tests) of the transcripts in ``transcripts`` (claude_original's layout; default:
     the bench's own references) on the bench's tests, each read as the reward reads it (front matter removed)."""
@@ -204,14 +224,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="the faults' random draws (default 0)")
     parser.add_argument("--rate", type=_rate, action="append", default=[], metavar="FAULT=P",
                         help="probability of a fault on a page it applies to (default 0.5 each); repeatable")
+    parser.add_argument("--as_bench", metavar="DIR", help="also write a bench folder for the warm start: the tests "
+                        "and PDFs of --bench with the transcripts as claude_original/ (tiny_model --sft DIR)")
     args = parser.parse_args(argv)
     try:
+        if args.as_bench and Path(args.as_bench).exists() and any(Path(args.as_bench).iterdir()):
+            raise ValueError(f"--as_bench {args.as_bench} is not empty; give a new folder")
         record = run_teacher(args.bench, args.pages, args.out, args.seed, dict(args.rate))
         clean, taught = score_folder(args.bench), score_folder(args.bench, args.out)
+        if args.as_bench:
+            as_bench(args.bench, args.out, args.as_bench)
     except (TeacherError, ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"[teacher] {len(record['pages'])} transcript(s) -> {args.out}")
+    print(f"[teacher] {len(record['pages'])} transcript(s) -> {args.out}"
+          + (f"; bench folder for the warm start -> {args.as_bench}" if args.as_bench else ""))
     for fault, real in record["realised"].items():
         print(f"  {fault:10s} rate {record['rates'][fault]:.2f}: {real['applied']}/{real['applicable']} pages")
     print("  type        clean  teacher")

@@ -18,7 +18,7 @@ from olmocr_rl.recipe.compose import KINDS
 from olmocr_rl.recipe.grid import PrintGrid, measure_alignment
 from olmocr_rl.synth import cli
 from olmocr_rl.synth.render import BrowserMissingError, check_setup
-from recipe_helpers import sparse_columns
+from recipe_helpers import every_construct, sparse_columns
 
 PER_KIND = 2
 
@@ -31,6 +31,13 @@ def made(tmp_path_factory) -> Path:
         pytest.skip(str(error))
     root = tmp_path_factory.mktemp("recipe_browser")
     pages.generate("heldout", PER_KIND * len(KINDS), 7, root / "pages")
+    grid = PrintGrid()
+    (root / "pages" / "sink").mkdir()
+    for n, spec in enumerate(every_construct()):  # every construct, laid out by hand
+        pages._check_fits(spec, grid, f"sink {n}")
+        (root / "pages" / "sink" / f"sink_{n}.html").write_text(pages.page_html(spec, grid))
+        sidecar = pages.sidecar(spec, grid, f"sink_{n}", "heldout", 0)
+        (root / "pages" / "sink" / f"sink_{n}.json").write_text(json.dumps(sidecar))
     assert cli.main(["--html", str(root / "pages"), "--out", str(root / "bench")]) == 0
     return root
 
@@ -44,7 +51,7 @@ def _expected_rows(sidecar: dict) -> dict[int, str]:
 
 def test_every_page_prints_at_scale_1_and_every_glyph_sits_on_the_patch_grid(made, tmp_path):
     manifest = json.loads((made / "bench" / "synth_manifest.json").read_text())
-    assert not manifest["skipped_pages"] and len(manifest["pages"]) == PER_KIND * len(KINDS)
+    assert not manifest["skipped_pages"] and len(manifest["pages"]) == PER_KIND * len(KINDS) + 2
     assert {page["scale"] for page in manifest["pages"]} == {1.0}
     assert all(manifest["tests_by_type"][kind] > 0 for kind in
                ("present", "absent", "order", "table", "math", "baseline", "format", "footnote"))

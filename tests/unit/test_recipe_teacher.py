@@ -24,13 +24,15 @@ PAGES = 48  # 8 of each kind
 
 
 def _write_bench(html: Path, out: Path) -> None:
-    """A bench folder from the pages as synth derives it (references, JSONL, the manifest's pages), unprinted."""
+    """A bench folder from the pages as synth derives it (references, JSONL, the manifest's pages; empty PDFs)."""
     listed, lines = [], {}
     for job in plan_pages(html, "synth"):
         result = make_page(job, PageOptions(), None)
         path = reference_path(out, job.pdf, 1)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(result.reference)
+        (out / "pdfs" / job.pdf).parent.mkdir(parents=True, exist_ok=True)
+        (out / "pdfs" / job.pdf).write_bytes(b"")  # not printed (as synth's golden tests make pages)
         lines.setdefault(job.subset, []).extend(json.dumps(t) for t in result.tests)
         listed.append({"html": job.rel, "pdf": job.pdf})
     for subset, tests in lines.items():
@@ -161,8 +163,16 @@ def test_faults_are_drawn_at_their_rates_and_seeded(folder, tmp_path):
 def test_the_command_prints_the_rates_and_pass_rates_and_bad_input_is_one_line(folder, tmp_path, capsys):
     out = tmp_path / "t"
     argv = ["--bench", str(folder / "bench"), "--pages", str(folder / "pages"), "--out", str(out)]
-    assert teacher.main(argv + ["--rate", "flatten=1"]) == 0
+    assert teacher.main(argv + ["--rate", "flatten=1", "--as_bench", str(tmp_path / "sft")]) == 0
     text = capsys.readouterr().out
+    transcripts = sorted(p.relative_to(out) for p in out.rglob("*.md"))
+    assert transcripts == sorted(p.relative_to(tmp_path / "sft/claude_original")
+                                 for p in (tmp_path / "sft/claude_original").rglob("*.md"))
+    assert len(transcripts) == PAGES and len(list((tmp_path / "sft/pdfs").rglob("*.pdf"))) == PAGES
+    assert sorted(p.name for p in (tmp_path / "sft").glob("*.jsonl")) == sorted(
+        p.name for p in (folder / "bench").glob("*.jsonl"))
+    assert teacher.main(argv + ["--as_bench", str(tmp_path / "sft")]) == 2
+    assert "is not empty" in capsys.readouterr().err
     assert f"{PAGES} transcript(s)" in text and re.search(r"flatten\s+rate 1.00: (\d+)/\1 pages", text)
     assert re.search(r"table\s+1.000\s+0.000", text)  # every table test fails with every table flattened
     with pytest.raises(SystemExit):
