@@ -230,7 +230,7 @@ class Composer:
         ``gap`` blank lines between two paragraphs of a column (the page's)."""
         width = self.grid.column_cells
         paragraphs: list[list[Tok]] = []
-        for _ in range(self.rng.randint(2, 4)):
+        for _ in range(self.rng.randint(3, 5) * self.grid.text_rows // 14):
             tokens: list[Tok] = []
             for _ in range(self.rng.randint(1, 2)):
                 tokens += self.sentence((3, 6), max_len=min(8, width - 2), min_len=3)
@@ -283,41 +283,44 @@ class Composer:
         return False
 
     def compose(self, kind: str, rng: random.Random) -> PageSpec:
-        """One page of ``kind``, drawn with ``rng``."""
+        """One page of ``kind``, drawn with ``rng``: a running head and footer (always on a report, else at
+        FURNITURE_P), the kind's blocks, then paragraphs while one fits (not after columns and their footnotes)."""
         self.rng = rng
         spec = PageSpec(kind, gap=1 if rng.random() < 0.7 else 0)
         if kind == "report" or rng.random() < FURNITURE_P:
             self.furniture(spec)
         getattr(self, f"_{kind}")(spec)
+        if kind not in ("columns", "report"):  # text after the kind's blocks while a paragraph fits
+            self._paragraphs(spec, [], 4 * self.grid.text_rows)
         return spec
 
-    def _paragraphs(self, spec: PageSpec, markers: list[str], most: int = 4) -> None:
+    def _paragraphs(self, spec: PageSpec, markers: list[str], most: int, reserve: int = 0) -> None:
+        """Up to ``most`` paragraphs while one fits (``reserve`` lines kept free below them); the first of
+        ``markers`` goes on a word of one of them, sometimes, and leaves the list when placed."""
         for _ in range(most):
+            room = self.room(spec) - reserve
             marker = markers[0] if markers and self.rng.random() < 0.6 else ""
-            block = self.paragraph(self.room(spec), marker=marker)
+            block = self.paragraph(room, marker=marker) if room >= 1 else None
             if not self.add(spec, block):
                 return
             if marker and any(t.marker == marker for t in block.tokens):
                 markers.pop(0)
 
-    def _footnotes(self, spec: PageSpec, markers: list[str]) -> None:
-        notes = Footnotes([(m, self.sentence((3, 5), max_len=8)) for m in markers])
-        if notes.notes and not self.add(spec, notes):  # no room: the markers go, not the page
-            for block in spec.blocks:
-                for token in getattr(block, "tokens", []):
-                    token.marker = ""
-
     def _report(self, spec: PageSpec) -> None:
+        """A heading, paragraphs (sometimes a second heading between them) to the foot of the page, and a footnote
+        under them when its marker found a word."""
         self.add(spec, self.heading())
-        wanted = ["1"] if self.rng.random() < 0.5 else []
-        markers = list(wanted)
-        self._paragraphs(spec, markers, most=2)
+        notes = Footnotes([("1", self.sentence((3, 5), max_len=8))] if self.rng.random() < 0.5 else [])
+        reserve = notes.height(self.grid) + spec.gap if notes.notes else 0
+        markers = [marker for marker, _ in notes.notes]
+        self._paragraphs(spec, markers, 2, reserve)
         if self.rng.random() < 0.3:
-            self.add(spec, self.heading(2))
-        self._paragraphs(spec, markers, most=2)
-        placed = [m for m in wanted if m not in markers]
-        if placed:
-            self._footnotes(spec, placed)
+            heading = self.heading(2)
+            if self.room(spec) - reserve >= 3:
+                self.add(spec, heading)
+        self._paragraphs(spec, markers, 4 * self.grid.text_rows, reserve)
+        if notes.notes and not markers:
+            self.add(spec, notes)
 
     def _table(self, spec: PageSpec) -> None:
         """A sentence or two, the table, a sentence (the text around a table gives its order tests)."""

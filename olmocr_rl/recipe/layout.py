@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from .grid import PrintGrid
 
 __all__ = ["Tok", "wrap", "Block", "Paragraph", "Heading", "ListBlock", "Cell", "TableBlock", "DisplayMath",
-           "Columns", "Footnotes", "Line", "tokens_markdown", "tokens_text"]
+           "Columns", "Footnotes", "Line", "tokens_markdown"]
 
 Line = tuple[int, str]  # (first cell from the text's left edge, the grid-font text; "" for a blank line)
 
@@ -92,11 +92,6 @@ def tokens_markdown(tokens: list[Tok]) -> str:
                     for t in tokens)
 
 
-def tokens_text(tokens: list[Tok]) -> str:
-    """Tokens as plain text (markers right after their word, math as its TeX)."""
-    return " ".join(t.tex if t.tex else t.text + t.marker for t in tokens)
-
-
 def _grid_line(tokens: list[Tok]) -> str:
     return " ".join(t.grid_text() for t in tokens)
 
@@ -113,10 +108,6 @@ class Block:
     def height(self, grid: PrintGrid) -> int:
         return len(self.printed(grid))
 
-    def text(self) -> str:
-        """Everything the block prints, as plain text (for the character counts and the split checks)."""
-        raise NotImplementedError
-
 
 @dataclass
 class Paragraph(Block):
@@ -127,9 +118,6 @@ class Paragraph(Block):
 
     def printed(self, grid: PrintGrid) -> list[Line]:
         return [(0, _grid_line(line)) for line in wrap(self.tokens, grid.text_cols)]
-
-    def text(self) -> str:
-        return tokens_text(self.tokens)
 
 
 @dataclass
@@ -144,9 +132,6 @@ class Heading(Block):
         if len(self.words) > grid.text_cols:
             raise ValueError(f"heading {self.words!r} is wider than a line")
         return [(0, self.words)]
-
-    def text(self) -> str:
-        return self.words
 
 
 @dataclass
@@ -184,10 +169,6 @@ class ListBlock(Block):
                         out.append((mark + 2, ("- " if n == 0 else "  ") + _grid_line(line)))
         return out
 
-    def text(self) -> str:
-        subs = self.sub[1] if self.sub else []
-        return " ".join(tokens_text(item) for item in self.items + subs)
-
 
 @dataclass
 class Cell:
@@ -195,6 +176,11 @@ class Cell:
     header: bool = False
     rowspan: int = 1
     colspan: int = 1
+
+    def html(self) -> str:
+        spans = "".join(f' {name}="{n}"' for name, n in (("rowspan", self.rowspan), ("colspan", self.colspan)) if n > 1)
+        tag = "th" if self.header else "td"
+        return f"<{tag}{spans}>{html.escape(self.text)}</{tag}>"
 
 
 @dataclass
@@ -212,18 +198,10 @@ class TableBlock(Block):
     def html(self, grid: PrintGrid) -> str:
         cls = f' class="{self.style}"' if self.style != "plain" else ""
         cols = "".join(f'<col style="width:{grid.cells(w)}">' for w in self.widths)
-        body = []
-        for r, row in enumerate(self.rows):
-            cells = []
-            for cell in row:
-                tag = "th" if cell.header else "td"
-                spans = (f' rowspan="{cell.rowspan}"' if cell.rowspan > 1 else "") + (
-                    f' colspan="{cell.colspan}"' if cell.colspan > 1 else "")
-                cells.append(f"<{tag}{spans}>{html.escape(cell.text)}</{tag}>")
-            body.append(f'<tr{" class=" + chr(34) + "head" + chr(34) if r < self.head else ""}>' + "".join(cells)
-                        + "</tr>")
+        body = "".join(('<tr class="head">' if r < self.head else "<tr>") + "".join(c.html() for c in row) + "</tr>"
+                       for r, row in enumerate(self.rows))
         return (f'<table{cls} style="width:{grid.cells(sum(self.widths))};margin-left:-{grid.cells(1)}">'
-                f"<colgroup>{cols}</colgroup>" + "".join(body) + "</table>")
+                f"<colgroup>{cols}</colgroup>{body}</table>")
 
     def placed(self) -> list[list[tuple[int, Cell]]]:
         """Each row's cells with the column each starts in (row and column spans placed)."""
@@ -251,9 +229,6 @@ class TableBlock(Block):
             out.append((0, text))
         return out
 
-    def text(self) -> str:
-        return " ".join(cell.text for row in self.rows for cell in row)
-
 
 @dataclass
 class DisplayMath(Block):
@@ -265,9 +240,6 @@ class DisplayMath(Block):
 
     def printed(self, grid: PrintGrid) -> list[Line]:
         return [(0, "")] * self.tall
-
-    def text(self) -> str:
-        return self.tex
 
 
 @dataclass
@@ -309,9 +281,6 @@ class Columns(Block):
             out.append((0, text))
         return out
 
-    def text(self) -> str:
-        return " ".join(tokens_text(line) for paragraph in self.left + self.right for line in paragraph)
-
 
 @dataclass
 class Footnotes(Block):
@@ -331,5 +300,3 @@ class Footnotes(Block):
                 out.append((0, (" " * len(marker) + " " if n == 0 else "") + _grid_line(line)))
         return out
 
-    def text(self) -> str:
-        return " ".join(marker + " " + tokens_text(tokens) for marker, tokens in self.notes)

@@ -3,7 +3,7 @@
     python -m olmocr_rl.recipe.pages --split train --n 300 --seed 0 --out recipe/pages_train
     python -m olmocr_rl.recipe.pages --split heldout --n 60 --seed 0 --out recipe/pages_heldout
     python -m olmocr_rl.synth --html recipe/pages_train --out recipe/bench_train
-    python -m olmocr_rl.recipe.pages --check recipe/bench_train        # the glyphs on the patch grid?
+    python -m olmocr_rl.recipe.pages --check recipe/bench_train --pages recipe/pages_train   # on the patch grid?
 
 Each page is one of :data:`~.compose.KINDS` (``report``: running head, heading, paragraphs, footnotes, footer
 with page number; ``table``: a table with row/column spans and a sentence; ``list``: ordered or unordered, maybe
@@ -25,6 +25,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .compose import KINDS, Composer, PageSpec
@@ -33,7 +34,8 @@ from .flow import reads_horizontal
 from .layout import Columns, DisplayMath, TableBlock, tokens_markdown
 from .words import SPLITS, Vocabulary
 
-__all__ = ["generate", "page_html", "page_text", "sidecar", "printed_lines", "main", "MANIFEST", "check_bench"]
+__all__ = ["generate", "page_html", "sidecar", "printed_lines", "main", "MANIFEST", "check_bench",
+           "BenchCheck"]
 
 MANIFEST = "recipe_pages.json"
 FORMAT = 1
@@ -139,11 +141,6 @@ def sidecar(spec: PageSpec, grid: PrintGrid, name: str, split: str, seed: int) -
             "chars": sum(len(line["text"].replace(" ", "")) for line in lines), "grid": grid.describe()}
 
 
-def page_text(spec: PageSpec) -> str:
-    """Everything the page prints, as plain text (the split checks read it)."""
-    return " ".join(spec.header + [b.text() for b in spec.blocks] + spec.footer)
-
-
 def _clear_previous(out: Path) -> None:
     """Remove the pages a previous run wrote into ``out`` (listed in its manifest), so none is left over."""
     manifest = out / MANIFEST
@@ -197,19 +194,53 @@ def generate(split: str, n: int, seed: int = 0, out_dir: str | Path = "pages", g
     return manifest
 
 
-def check_bench(bench: Path, grid: PrintGrid, png_dir: Path | None = None, limit: int | None = None,
-                tolerance: float = 1.5) -> tuple[int, int, list[str]]:
-    """Measure every PDF of a synth folder on the grid: (glyphs on the grid, glyphs, one line per page)."""
-    pdfs = sorted((bench / "pdfs").rglob("*.pdf"))[:limit]
-    if not pdfs:
-        raise ValueError(f"no PDF under {bench}/pdfs; give a folder python -m olmocr_rl.synth wrote")
-    on, total, report = 0, 0, []
-    for pdf in pdfs:
+@dataclass
+class BenchCheck:
+    """What :func:`check_bench` found: glyphs on the grid, glyphs, pages whose lines are not where the generator
+    laid them out (with ``pages``), and one line per page."""
+
+    on_grid: int = 0
+    glyphs: int = 0
+    misplaced: list[str] = field(default_factory=list)
+    report: list[str] = field(default_factory=list)
+
+    @property
+    def share(self) -> float:
+        return self.on_grid / self.glyphs if self.glyphs else 0.0
+
+
+def _sidecar_rows(sidecar: dict) -> dict[int, str]:
+    rows: dict[int, str] = {}
+    for line in sidecar["lines"]:
+        rows[line["row"]] = rows.get(line["row"], "").ljust(line["cell"]) + line["text"]
+    return rows
+
+
+def check_bench(bench: Path, grid: PrintGrid, png_dir: Path | None = None, pages_dir: Path | None = None,
+                tolerance: float = 1.5) -> BenchCheck:
+    """Measure every page of a synth folder on the model's image (:func:`~.grid.measure_alignment`); with
+    ``pages_dir`` (synth's ``--html``: the generated pages), also compare each line with its sidecar's."""
+    manifest = bench / "synth_manifest.json"
+    if not manifest.is_file():
+        raise ValueError(f"{bench} has no synth_manifest.json; give a folder python -m olmocr_rl.synth wrote")
+    found = BenchCheck()
+    for page in json.loads(manifest.read_text())["pages"]:
+        pdf = bench / "pdfs" / page["pdf"]
         image = png_dir / f"{pdf.parent.name}_{pdf.stem}.png" if png_dir else None
         result = measure_alignment(pdf, grid, tolerance, image)
-        on, total = on + result.on_grid, total + result.chars
-        report.append(f"{pdf.relative_to(bench)}: {result.summary()}")
-    return on, total, report
+        found.on_grid, found.glyphs = found.on_grid + result.on_grid, found.glyphs + result.chars
+        note = ""
+        if pages_dir is not None:
+            sidecar = (pages_dir / page["html"]).with_suffix(".json")
+            if not sidecar.is_file():
+                raise ValueError(f"no sidecar {sidecar}; give --pages the folder synth's --html was")
+            if result.rows != _sidecar_rows(json.loads(sidecar.read_text())):
+                found.misplaced.append(page["pdf"])
+                note = "; its lines are NOT where the generator laid them out"
+        found.report.append(f"{page['pdf']}: {result.summary()}{note}")
+    if not found.report:
+        raise ValueError(f"no page in {bench}; give a folder python -m olmocr_rl.synth wrote")
+    return found
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -230,9 +261,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pool_seed", type=int, default=0,
                         help="the hash that splits words and numbers between train and heldout (default 0; give "
                              "both splits the same)")
-    parser.add_argument("--check", metavar="BENCH", help="instead: measure the PDFs of this synth folder on the grid "
-                        "(fraction of glyphs within 1.5 px of the patch grid); exit 1 under 99 %%")
+    parser.add_argument("--check", metavar="BENCH", help="instead: measure the pages of this synth folder on the "
+                        "model's image (glyphs within 1.5 px of the patch grid); exit 1 under 99 %%")
     parser.add_argument("--png", metavar="DIR", help="with --check: save each page as the model sees it")
+    parser.add_argument("--pages", metavar="DIR", help="with --check: the generated pages (synth's --html); each "
+                        "printed line is compared with where the generator laid it out")
     return parser
 
 
@@ -244,12 +277,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             png = Path(args.png) if args.png else None
             if png:
                 png.mkdir(parents=True, exist_ok=True)
-            on, total, report = check_bench(Path(args.check), grid, png)
-            print("\n".join(report))
-            share = on / total if total else 0.0
-            print(f"{'OK' if share >= 0.99 else 'error'}: {on}/{total} glyphs ({100 * share:.2f} %) within 1.5 px "
-                  f"of the {grid.patch} px patch grid at --dim {args.dim}")
-            return 0 if share >= 0.99 else 1
+            found = check_bench(Path(args.check), grid, png, Path(args.pages) if args.pages else None)
+            print("\n".join(found.report))
+            good = found.share >= 0.99 and not found.misplaced
+            lines = f"; {len(found.misplaced)} page(s) with lines off their layout" if args.pages else ""
+            print(f"{'OK' if good else 'error'}: {found.on_grid}/{found.glyphs} glyphs ({100 * found.share:.2f} %) "
+                  f"within 1.5 px of the {grid.patch} px patch grid at --dim {args.dim}{lines}")
+            return 0 if good else 1
         if not args.split or not args.out:
             raise ValueError("give --split and --out (or --check BENCH)")
         start = time.perf_counter()

@@ -68,6 +68,9 @@ def test_every_page_prints_at_scale_1_and_every_glyph_sits_on_the_patch_grid(mad
         assert found.rows == _expected_rows(sidecar), page["pdf"]  # each line where the generator put it
         glyphs.update(on=found.on_grid, all=found.chars, markers=found.small, math=found.other)
     assert glyphs["markers"] >= 1 and glyphs["math"] >= 10, glyphs
+    argv = ["--check", str(made / "bench"), "--pages", str(made / "pages"), "--png", str(tmp_path / "png")]
+    assert pages.main(argv) == 0  # the command's check: the same measures, one line per page and a verdict
+    assert len(list((tmp_path / "png").glob("*.png"))) == len(manifest["pages"])
 
 
 def test_inline_math_stays_inside_its_cells(made):

@@ -168,7 +168,7 @@ def test_the_command_writes_pages_and_says_what_it_wrote(tmp_path, capsys):
                           (["--split", "train", "--out", str(out), "--dim", "300"], "give --dim 448 or more"),
                           (["--split", "train", "--out", str(out), "--kinds", "poem"], "unknown page kind"),
                           (["--out", str(out)], "give --split and --out"),
-                          (["--check", str(tmp_path / "mine")], "no PDF under")):
+                          (["--check", str(tmp_path / "mine")], "has no synth_manifest.json")):
         assert pages.main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("error: ") and message in err and len(err.splitlines()) == 1, (argv, err)
