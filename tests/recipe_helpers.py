@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from olmocr_rl.recipe.compose import PageSpec
+from olmocr_rl.recipe.flow import font_problem
 from olmocr_rl.recipe.layout import Columns, Tok
+
+#: the generator reads DejaVu Sans Mono's glyph boxes (the pages' font); where it is missing, skip with the fix
+needs_font = pytest.mark.skipif(font_problem() is not None, reason=font_problem() or "")
 
 
 def sparse_columns() -> PageSpec:

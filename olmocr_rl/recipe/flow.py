@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .grid import PrintGrid
 
-__all__ = ["shares", "reads_horizontal", "glyph_box", "FontMissingError", "MARGIN"]
+__all__ = ["shares", "reads_horizontal", "glyph_box", "FontMissingError", "font_problem", "MARGIN"]
 
 FONT_FILES = (Path("/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf"),
               Path("/usr/share/fonts/dejavu/DejaVuSansMono.ttf"))
@@ -49,6 +49,15 @@ def _font():
         return ImageFont.truetype(found, UNITS)
     raise FontMissingError("DejaVu Sans Mono is not installed (the pages' font): bash scripts/setup_browser.sh "
                            "installs it (fonts-dejavu-core)")
+
+
+def font_problem() -> str | None:
+    """None when DejaVu Sans Mono is installed, else the one line saying how to install it."""
+    try:
+        _font()
+    except FontMissingError as error:
+        return str(error)
+    return None
 
 
 @functools.lru_cache(maxsize=512)

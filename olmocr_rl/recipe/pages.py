@@ -30,7 +30,7 @@ from pathlib import Path
 
 from .compose import KINDS, Composer, PageSpec
 from .grid import DEFAULT_DIM, PrintGrid, measure_alignment
-from .flow import reads_horizontal
+from .flow import FontMissingError, reads_horizontal
 from .layout import Columns, DisplayMath, TableBlock, tokens_markdown
 from .words import SPLITS, Vocabulary
 
@@ -288,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError("give --split and --out (or --check BENCH)")
         start = time.perf_counter()
         manifest = generate(args.split, args.n, args.seed, args.out, grid, args.kinds, args.pool_seed)
-    except ValueError as error:
+    except (ValueError, FontMissingError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     g = manifest["grid"]

@@ -17,7 +17,7 @@ from olmocr_rl.recipe.compose import KINDS, Composer, PageSpec
 from olmocr_rl.recipe.grid import MONO_ADVANCE_EM, PrintGrid, smart_resize
 from olmocr_rl.recipe.layout import Paragraph, Tok, wrap
 from olmocr_rl.recipe.words import Vocabulary, content_tokens, split_of
-from recipe_helpers import sparse_columns
+from recipe_helpers import needs_font, sparse_columns
 
 
 def test_the_grid_at_448_puts_a_cell_on_a_patch_and_a_line_on_a_token_row():
@@ -74,6 +74,7 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+@needs_font
 def test_the_same_seed_gives_the_same_bytes_and_pages_do_not_move_when_n_grows(tmp_path):
     first = pages.generate("train", 12, 3, tmp_path / "a")
     pages.generate("train", 12, 3, tmp_path / "b")
@@ -94,6 +95,7 @@ def _printed_text(sidecar: dict) -> str:
     return " ".join(line["text"] for line in sidecar["lines"])
 
 
+@needs_font
 def test_train_and_heldout_share_no_word_or_number_and_are_drawn_alike(tmp_path):
     pages.generate("train", 60, 0, tmp_path / "t")
     pages.generate("heldout", 60, 0, tmp_path / "h")
@@ -152,6 +154,7 @@ def test_every_page_of_every_kind_stays_inside_its_text_area():
         pages._check_fits(wide, grid, "wide")
 
 
+@needs_font
 def test_the_command_writes_pages_and_says_what_it_wrote(tmp_path, capsys):
     out = tmp_path / "pages"
     assert pages.main(["--split", "heldout", "--n", "6", "--out", str(out)]) == 0
@@ -174,6 +177,7 @@ def test_the_command_writes_pages_and_says_what_it_wrote(tmp_path, capsys):
         assert err.startswith("error: ") and message in err and len(err.splitlines()) == 1, (argv, err)
 
 
+@needs_font
 def test_a_page_pdfium_would_read_as_vertical_lines_is_drawn_again(tmp_path):
     from olmocr_rl.recipe.flow import glyph_box, reads_horizontal, shares
 

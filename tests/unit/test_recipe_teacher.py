@@ -19,8 +19,10 @@ from olmocr_rl.data.references import reference_path
 from olmocr_rl.recipe import pages, teacher
 from olmocr_rl.synth.pipeline import PageOptions, make_page
 from olmocr_rl.synth.output import plan_pages
+from recipe_helpers import needs_font
 
 PAGES = 48  # 8 of each kind
+pytestmark = needs_font
 
 
 def _write_bench(html: Path, out: Path) -> None:
