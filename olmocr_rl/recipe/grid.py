@@ -85,9 +85,13 @@ class PrintGrid:
         if self.dim < 1 or self.patch < 1 or self.merge < 1:
             raise ValueError(f"dim, patch and merge must be positive, got {self.dim}, {self.patch}, {self.merge}")
         if self.text_cols < MIN_TEXT_COLS or self.text_rows < MIN_TEXT_ROWS:
+            token = self.patch * self.merge
+            squeezed = self.final_size[1] < round(self.render_size[1] / token) * token  # max_pixels shrank it
+            fix = (f"raise --max_pixels (the processor's; {self.max_pixels} shrinks the page to that)" if squeezed
+                   else "give --dim 448 or more")
             raise ValueError(f"at --dim {self.dim} the page holds {self.text_cols} x {self.text_rows} characters "
                              f"(final image {self.final_size[0]} x {self.final_size[1]} px); the page kinds need at "
-                             f"least {MIN_TEXT_COLS} x {MIN_TEXT_ROWS}: give --dim 448 or more")
+                             f"least {MIN_TEXT_COLS} x {MIN_TEXT_ROWS}: {fix}")
 
     @property
     def render_size(self) -> tuple[int, int]:

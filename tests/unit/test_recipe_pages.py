@@ -56,6 +56,8 @@ def test_smart_resize_is_the_image_processors():
 def test_a_page_too_small_for_the_kinds_is_refused_with_the_flag():
     with pytest.raises(ValueError, match="--dim 448 or more"):
         PrintGrid(336)
+    with pytest.raises(ValueError, match="raise --max_pixels"):  # the tiny preset's 16 image tokens
+        PrintGrid(448, max_pixels=28 * 28 * 16)
 
 
 def test_wrap_breaks_greedily_at_spaces_as_the_browser_does():
