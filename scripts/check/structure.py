@@ -44,6 +44,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("rewards",),
     ("telemetry",),
     ("trainer", "launch", "evaluation"),
+    # recipe: the CPU reproduction of olmOCR 2's recipe (generated pages on the patch grid, the teacher's faulty
+    # transcripts, and the stages above them): it reuses synth, bench and data, and may drive the trainer.
+    ("recipe",),
     (ROOT,),
 )
 #: The libraries whose private names must be listed in COMPAT (olmocr_rl.trainer.compat.private_names()).
