@@ -87,6 +87,26 @@ def base_corpus() -> str:
     return build_no_anchoring_v4_yaml_prompt() + "\n" + front_matter + "\n" + _BASE_CORPUS_TEXT
 
 
+def whole_pieces() -> list[str]:
+    """The strings the ``chars`` tokenizer keeps whole: the prompt's lines, the default system turn, every front
+    matter line, and the table, footnote and math markup of the transcriptions.
+
+    Everything else (the page's words and numbers) is spelled one byte a token, so a word the model never saw is
+    written with the same tokens as any other: reading it is reading its letters.
+    """
+    from olmocr_rl.data.prompts import build_no_anchoring_v4_yaml_prompt
+
+    front_matter = ["---", "primary_language: en", "primary_language: null"]
+    front_matter += [f"is_rotation_valid: {v}" for v in ("True", "False")]
+    front_matter += [f"rotation_correction: {r}" for r in (0, 90, 180, 270)]
+    front_matter += [f"{key}: {v}" for key in ("is_table", "is_diagram") for v in ("True", "False")]
+    tags = [f"<{close}{tag}>" for tag in ("table", "tr", "td", "th", "sup") for close in ("", "/")] + ["<td", "<th"]
+    spans = [f' {kind}="{n}"' for kind in ("rowspan", "colspan") for n in range(2, 6)]
+    math = ["\\(", "\\)", "\\[", "\\]"]
+    return build_no_anchoring_v4_yaml_prompt().split("\n") + ["You are a helpful assistant."] + front_matter + tags \
+        + spans + math
+
+
 def train_tokenizer(corpus: Iterable[str], vocab_size: int = 2048):
     """Train a byte-level BPE tokenizer with Qwen's special tokens (ids 0-6) on ``corpus``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -102,6 +122,18 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int = 2048):
     )
     tokenizer.train_from_iterator(list(corpus), trainer)
     return tokenizer
+
+
+def char_tokenizer():
+    """A byte-level tokenizer with no merges (one token a byte) plus :func:`whole_pieces` as single tokens."""
+    from tokenizers import AddedToken
+
+    raw = train_tokenizer([], vocab_size=256 + len(SPECIAL_TOKENS))
+    raw.add_tokens([AddedToken(piece, normalized=False, single_word=False) for piece in whole_pieces()])
+    return raw
+
+
+TOKENIZERS = ("bpe", "chars")
 
 
 def _wrap_tokenizer(raw_tokenizer):
@@ -132,6 +164,7 @@ def build_tiny_model(
     shape: str = "tiny",
     extra_corpus: Iterable[str] = (),
     vocab_size: int = 2048,
+    tokenizer: str = "bpe",
     dtype: str = "float32",
     device: str = "cpu",
 ) -> Path:
@@ -149,8 +182,13 @@ def build_tiny_model(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    corpus = [base_corpus()] + list(extra_corpus)
-    tokenizer = _wrap_tokenizer(train_tokenizer(corpus, vocab_size=vocab_size))
+    tokenizer_kind = tokenizer
+    if tokenizer == "chars":
+        tokenizer = _wrap_tokenizer(char_tokenizer())
+    elif tokenizer == "bpe":
+        tokenizer = _wrap_tokenizer(train_tokenizer([base_corpus()] + list(extra_corpus), vocab_size=vocab_size))
+    else:
+        raise ValueError(f"unknown tokenizer {tokenizer!r}; choose one of {', '.join(TOKENIZERS)}")
     ids = {tok: tokenizer.convert_tokens_to_ids(tok) for tok in SPECIAL_TOKENS}
     config = preset_config(family, shape, vocab_size=len(tokenizer), token_ids=ids)
     config.text_config.max_position_embeddings = 32768
@@ -171,8 +209,8 @@ def build_tiny_model(
 
     _save_processor(out, tokenizer, fam, config, fam.shapes[shape]["max_pixels"])
     (out / "olmocr_rl_tiny_model.json").write_text(
-        json.dumps({"seed": seed, "family": family, "shape": shape, "vocab_size": len(tokenizer),
-                    "parameters": sum(p.numel() for p in model.parameters())}, indent=2) + "\n"
+        json.dumps({"seed": seed, "family": family, "shape": shape, "tokenizer": tokenizer_kind,
+                    "vocab_size": len(tokenizer), "parameters": sum(p.numel() for p in model.parameters())}, indent=2) + "\n"
     )
     return out
 
@@ -230,7 +268,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", default="tiny",
                         help=f"architecture: tiny (~1M params, CPU tests), small (Qwen2.5-VL, ~25M, CPU benchmarks) or a "
                              f"released one of the family ({presets}); default tiny")
-    parser.add_argument("--vocab_size", type=int, default=2048, help="BPE vocabulary size (default 2048)")
+    parser.add_argument("--tokenizer", choices=TOKENIZERS, default="bpe",
+                        help="bpe (default): byte-level BPE trained on the corpus; chars: one token a byte, plus the "
+                             "prompt, front matter and markup pieces as whole tokens (the recipe's reading model: an "
+                             "unseen word is spelled with the same tokens as a seen one)")
+    parser.add_argument("--vocab_size", type=int, default=2048, help="BPE vocabulary size (default 2048; bpe only)")
     parser.add_argument("--corpus", action="append", default=[], metavar="DIR",
                         help="extra folder of *.md files for the tokenizer corpus (repeatable)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
@@ -263,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
 
         device = "cuda" if big and torch.cuda.is_available() else "cpu"
     out = build_tiny_model(args.out_dir, args.seed, family=args.family, shape=args.shape, extra_corpus=extra,
-                           vocab_size=args.vocab_size, dtype=dtype, device=device)
+                           vocab_size=args.vocab_size, tokenizer=args.tokenizer, dtype=dtype, device=device)
     info = json.loads((out / "olmocr_rl_tiny_model.json").read_text())
     print(f"wrote {args.shape} {family.label} to {out} ({info['parameters']:,} parameters, vocab {info['vocab_size']})")
     if args.sft:

@@ -87,8 +87,9 @@ def _text(hidden, intermediate, layers, heads, kv, section, theta, head_dim=None
     return text
 
 
-#: Presets that are not released architectures: ``tiny`` (CPU tests, every family) and ``small`` (CPU benchmarks).
-CPU_SHAPES = ("tiny", "small")
+#: Presets that are not released architectures: ``tiny`` (CPU tests, every family), ``small`` (CPU benchmarks) and
+#: ``reader`` (the CPU recipe's reading model, docs/recipe.md).
+CPU_SHAPES = ("tiny", "small", "reader")
 _TINY_PIXELS_14 = 28 * 28 * 16  # 16 image tokens a page: the CPU demo's budget
 _TINY_PIXELS_16 = 32 * 32 * 16
 _RELEASED_PIXELS_14 = 28 * 28 * 2560
@@ -121,6 +122,10 @@ QWEN2_5_VL = Family(
         # CPU benchmarks (scripts/bench/): big enough that matrix work, not Python, dominates a step on 2 cores
         "small": dict(text=_text(512, 1536, 4, 8, 2, (8, 12, 12), 1e6), tie_word_embeddings=False,
                       vision=_qwen25_vision(4, 256, 512, 4, (3,), 512), max_pixels=28 * 28 * 1024, vocab_size=None),
+        # the CPU recipe's reading model (docs/recipe.md): every vision layer attends to the whole page, and the
+        # pixel budget is a 448 px page's 12 x 16 image tokens (olmocr_rl.recipe.grid at its default D)
+        "reader": dict(text=_text(128, 384, 3, 4, 4, (4, 6, 6), 1e4), tie_word_embeddings=False,
+                       vision=_qwen25_vision(2, 64, 128, 2, (0, 1), 128), max_pixels=28 * 28 * 192, vocab_size=None),
         "3b": dict(text=_text(2048, 11008, 36, 16, 2, (16, 24, 24), 1e6), tie_word_embeddings=True,
                    vision=_qwen25_vision(out=2048), max_pixels=_RELEASED_PIXELS_14, vocab_size=151936),
         "7b": dict(text=_text(3584, 18944, 28, 28, 4, (16, 24, 24), 1e6), tie_word_embeddings=False,

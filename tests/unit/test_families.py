@@ -37,7 +37,8 @@ def test_released_presets_have_the_published_parameter_counts(model_type, shape)
 
 
 def test_every_family_has_a_tiny_preset_and_every_preset_is_listed():
-    cpu_presets = {(t, "tiny") for t in FAMILIES} | {("qwen2_5_vl", "small")}  # the CPU benchmarks' shape
+    # the CPU benchmarks' shape and the recipe's reader
+    cpu_presets = {(t, "tiny") for t in FAMILIES} | {("qwen2_5_vl", "small"), ("qwen2_5_vl", "reader")}
     assert set(PUBLISHED) | cpu_presets == {(t, s) for t, f in FAMILIES.items() for s in f.shapes}
     with pytest.raises(ValueError, match="Qwen3-VL has no shape '7b'; choose one of tiny, 2b, 4b, 8b"):
         preset_config("qwen3_vl", "7b")

@@ -64,3 +64,18 @@ def test_reload_offline_and_generate_from_image_prompt(tiny_model_dir, monkeypat
     assert out.shape[1] == inputs["input_ids"].shape[1] + 6 or out[0, -1].item() in model.generation_config.eos_token_id
 
 
+
+
+def test_chars_tokenizer_spells_page_text_a_byte_a_token_and_keeps_markup_whole(tmp_path):
+    out = build_tiny_model(tmp_path / "reader", seed=0, shape="reader", tokenizer="chars")
+    info = json.loads((out / "olmocr_rl_tiny_model.json").read_text())
+    assert info["tokenizer"] == "chars" and info["shape"] == "reader"
+    _, processor = load_model_and_processor(str(out))
+    tokenizer = processor.tokenizer
+    text = "Quarterly report 1,204.5 naïve"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    assert len(ids) == len(text.encode("utf-8"))  # no merges: an unseen word costs its bytes
+    assert tokenizer.decode(ids) == text
+    for piece in ("<td", ' colspan="2"', "</table>", "\\(", "primary_language: en", "---"):
+        assert len(tokenizer.encode(piece, add_special_tokens=False)) == 1, piece
+    assert len(tokenizer) < 400
