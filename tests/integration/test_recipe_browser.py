@@ -8,6 +8,7 @@ fault fails its tests). Skips with the set-up line where the browser, KaTeX or P
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -128,3 +129,69 @@ def test_the_teacher_on_the_printed_pages(made, tmp_path):
     assert absent_pages >= 4 and taught["absent"][0] == 0 and taught["table"][0] == 0
     assert taught["order"][0] < clean["order"][0] and taught["present"][0] <= clean["present"][0]
     assert taught["math"] == clean["math"] and taught["format"] == clean["format"]
+
+
+@pytest.fixture(scope="module")
+def reader(tmp_path_factory) -> Path:
+    from olmocr_rl.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("reader") / "base", seed=0, shape="reader", tokenizer="chars")
+
+
+def _warm_start_pages(made, reader, tmp_path):
+    from olmocr_rl.model.loading import load_model_and_processor
+    from olmocr_rl.recipe import sft
+
+    teacher.run_teacher(made / "bench", made / "pages", tmp_path / "clean", rates=dict.fromkeys(teacher.FAULTS, 0.0))
+    _, processor = load_model_and_processor(str(reader))
+    grid = sft._Grid.of(processor)
+    return grid, sft.load_pages(made / "bench", tmp_path / "clean", grid, 448)
+
+
+def test_the_warm_start_cuts_each_printed_line_and_aligns_the_transcript_with_the_glyphs(made, reader, tmp_path):
+    grid, loaded = _warm_start_pages(made, reader, tmp_path)
+    assert (grid.cell_px, grid.row_px) == (14, 28)
+    sidecars = {p.stem: json.loads(p.read_text()) for p in (made / "pages").rglob("*.json")}
+    lines = guided = body = 0
+    for page in loaded:
+        assert page.lines and page.image.size[0] % 28 == 0 and page.image.size[1] % 28 == 0
+        for strip in page.lines:
+            left, top, right, bottom = strip.box
+            assert 0 <= left < right <= page.image.size[0] and 0 <= top < bottom <= page.image.size[1]
+            assert (bottom - top) == 28 and top % 28 == 0 and left % 14 == 0
+            assert strip.text.strip() and len(strip.cells) == len(strip.text)
+            lines += 1
+        for block in page.blocks:
+            assert 2 <= block.text.count("\n") + 1 <= 4 and (block.box[3] - block.box[1]) % 28 == 0
+        at = {(glyph.row, glyph.col): glyph.char for glyph in page.glyphs if glyph.on_grid}
+        for char, cell in zip(page.transcript, page.cells):
+            if cell is not None:  # a guided character is the glyph printed in its cell (a space: an empty cell)
+                assert at.get(cell, " ") == char, (char, cell)
+                guided += 1
+        body += len(page.transcript)
+    assert lines >= 10 * len(loaded) and guided > 0.3 * body
+    # each page's printed lines are the lines its generator laid out (sidecar rows; a footnote's marker is
+    # printed as a superscript digit beside its word, which the layout does not hold)
+    for page, sidecar in zip(loaded, (sidecars[p.stem] for p in sorted((made / "pages").rglob("*.html")))):
+        laid_out = set(re.findall("[A-Za-z]+", " ".join(_expected_rows(sidecar).values())))
+        missing = [strip.text for strip in page.lines if not set(re.findall("[A-Za-z]+", strip.text)) <= laid_out]
+        assert not missing, (missing, laid_out)
+
+
+def test_the_warm_start_trains_writes_a_plain_checkpoint_and_its_loss_falls(made, reader, tmp_path):
+    from olmocr_rl.model.loading import load_model_and_processor
+    from olmocr_rl.recipe import sft
+
+    teacher.run_teacher(made / "bench", made / "pages", tmp_path / "t", seed=1)
+    logged = []
+    schedule = sft.Schedule(line_steps=24, page_steps=2, line_batch=4, page_batch=2, warmup_steps=2, log_every=2)
+    summary = sft.warm_start_reader(reader, made / "bench", tmp_path / "t", tmp_path / "sft", schedule,
+                                    log=logged.append)
+    assert logged[0].startswith(f"[sft] {PER_KIND * len(KINDS) + 2} pages") and "step 26/26 (pages)" in logged[-1]
+    loss = [float(line.split("loss ")[1].split()[0]) for line in logged[1:]]
+    assert loss[-2] < 0.8 * loss[0], loss  # end of the lines stage against its start
+    assert {"loss", "guide", "glyphs"} <= set(summary["final"])
+    assert json.loads((tmp_path / "sft" / "olmocr_rl_sft.json").read_text())["schedule"]["line_steps"] == 24
+    model, processor = load_model_and_processor(str(tmp_path / "sft"))  # no probe weights, the base's processor
+    assert model.config._attn_implementation == "sdpa"
+    assert (tmp_path / "sft" / "tokenizer.json").read_bytes() == (reader / "tokenizer.json").read_bytes()
