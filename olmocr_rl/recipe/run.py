@@ -1,0 +1,278 @@
+"""The whole CPU recipe in one command, stage by stage, resumable: ``bash scripts/recipe_cpu.sh`` runs it.
+
+    python -m olmocr_rl.recipe --out outputs/recipe                 # everything (about an hour on 2 cores)
+    python -m olmocr_rl.recipe --out outputs/recipe --until sft     # the data and the warm start only
+    python -m olmocr_rl.recipe --out outputs/recipe --list          # the stages and which are done
+
+Each stage is one of the project's own commands, run as a user would run it (its output is this command's
+output), in this order: generate the train and held-out pages -> synth both -> the teacher's transcripts of the
+train pages -> the GRPO bench (the train tests, with references cut to their front matter: GRPO never sees a
+clean transcription) -> build the reading model -> warm start (SFT) -> evaluate it on the held-out pages -> per
+arm (plain GRPO and ``--olmorl``, each over the seeds, and the sign-flipped control) GRPO, evaluate, compare with
+the warm start -> the uniform soup of each algorithm's seeds, evaluated and compared -> ``report.md`` with its
+plots. A stage whose outputs are complete (``recipe_state.json`` records it) is not run again; a stage that was
+stopped runs again (GRPO and evaluation continue from what they kept; the others start over).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+__all__ = ["Plan", "Stage", "stages", "main"]
+
+STATE = "recipe_state.json"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the recipe does (docs/recipe.md explains each number)."""
+
+    out: str = "outputs/recipe"
+    train_pages: int = 300  # generated pages to train on (SFT and GRPO)
+    heldout_pages: int = 60  # generated pages never trained on: every reported number is measured on them
+    page_seed: int = 0
+    seeds: tuple[int, ...] = (0, 1, 2)  # GRPO seeds per algorithm
+    algorithms: tuple[str, ...] = ("plain", "olmorl")
+    control: bool = True  # a plain GRPO run with the bench reward's sign flipped (seed of the first seed)
+    line_steps: int = 1200  # warm start, stage 1 (python -m olmocr_rl.recipe.sft)
+    page_steps: int = 1200  # warm start, stage 2
+    grpo_config: str = "configs/recipe-cpu.yaml"  # the GRPO runs' flags (python -m olmocr_rl.grpo_train)
+    grpo_steps: int | None = None  # override the config's max_steps
+    eval_samples: int = 4  # transcriptions per held-out page
+    eval_temperature: float = 1.0  # sampled, as GRPO samples; a test passes when most samples pass it
+    eval_max_new_tokens: int = 384
+    eval_batch_size: int = 16
+    bootstrap: int = 1000  # paired bootstrap resamples over pages for --compare
+    extra_grpo_flags: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def arms(self) -> list[tuple[str, list[str]]]:
+        """(name, extra grpo_train flags) of each GRPO run."""
+        arms = []
+        for algorithm in self.algorithms:
+            for seed in self.seeds:
+                flags = ["--seed", str(seed)] + (["--olmorl"] if algorithm == "olmorl" else [])
+                arms.append((f"{algorithm}-s{seed}", flags))
+        if self.control:
+            arms.append((f"flipped-s{self.seeds[0]}", ["--seed", str(self.seeds[0]), "--reward_bench", "-1"]))
+        return arms
+
+
+@dataclass
+class Stage:
+    """One step of the recipe: a command (argv, or a function of the plan) and the paths it leaves."""
+
+    name: str
+    outputs: list[Path]
+    command: list[str] | None = None
+    function: Callable[[], None] | None = None
+    stdout: Path | None = None  # the command's standard output goes to this file (a --json result)
+    fresh: bool = True  # a stopped stage starts over (its outputs removed) rather than continuing
+
+
+def _python(*args: str) -> list[str]:
+    return [sys.executable, "-m", *args]
+
+
+def stages(plan: Plan) -> list[Stage]:
+    """Every stage of ``plan``, in order."""
+    out = Path(plan.out)
+    pages, bench, models, runs, evals, compare = (out / p for p in ("pages", "bench", "models", "runs", "eval",
+                                                                    "compare"))
+    result: list[Stage] = []
+    for split, n in (("train", plan.train_pages), ("heldout", plan.heldout_pages)):
+        result.append(Stage(f"pages-{split}", [pages / split], _python(
+            "olmocr_rl.recipe.pages", "--split", split, "--n", str(n), "--seed", str(plan.page_seed),
+            "--out", str(pages / split))))
+    for split in ("train", "heldout"):
+        result.append(Stage(f"synth-{split}", [bench / split], _python(
+            "olmocr_rl.synth", "--html", str(pages / split), "--out", str(bench / split))))
+    result.append(Stage("teacher", [out / "teacher"], _python(
+        "olmocr_rl.recipe.teacher", "--bench", str(bench / "train"), "--pages", str(pages / "train"),
+        "--out", str(out / "teacher"), "--seed", str(plan.page_seed))))
+    result.append(Stage("grpo-bench", [bench / "train-rl"],
+                        function=lambda: tests_only_bench(bench / "train", bench / "train-rl")))
+    result.append(Stage("model", [models / "base"], _python(
+        "olmocr_rl.tiny_model", str(models / "base"), "--shape", "reader", "--tokenizer", "chars",
+        "--seed", str(plan.page_seed))))
+    result.append(Stage("sft", [models / "sft"], _python(
+        "olmocr_rl.recipe.sft", str(models / "base"), "--bench", str(bench / "train"), "--transcripts",
+        str(out / "teacher"), "--out", str(models / "sft"), "--line_steps", str(plan.line_steps),
+        "--page_steps", str(plan.page_steps), "--seed", str(plan.page_seed))))
+    result.append(_evaluate(plan, "sft", models / "sft", bench / "heldout", evals))
+    for name, flags in plan.arms:
+        steps = ["--max_steps", str(plan.grpo_steps)] if plan.grpo_steps else []
+        result.append(Stage(f"grpo-{name}", [runs / name / "model.safetensors"], _python(
+            "olmocr_rl.grpo_train", "--config", plan.grpo_config, "--model_name", str(models / "sft"),
+            "--train_bench_data_folder", str(bench / "train-rl"), "--output_dir", str(runs / name),
+            *flags, *steps, *plan.extra_grpo_flags), fresh=False))
+        result.append(_evaluate(plan, name, runs / name, bench / "heldout", evals))
+        result.append(_compare(plan, name, evals, compare))
+    for algorithm in plan.algorithms:
+        if len(plan.seeds) < 2:
+            continue
+        soup = f"soup-{algorithm}"
+        result.append(Stage(soup, [models / soup / "model.safetensors"], _python(
+            "olmocr_rl.soup", *(str(runs / f"{algorithm}-s{seed}") for seed in plan.seeds), str(models / soup),
+            "--overwrite")))
+        result.append(_evaluate(plan, soup, models / soup, bench / "heldout", evals))
+        result.append(_compare(plan, soup, evals, compare))
+    from .report import write_report
+
+    result.append(Stage("report", [out / "report.md"], function=lambda: write_report(plan)))
+    return result
+
+
+def _evaluate(plan: Plan, name: str, model: Path, bench: Path, evals: Path) -> Stage:
+    return Stage(f"eval-{name}", [evals / f"{name}.json"], _python(
+        "olmocr_rl.evaluate", "--model", str(model), "--bench", str(bench), "--outputs", str(evals / name),
+        "--num_samples", str(plan.eval_samples), "--temperature", str(plan.eval_temperature),
+        "--max_new_tokens", str(plan.eval_max_new_tokens), "--batch_size", str(plan.eval_batch_size),
+        "--bootstrap", str(plan.bootstrap), "--json"), stdout=evals / f"{name}.json", fresh=False)
+
+
+def _compare(plan: Plan, name: str, evals: Path, compare: Path) -> Stage:
+    return Stage(f"compare-{name}", [compare / f"{name}.json"], _python(
+        "olmocr_rl.evaluate", "--compare", str(evals / "sft"), str(evals / name), "--bootstrap", str(plan.bootstrap),
+        "--json"), stdout=compare / f"{name}.json")
+
+
+def tests_only_bench(bench: Path, out: Path) -> None:
+    """``bench``'s tests and PDFs, with each reference cut to its front matter: what the GRPO runs train on.
+
+    olmOCR 2's rewards are the unit tests, the front matter (compared with the reference's) and EOS; none needs
+    the reference's text, so GRPO never sees a clean transcription of a page.
+    """
+    from olmocr_rl.data.front_matter import parse_page_response, format_front_matter
+    from olmocr_rl.data.references import REFERENCE_FOLDER
+
+    from dataclasses import replace
+
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for jsonl in sorted(bench.glob("*.jsonl")):
+        shutil.copy2(jsonl, out / jsonl.name)
+    os.symlink((bench / "pdfs").resolve(), out / "pdfs", target_is_directory=True)
+    for reference in sorted((bench / REFERENCE_FOLDER).rglob("*.md")):
+        front = format_front_matter(replace(parse_page_response(reference.read_text(encoding="utf-8")),
+                                            natural_text=None))
+        target = out / reference.relative_to(bench)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(front + "\n", encoding="utf-8")
+
+
+def _load_state(out: Path) -> dict:
+    path = out / STATE
+    return json.loads(path.read_text()) if path.is_file() else {"stages": {}}
+
+
+def _save_state(out: Path, state: dict) -> None:
+    path = out / STATE
+    path.write_text(json.dumps(state, indent=2) + "\n")
+
+
+def is_done(stage: Stage, state: dict) -> bool:
+    """A stage is done when it finished (recorded) and its outputs are all still there."""
+    return bool(state["stages"].get(stage.name, {}).get("done")) and all(p.exists() for p in stage.outputs)
+
+
+def run(plan: Plan, until: str | None = None, log=print) -> int:
+    out = Path(plan.out)
+    out.mkdir(parents=True, exist_ok=True)
+    state = _load_state(out)
+    state["plan"] = asdict(plan)
+    all_stages = stages(plan)
+    names = [s.name for s in all_stages]
+    if until is not None and until not in names:
+        log(f"error: --until {until}: no such stage; the stages are {', '.join(names)}")
+        return 2
+    started = time.time()
+    for index, stage in enumerate(all_stages, 1):
+        if is_done(stage, state):
+            log(f"[recipe] {index}/{len(all_stages)} {stage.name}: done before "
+                f"({state['stages'][stage.name]['seconds']:.0f} s), kept")
+        else:
+            log(f"[recipe] {index}/{len(all_stages)} {stage.name} ({time.time() - started:.0f} s into this run)")
+            if stage.fresh:
+                for path in stage.outputs:
+                    if path.is_dir():
+                        shutil.rmtree(path)
+                    elif path.exists():
+                        path.unlink()
+            begun = time.time()
+            status = _execute(stage)
+            if status != 0:
+                log(f"error: the recipe's stage {stage.name} failed (exit status {status}); fix what it printed "
+                    f"above and run the same command again: finished stages are kept")
+                return status
+            missing = [str(p) for p in stage.outputs if not p.exists()]
+            if missing:
+                log(f"error: the recipe's stage {stage.name} ended without writing {', '.join(missing)}")
+                return 1
+            state["stages"][stage.name] = {"done": True, "seconds": round(time.time() - begun, 1)}
+            _save_state(out, state)
+        if stage.name == until:
+            break
+    total = sum(s.get("seconds", 0) for s in state["stages"].values())
+    log(f"[recipe] finished: {out} ({total / 60:.1f} min of stages in all; report: {out / 'report.md'})")
+    return 0
+
+
+def _execute(stage: Stage) -> int:
+    if stage.function is not None:
+        stage.function()
+        return 0
+    if stage.stdout is None:
+        return subprocess.run(stage.command).returncode
+    stage.stdout.parent.mkdir(parents=True, exist_ok=True)
+    partial = stage.stdout.with_name(stage.stdout.name + ".partial")
+    with partial.open("w") as sink:
+        status = subprocess.run(stage.command, stdout=sink).returncode
+    if status == 0:
+        partial.replace(stage.stdout)
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    defaults = Plan()
+    parser = argparse.ArgumentParser(prog="python -m olmocr_rl.recipe", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    parser.add_argument("--out", default=defaults.out, help=f"the recipe's folder (default {defaults.out})")
+    parser.add_argument("--until", metavar="STAGE", help="stop after this stage (--list names them)")
+    parser.add_argument("--list", action="store_true", help="list the stages, marking those done, and exit")
+    for name in ("train_pages", "heldout_pages", "line_steps", "page_steps", "eval_samples", "page_seed"):
+        parser.add_argument(f"--{name}", type=int, default=getattr(defaults, name),
+                            help=f"default {getattr(defaults, name)}")
+    parser.add_argument("--grpo_steps", type=int, default=None, help="override the GRPO config's max_steps")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(defaults.seeds),
+                        help=f"GRPO seeds per algorithm (default {' '.join(map(str, defaults.seeds))})")
+    parser.add_argument("--algorithms", nargs="+", choices=("plain", "olmorl"), default=list(defaults.algorithms),
+                        help="GRPO algorithms (default: both)")
+    parser.add_argument("--no_control", action="store_true", help="skip the sign-flipped control run")
+    parser.add_argument("--grpo_config", default=defaults.grpo_config,
+                        help=f"the GRPO runs' config (default {defaults.grpo_config})")
+    args = parser.parse_args(argv)
+    if not Path(args.grpo_config).is_file():
+        parser.error(f"--grpo_config {args.grpo_config} does not exist (run from the repository's root, or give "
+                     "its path)")
+    plan = Plan(out=args.out, train_pages=args.train_pages, heldout_pages=args.heldout_pages,
+                page_seed=args.page_seed, seeds=tuple(args.seeds), algorithms=tuple(args.algorithms),
+                control=not args.no_control, line_steps=args.line_steps, page_steps=args.page_steps,
+                grpo_config=args.grpo_config, grpo_steps=args.grpo_steps, eval_samples=args.eval_samples)
+    if args.list:
+        state = _load_state(Path(plan.out))
+        for stage in stages(plan):
+            print(f"{'done' if is_done(stage, state) else '    '}  {stage.name}")
+        return 0
+    return run(plan, args.until)

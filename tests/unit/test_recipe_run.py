@@ -1,0 +1,99 @@
+"""The recipe's one command (olmocr_rl.recipe.run) and its report, on stand-in stages: stages run in order, a
+finished stage is kept on a second run, a failed stage stops the run with one line and runs again next time, the
+GRPO bench holds no clean transcription, and the report's gains, intervals and soup rows are the compare files'."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from olmocr_rl.recipe import report, run
+
+
+def _stand_ins(out: Path, fail_at: str | None) -> list[run.Stage]:
+    """Three stages, each a Python process that writes its output file (or, at ``fail_at``, exits 3)."""
+    touch = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_text('x')"
+    return [run.Stage(name, [out / name], [sys.executable, "-c", "import sys; sys.exit(3)" if name == fail_at
+                                           else touch, str(out / name)])
+            for name in ("pages-train", "sft", "grpo-plain-s0")]
+
+
+def test_stages_run_once_a_failure_stops_with_one_line_and_the_next_run_goes_on(tmp_path, monkeypatch):
+    plan = run.Plan(out=str(tmp_path))
+    monkeypatch.setattr(run, "stages", lambda p: _stand_ins(tmp_path, "sft"))
+    said = []
+    assert run.run(plan, log=said.append) == 3
+    assert said[-1] == ("error: the recipe's stage sft failed (exit status 3); fix what it printed above and run the "
+                        "same command again: finished stages are kept")
+    state = json.loads((tmp_path / run.STATE).read_text())
+    assert list(state["stages"]) == ["pages-train"] and state["plan"]["seeds"] == [0, 1, 2]
+
+    monkeypatch.setattr(run, "stages", lambda p: _stand_ins(tmp_path, None))
+    said.clear()
+    assert run.run(plan, log=said.append) == 0
+    assert said[0].startswith("[recipe] 1/3 pages-train: done before") and said[0].endswith("kept")
+    assert said[1].startswith("[recipe] 2/3 sft (") and said[-1].startswith(f"[recipe] finished: {tmp_path}")
+    assert all((tmp_path / name).read_text() == "x" for name in ("pages-train", "sft", "grpo-plain-s0"))
+
+    (tmp_path / "sft").unlink()  # an output removed by hand: the stage is not done any more
+    said.clear()
+    assert run.run(plan, until="sft", log=said.append) == 0
+    assert [line.split(" (")[0] for line in said[:2]] == ["[recipe] 1/3 pages-train: done before", "[recipe] 2/3 sft"]
+    assert not any("grpo-plain-s0" in line for line in said)
+    assert run.run(plan, until="nope", log=said.append) == 2
+    assert said[-1] == "error: --until nope: no such stage; the stages are pages-train, sft, grpo-plain-s0"
+
+
+def test_the_default_plan_has_every_arm_and_the_grpo_runs_train_on_the_tests_only_bench(tmp_path):
+    names = [stage.name for stage in run.stages(run.Plan(out=str(tmp_path)))]
+    assert names[:8] == ["pages-train", "pages-heldout", "synth-train", "synth-heldout", "teacher", "grpo-bench",
+                         "model", "sft"]
+    for arm in ("plain-s0", "plain-s1", "plain-s2", "olmorl-s0", "olmorl-s1", "olmorl-s2", "flipped-s0"):
+        assert [f"grpo-{arm}", f"eval-{arm}", f"compare-{arm}"] == names[names.index(f"grpo-{arm}"):][:3]
+    assert names[-1] == "report" and "soup-plain" in names and "soup-olmorl" in names
+    grpo = {s.name: s.command for s in run.stages(run.Plan(out=str(tmp_path)))}
+    assert "--olmorl" in grpo["grpo-olmorl-s1"] and grpo["grpo-flipped-s0"][-2:] == ["--reward_bench", "-1"]
+    assert grpo["grpo-plain-s2"][grpo["grpo-plain-s2"].index("--train_bench_data_folder") + 1] == str(
+        tmp_path / "bench" / "train-rl")
+
+
+def test_the_grpo_bench_keeps_tests_and_pdfs_and_cuts_references_to_their_front_matter(tmp_path):
+    bench = tmp_path / "bench"
+    (bench / "pdfs").mkdir(parents=True)
+    (bench / "pdfs" / "a.pdf").write_bytes(b"%PDF-1.4 stand-in")
+    (bench / "synth_report.jsonl").write_text('{"id": "a_1", "pdf": "a.pdf", "page": 1, "type": "baseline"}\n')
+    (bench / "claude_original").mkdir()
+    (bench / "claude_original" / "a_pg1_repeat1.md").write_text(
+        "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\nis_table: False\n"
+        "is_diagram: False\n---\nThe clean transcription the GRPO runs must never see.\n")
+    run.tests_only_bench(bench, tmp_path / "rl")
+    assert (tmp_path / "rl" / "synth_report.jsonl").read_text() == (bench / "synth_report.jsonl").read_text()
+    assert (tmp_path / "rl" / "pdfs" / "a.pdf").read_bytes() == b"%PDF-1.4 stand-in"
+    cut = (tmp_path / "rl" / "claude_original" / "a_pg1_repeat1.md").read_text()
+    assert "clean transcription" not in cut and "is_table: False" in cut and cut.startswith("---\n")
+
+
+def _compare(a: float, b: float, low: float, high: float) -> dict:
+    row = {"a": a, "b": b, "diff": b - a, "diff_ci": [low, high]}
+    return {"model_only": {"rows": {"overall": row, "type:absent": {**row, "diff": 0.2, "diff_ci": [0.1, 0.3]}}}}
+
+
+def test_the_report_gives_each_runs_gain_with_its_interval_and_checks_the_soup(tmp_path):
+    plan = run.Plan(out=str(tmp_path), seeds=(0, 1), algorithms=("plain",))
+    (tmp_path / "compare").mkdir()
+    for name, (b, low, high) in {"plain-s0": (0.50, 0.02, 0.14), "plain-s1": (0.44, -0.01, 0.09),
+                                 "flipped-s0": (0.30, -0.19, -0.03), "soup-plain": (0.49, 0.03, 0.15)}.items():
+        (tmp_path / "compare" / f"{name}.json").write_text(json.dumps(_compare(0.40, b, low, high)))
+    path = report.write_report(plan)
+    text = path.read_text()
+    assert "| plain-s0 | 40.0 | 50.0 | +10.0 [+2.0, +14.0] | yes |" in text
+    assert "| plain-s1 | 40.0 | 44.0 | +4.0 [-1.0, +9.0] | no |" in text
+    assert "| flipped-s0 | 40.0 | 30.0 | -10.0 [-19.0, -3.0] | yes |" in text
+    assert "| plain | 49.0 | 47.0 | yes |" in text  # the soup against the mean of its seeds
+    assert "| plain-s0 | +20.0 [+10.0, +30.0] |" in text
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["soups"] == [{"algorithm": "plain", "soup": 0.49, "seeds_mean": pytest.approx(0.47), "holds": True}]
+    assert [row["name"] for row in saved["arms"]] == ["plain-s0", "plain-s1", "flipped-s0", "soup-plain"]
