@@ -90,6 +90,7 @@ class ResolvedConfig:
     rewards: Mapping[str, RewardValue]  # the enabled rewards' parsed values, in the reward table's order
     vllm_engine_dtype: str  # the colocated engine's dtype (--vllm_dtype, or the trainer's own)
     notices: tuple[str, ...]  # for the entrypoint to log, once; "WARNING: ..." ones as warnings
+    from_config_file: frozenset[str]  # the flags whose value is the --config file's (not given on the command line)
     # ---- config ---------------------------------------------------------------------------------------------------
     config: str | None = flag(CONFIG, None, "YAML file of flag values (keys are flag names without --)")
 
@@ -386,7 +387,8 @@ class ResolvedConfig:
 
     def as_dict(self) -> dict[str, Any]:
         """Flags with the resolved values on top (W&B's run config)."""
-        resolved = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("flags", "environment")}
+        resolved = {f.name: getattr(self, f.name) for f in fields(self)
+                    if f.name not in ("flags", "environment", "from_config_file")}
         out = {**self.flags, **resolved, "resolved_vllm_mode": self.vllm_mode, "num_processes": self.num_processes}
         return {k: plain(v) for k, v in out.items()}
 
