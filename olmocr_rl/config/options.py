@@ -104,9 +104,10 @@ class ResolvedConfig:
     bench_type_filter: tuple[str, ...] | None = flag(DATA, None, "keep only tests of this type (repeatable: "
         "--bench_type_filter table --bench_type_filter math)", action="append", metavar="TYPE")
     pages: str | None = flag(DATA, None, "keep only pages whose name <pdf>:<page> (e.g. counting.pdf:2) matches this "
-        "regex (train and eval sets)", metavar="REGEX")
+        "regex (train and eval sets); '' keeps every page (clears a --config file's pages:). `python -m "
+        "olmocr_rl.validate_bench DIR --list_pages` lists a folder's page names", metavar="REGEX")
     exclude_pages: str | None = flag(DATA, None, "drop pages whose name matches this regex, e.g. to hold pages out "
-        "for evaluate", metavar="REGEX")
+        "for evaluate; '' drops none", metavar="REGEX")
     max_train_samples: int | None = flag(DATA, None, "use only the first N pages (sorted)")
     max_eval_samples: int | None = flag(DATA, 10, "use only the first N eval pages")
     target_longest_image_dim: int = flag(DATA, DEFAULT_TARGET_LONGEST_IMAGE_DIM, "rendered page size (longest side, "
