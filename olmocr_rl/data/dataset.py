@@ -118,7 +118,8 @@ class OlmOCRBenchDataset(Dataset):
 
     Construction validates the folder (`data.validation.validate_bench_folder`: the scan opens every PDF
     once, every test's fields are checked, the references are read); any problem raises BenchDataError
-    listing all of them (an invalid reference names its file). `report`: that validation already made for
+    listing all of them (an invalid reference names its file); page filters that leave no page raise PageFilterError (a
+    BenchDataError naming the folder's real page names). `report`: that validation already made for
     this folder and these filters (the training CLI and evaluate pass theirs), used as it is: nothing is read,
     opened, parsed or counted again (the summary is the report's when no page is left out); a report of
     another folder or other filters is a ValueError. Items are dicts:
