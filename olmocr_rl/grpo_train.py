@@ -277,7 +277,7 @@ def _test_types(cfg: ResolvedConfig) -> list[str] | None:
 
 def _build_datasets(cfg: ResolvedConfig, reports: dict):
     """``(train, eval or None)``, before the model: a page filter that leaves no page fails fast."""
-    from olmocr_rl.data.dataset import BenchDataError, OlmOCRBenchDataset
+    from olmocr_rl.data.dataset import BenchDataError, OlmOCRBenchDataset, PageFilterError
 
     common = dict(target_longest_image_dim=cfg.target_longest_image_dim, jsonl_filter=cfg.jsonl_filter,
                   test_types=_test_types(cfg), pages=cfg.pages, exclude_pages=cfg.exclude_pages)
@@ -289,6 +289,9 @@ def _build_datasets(cfg: ResolvedConfig, reports: dict):
             eval_folder = cfg.eval_bench_data_folder or cfg.train_bench_data_folder
             eval_dataset = OlmOCRBenchDataset(eval_folder, max_samples=cfg.max_eval_samples,
                                               report=reports[eval_folder], **common)
+    except PageFilterError as exc:  # where each filter was set: a config file's line, or the command line
+        raise _Stop(exc.explain({name: cfg.config if name in cfg.from_config_file else "command line"
+                                 for name in ("pages", "exclude_pages")})) from None
     except BenchDataError as exc:
         raise _Stop(str(exc)) from None  # _fail joins its lines into one
     logger.info("train pages:\n%s", train_dataset.describe())

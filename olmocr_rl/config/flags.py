@@ -205,6 +205,9 @@ def yaml_defaults(parser: argparse.ArgumentParser, path: str) -> dict[str, Any]:
 
 #: Attribute ``parse_args`` adds to its Namespace (not a flag): the flags the user chose.
 CHOSEN = "_chosen"
+#: Attribute ``parse_args`` adds to its Namespace (not a flag): the flags whose value is the ``--config`` file's
+#: (keys of the file that the command line does not give again), so that a message can say where a value came from.
+FROM_CONFIG_FILE = "_from_config_file"
 
 
 def parse_args(argv: list[str] | None = None, build: Callable[[], argparse.ArgumentParser] | None = None
@@ -213,7 +216,8 @@ def parse_args(argv: list[str] | None = None, build: Callable[[], argparse.Argum
 
     ``build`` makes the parser (default: the trainer's, :func:`build_parser`; another command's comes from
     :func:`declared_parser`). The Namespace also holds, as ``CHOSEN``, the flags the user chose: given on the command
-    line or as keys of the ``--config`` file, whatever their value (a flag set to its default value is still chosen).
+    line or as keys of the ``--config`` file, whatever their value (a flag set to its default value is still chosen),
+    and, as ``FROM_CONFIG_FILE``, those whose value is the file's (the command line does not give them again).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     build = build or build_parser
@@ -227,7 +231,9 @@ def parse_args(argv: list[str] | None = None, build: Callable[[], argparse.Argum
             parser.error(str(exc))
         parser.set_defaults(**from_file)
     args = parser.parse_args(argv)
-    setattr(args, CHOSEN, frozenset(from_file) | _given_on_command_line(argv, build))
+    on_command_line = _given_on_command_line(argv, build)
+    setattr(args, CHOSEN, frozenset(from_file) | on_command_line)
+    setattr(args, FROM_CONFIG_FILE, frozenset(from_file) - on_command_line)
     return args
 
 

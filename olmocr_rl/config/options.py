@@ -90,6 +90,7 @@ class ResolvedConfig:
     rewards: Mapping[str, RewardValue]  # the enabled rewards' parsed values, in the reward table's order
     vllm_engine_dtype: str  # the colocated engine's dtype (--vllm_dtype, or the trainer's own)
     notices: tuple[str, ...]  # for the entrypoint to log, once; "WARNING: ..." ones as warnings
+    from_config_file: frozenset[str]  # the flags whose value is the --config file's (not given on the command line)
     # ---- config ---------------------------------------------------------------------------------------------------
     config: str | None = flag(CONFIG, None, "YAML file of flag values (keys are flag names without --)")
 
@@ -103,9 +104,10 @@ class ResolvedConfig:
     bench_type_filter: tuple[str, ...] | None = flag(DATA, None, "keep only tests of this type (repeatable: "
         "--bench_type_filter table --bench_type_filter math)", action="append", metavar="TYPE")
     pages: str | None = flag(DATA, None, "keep only pages whose name <pdf>:<page> (e.g. counting.pdf:2) matches this "
-        "regex (train and eval sets)", metavar="REGEX")
+        "regex (train and eval sets); '' keeps every page (clears a --config file's pages:). `python -m "
+        "olmocr_rl.validate_bench DIR --list_pages` lists a folder's page names", metavar="REGEX")
     exclude_pages: str | None = flag(DATA, None, "drop pages whose name matches this regex, e.g. to hold pages out "
-        "for evaluate", metavar="REGEX")
+        "for evaluate; '' drops none", metavar="REGEX")
     max_train_samples: int | None = flag(DATA, None, "use only the first N pages (sorted)")
     max_eval_samples: int | None = flag(DATA, 10, "use only the first N eval pages")
     target_longest_image_dim: int = flag(DATA, DEFAULT_TARGET_LONGEST_IMAGE_DIM, "rendered page size (longest side, "
@@ -386,7 +388,8 @@ class ResolvedConfig:
 
     def as_dict(self) -> dict[str, Any]:
         """Flags with the resolved values on top (W&B's run config)."""
-        resolved = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("flags", "environment")}
+        resolved = {f.name: getattr(self, f.name) for f in fields(self)
+                    if f.name not in ("flags", "environment", "from_config_file")}
         out = {**self.flags, **resolved, "resolved_vllm_mode": self.vllm_mode, "num_processes": self.num_processes}
         return {k: plain(v) for k, v in out.items()}
 

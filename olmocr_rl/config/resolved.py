@@ -15,7 +15,7 @@ from typing import Any
 
 from olmocr_rl.config import checks, options
 from olmocr_rl.config.environment import Environment, probe_environment
-from olmocr_rl.config.flags import CHOSEN, build_parser, flag_values
+from olmocr_rl.config.flags import CHOSEN, FROM_CONFIG_FILE, build_parser, flag_values
 from olmocr_rl.config.options import ResolvedConfig, declared
 from olmocr_rl.config.rewards import reward_table
 from olmocr_rl.config.values import ConfigError, frozen, plain
@@ -86,6 +86,7 @@ def validate(args: argparse.Namespace, env: Environment | None = None) -> Resolv
         compiled_generation=compiled_generation, report_to=report_to, resume_from_checkpoint=resume,
     )
     added = dict(flags=MappingProxyType(flags), environment=env, rewards=MappingProxyType(rewards),
-                 vllm_engine_dtype=backend.vllm_engine_dtype, notices=tuple(notices))
+                 vllm_engine_dtype=backend.vllm_engine_dtype, notices=tuple(notices),
+                 from_config_file=frozenset(getattr(args, FROM_CONFIG_FILE, ())))
     values = {**{name: flags[name] for name, _, _ in declared()}, **resolved}
     return options.ResolvedConfig(**added, **values)

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from torch.utils.data import Dataset
 
+from olmocr_rl.data.page_names import list_pages_command, page_key, page_names_hint
 from olmocr_rl.data.prompts import build_no_anchoring_v4_yaml_prompt
 from olmocr_rl.data.render import DEFAULT_TARGET_LONGEST_IMAGE_DIM, PageRenderCache, default_render_cache
 from olmocr_rl.data.scan import BenchProblem
@@ -43,9 +44,36 @@ class BenchDataError(ValueError):
         )
 
 
-def page_key(pdf: str, page: int) -> str:
-    """A page's name for the page filters: ``<pdf relative to pdfs/>:<1-based page>``, e.g. ``counting.pdf:2``."""
-    return f"{pdf}:{page}"
+class PageFilterError(BenchDataError):
+    """The page filters (``pages``, ``exclude_pages``) leave no page of the folder. ``keys``: the folder's page names
+    (after the JSONL and test-type filters); :meth:`explain` says where each filter came from and how to clear it."""
+
+    def __init__(self, folder: str, keys: Sequence[str], pages: str | None, exclude_pages: str | None,
+                 command: str) -> None:
+        self.keys, self.pages, self.exclude_pages, self.command = list(keys), pages, exclude_pages, command
+        self.folder = str(folder)
+        self.problems = [BenchProblem(self.folder, None, None, self.explain())]
+        ValueError.__init__(self, self.explain())
+
+    def explain(self, sources: Mapping[str, str] | None = None) -> str:
+        """One line: the filters, each with where it was set (``sources[name]``: ``"command line"`` or the path of the
+        ``--config`` file that set it), the folder's real page names, and how to clear each filter."""
+        sources = sources or {}
+        given = [(name, value) for name, value in (("pages", self.pages), ("exclude_pages", self.exclude_pages))
+                 if value]  # '' keeps every page
+        shown, clear = [], []
+        for name, value in given:
+            source = sources.get(name)
+            if source is None or source == "command line":
+                shown.append(f"--{name} {value!r}" + (" (on the command line)" if source else ""))
+                clear.append(f"pass --{name} ''")
+            else:
+                shown.append(f"--{name} {value!r} (the `{name}:` line of {source})")
+                clear.append(f"delete the `{name}:` line of {source} or pass --{name} '' (the command line wins over "
+                             "the file)")
+        return (f"{' with '.join(shown)} leave{'s' if len(given) == 1 else ''} no page of {self.folder}: "
+                f"{page_names_hint(self.keys, self.command)}; pass a regex that matches some of them, or, to train "
+                f"on every page, {' and '.join(clear)}")
 
 
 def select_pages(keys: Sequence[str], pages=None, exclude_pages=None) -> list[int]:
@@ -90,7 +118,8 @@ class OlmOCRBenchDataset(Dataset):
 
     Construction validates the folder (`data.validation.validate_bench_folder`: the scan opens every PDF
     once, every test's fields are checked, the references are read); any problem raises BenchDataError
-    listing all of them (an invalid reference names its file). `report`: that validation already made for
+    listing all of them (an invalid reference names its file); page filters that leave no page raise PageFilterError (a
+    BenchDataError naming the folder's real page names). `report`: that validation already made for
     this folder and these filters (the training CLI and evaluate pass theirs), used as it is: nothing is read,
     opened, parsed or counted again (the summary is the report's when no page is left out); a report of
     another folder or other filters is a ValueError. Items are dicts:
@@ -137,10 +166,8 @@ class OlmOCRBenchDataset(Dataset):
             keep = select_pages([page_key(p.pdf, p.page) for p in scan.pages], include, exclude)
             selected = [scan.pages[i] for i in keep]
             if not selected:
-                raise BenchDataError(self.bench_data_folder, [BenchProblem(
-                    self.bench_data_folder, None, None,
-                    f"the page filters (pages={pages!r}, exclude_pages={exclude_pages!r}) leave no page; "
-                    "page names look like counting.pdf:2")])
+                raise PageFilterError(self.bench_data_folder, [page_key(p.pdf, p.page) for p in scan.pages], pages,
+                                      exclude_pages, list_pages_command(bench_data_folder, jsonl_filter, test_types))
         dropped_by_page_filter = len(scan.pages) - len(selected)
         pages = selected[:max_samples] if max_samples is not None else selected
         self.samples: list[dict] = [

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from olmocr_rl.data.dataset import page_key, select_pages
+from olmocr_rl.data.page_names import list_pages_command, page_names_hint
 from olmocr_rl.evaluation.backends import HFBackend, ServerBackend, VLLMBackend
 from olmocr_rl.evaluation.common import EvaluateError, Sampling
 from olmocr_rl.evaluation.options import BACKENDS, DEFAULT_SAMPLING_TEMPERATURE, DEFAULTS, SERVER_VLLM_FIELDS
@@ -99,10 +100,8 @@ def load_bench_pages(bench: str | os.PathLike, jsonl_filter: str | None, keep: r
         filters = " ".join(f"{flag} {pattern!r}" for flag, pattern in
                            (("--jsonl_filter", jsonl_filter), ("--pages", keep and keep.pattern),
                             ("--exclude_pages", drop and drop.pattern)) if pattern)
-        raise EvaluateError(
-            f"{filters} selects none of the {len(keys)} pages of {bench} "
-            f"(page names look like {keys[0]!r}: <pdf under pdfs/>:<page>)"
-        )
+        raise EvaluateError(f"{filters} selects no page of {bench}: "
+                            f"{page_names_hint(keys, list_pages_command(bench, jsonl_filter))}")
     return dataset, selected
 
 

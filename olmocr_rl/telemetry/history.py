@@ -6,7 +6,8 @@
   steps after its checkpoint (they are trained again), so each step is recorded by one run. A disk that refuses
   a record (full, read-only) stops the run with the one line of a full disk at a save (a StorageError).
 - :class:`ProgressTableCallback` prints one row per training log above the progress bar: step, reward, its
-  std, bench pass rate overall and per test type, the share of sequences vLLM's importance-sampling correction
+  std, bench pass rate overall and per test type (a column for every type the training pages have tests of,
+  ``-`` in a row whose pages have none), the share of sequences vLLM's importance-sampling correction
   masked (vLLM runs), mean completion length, fraction of zero-signal groups, and seconds per step; the header
   again every 20 rows.
 """
@@ -82,18 +83,21 @@ class ProgressTableCallback(TrainerCallback):
 
     Columns: step, reward and its std, bench pass rate overall and per test type, the share of sequences vLLM's
     importance-sampling correction masked (with vLLM), mean completion length, fraction of zero-signal groups,
-    seconds per step. The columns are fixed by the first row.
+    seconds per step. The per-type columns are ``test_types`` (the training set's: a step whose page has no test of a
+    type shows ``-`` there), or without it the types of the first row; a type that shows up later in the logs gets a
+    column of its own then (the header is printed again), so no type's pass rate is left out. The other columns
+    are fixed by the first row.
     """
 
-    def __init__(self, print_fn=None, header_every: int = 20):
+    def __init__(self, print_fn=None, header_every: int = 20, test_types=None):
         if print_fn is None:
             from olmocr_rl.telemetry.console import write as print_fn
         self.print = print_fn
         self.header_every = header_every
         self._last_step_time: float | None = None
         self._last_step = 0
-        self._types: list[str] | None = None
-        self._optional: list[tuple[str, str, bool]] = []
+        self._types: list[str] = list(test_types or ())
+        self._optional: list[tuple[str, str, bool]] | None = None  # fixed by the first row
         self._rows = 0
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -112,11 +116,12 @@ class ProgressTableCallback(TrainerCallback):
         steps = max(1, state.global_step - self._last_step)
         step_time = (now - self._last_step_time) / steps if self._last_step_time else float("nan")
         self._last_step_time, self._last_step = now, state.global_step
-        if self._types is None:
-            self._types = sorted({k.split("/")[1] for k in logs
-                                  if k.startswith("bench_reward/") and k.endswith("/pass_rate")
-                                  and not k.split("/")[1].startswith("jsonl_")})
+        if self._optional is None:
             self._optional = [column for column in OPTIONAL_COLUMNS if column[1] in logs]
+        new_types = _logged_types(logs) - set(self._types)
+        if new_types:  # the first row, or a type no column shows yet: a column for it from now on
+            self._types += _in_bench_order(new_types)
+            self._rows = 0  # the header again, with the new column
         zero = logs.get("bench_reward/frac_zero_signal_groups", logs.get("frac_reward_zero_std"))
         row = [f"{state.global_step:>8d}", f"{_fmt(logs.get('reward')):>8}", f"{_fmt(logs.get('reward_std')):>8}",
                f"{_fmt(logs.get('bench_reward/overall_pass_rate'), pct=True):>8}"]
@@ -128,6 +133,20 @@ class ProgressTableCallback(TrainerCallback):
             self.print(self._header())
         self._rows += 1
         self.print(" ".join(row))
+
+
+def _logged_types(logs: dict) -> set[str]:
+    """The test types whose pass rate ``logs`` holds (``bench_reward/<type>/pass_rate``, JSONL files aside)."""
+    return {key.split("/")[1] for key in logs if key.startswith("bench_reward/") and key.endswith("/pass_rate")
+            and not key.split("/")[1].startswith("jsonl_")}
+
+
+def _in_bench_order(types: set[str]) -> list[str]:
+    """``types`` in olmOCR-bench's order of its test types (bench.test_types()), any other after them by name."""
+    from olmocr_rl.bench import test_types as bench_types
+
+    order = {name: index for index, name in enumerate(bench_types())}
+    return sorted(types, key=lambda name: (order.get(name, len(order)), name))
 
 
 def _fmt_plain(value) -> str:

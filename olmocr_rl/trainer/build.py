@@ -10,7 +10,8 @@ The callback order is written out in :func:`add_callbacks`, one slot per job:
    ``DetailedRewardLoggingCallback``
    (``bench_reward/*`` keys) go *first*, before the Trainer's own reporting callbacks (W&B, TensorBoard),
    because they add keys to the ``logs`` those send;
-2. the metrics file, each process's held bytes (``rank_memory.json``, once), and the console table, after the Trainer's callbacks (they read the finished logs); the
+2. the metrics file, each process's held bytes (``rank_memory.json``, once), the console table and the zero-signal
+   warning (telemetry.zero_signal), after the Trainer's callbacks (they read the finished logs); the
    Trainer's progress bar stays where it is, without its raw metrics dict unless ``--console_raw_metrics``;
 3. with W&B, transformers' ``WandbCallback`` is replaced in place by olmOCR's naming of it, and the run-id
    writer is added before the S3 mirror, so the id reaches S3 with the checkpoint;
@@ -93,29 +94,33 @@ def build_trainer(cfg, grpo_config, model, processor, reward_funcs, reward_names
         logger.info("training forwards: %s", packing)
     if sharing:
         logger.info("training forwards: %s", sharing)
-    add_callbacks(trainer, cfg, reward_names, reward_logger)
+    add_callbacks(trainer, cfg, reward_names, reward_logger, test_types=list(train_dataset.summary["tests_by_type"]))
     return trainer
 
 
-def add_callbacks(trainer, cfg, reward_names: list[str], reward_logger) -> None:
-    """The run's callbacks, in the order of the module docstring."""
+def add_callbacks(trainer, cfg, reward_names: list[str], reward_logger, test_types=None) -> None:
+    """The run's callbacks, in the order of the module docstring; ``test_types``: the training pages' (a column each
+    in the console row)."""
     from olmocr_rl.config.rewards import REWARDS
     from olmocr_rl.telemetry.pass_rates import DetailedRewardLoggingCallback
     from olmocr_rl.telemetry.console import use_console_progress
     from olmocr_rl.telemetry.history import MetricsFileCallback, ProgressTableCallback
+    from olmocr_rl.telemetry.zero_signal import ZeroSignalWarningCallback
     # The trainer put its StepTimingCallback (timing/* keys) first when it was built.
     if cfg.profile_step is not None:  # --profile_step: torch.profiler over one step, per phase
         from olmocr_rl.telemetry.profile import attach_step_profiler
 
         trainer.add_callback(attach_step_profiler(trainer, cfg.profile_step, cfg.output_dir))
-    if {reward.name for reward in REWARDS if reward.bench_tests} & set(reward_names):
+    bench_scored = bool({reward.name for reward in REWARDS if reward.bench_tests} & set(reward_names))
+    if bench_scored:
         DetailedRewardLoggingCallback.attach(trainer, reward_logger,  # bench_reward/* keys; goes first
                                              detail_steps=console_detail_steps(cfg))
     trainer.add_callback(MetricsFileCallback(Path(cfg.output_dir) / "metrics.jsonl"))
     from olmocr_rl.telemetry.rank_memory import RankMemoryCallback
 
     trainer.add_callback(RankMemoryCallback(cfg.output_dir))  # each process's held bytes, after the first step
-    trainer.add_callback(ProgressTableCallback())
+    trainer.add_callback(ProgressTableCallback(test_types=test_types if bench_scored else None))
+    trainer.add_callback(ZeroSignalWarningCallback())  # one line when nearly every group's rewards are identical
     use_console_progress(trainer, raw_metrics=cfg.console_raw_metrics)  # the bar, without the raw dict
     if "wandb" in cfg.report_to:
         from transformers.integrations import WandbCallback

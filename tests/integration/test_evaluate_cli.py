@@ -200,9 +200,12 @@ def test_error_cases(tiny_model_dir, mini_bench, tmp_path, capsys):
 
     _one_line_error(*run_main(capsys, "--model", tiny_model_dir, "--bench", tmp_path / "nowhere"), "no such folder")
     _one_line_error(*run_main(capsys, "--model", tiny_model_dir, "--bench", mini_bench, "--pages", "nothing"),
-                    "--pages 'nothing' selects none of the 2 pages", "'counting.pdf:1'")
+                    "--pages 'nothing' selects no page", "its 2 pages are named <pdf under pdfs/>:<page>: counting.pdf:1",
+                    "--list_pages")
     _one_line_error(*run_main(capsys, "--model", tiny_model_dir, "--bench", mini_bench, "--jsonl_filter", "^a",
-                              "--exclude_pages", "synth"), "--jsonl_filter '^a' --exclude_pages 'synth' selects none")
+                              "--exclude_pages", "synth"), "--jsonl_filter '^a' --exclude_pages 'synth' selects no page",
+                    "its 1 page is named <pdf under pdfs/>:<page>: synth/doc0042_page3.pdf:1",
+                    "--list_pages --jsonl_filter '^a'` lists them")
     _one_line_error(*run_main(capsys, "--model", tiny_model_dir, "--bench", mini_bench, "--exclude_pages", "["),
                     "--exclude_pages '['")
     _one_line_error(*run_main(capsys, "--model", tiny_model_dir, "--bench", mini_bench, "--num_samples", "2",
