@@ -97,3 +97,15 @@ def test_the_report_gives_each_runs_gain_with_its_interval_and_checks_the_soup(t
     saved = json.loads((tmp_path / "report.json").read_text())
     assert saved["soups"] == [{"algorithm": "plain", "soup": 0.49, "seeds_mean": pytest.approx(0.47), "holds": True}]
     assert [row["name"] for row in saved["arms"]] == ["plain-s0", "plain-s1", "flipped-s0", "soup-plain"]
+
+
+def test_the_command_lists_its_stages_and_refuses_a_missing_config(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # the repository's root, as scripts/recipe_cpu.sh runs it
+    assert run.main(["--out", str(tmp_path), "--list", "--seeds", "0", "--algorithms", "plain"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.strip() for line in listed[:2]] == ["pages-train", "pages-heldout"]
+    assert [line.strip() for line in listed[-4:]] == ["grpo-flipped-s0", "eval-flipped-s0", "compare-flipped-s0",
+                                                     "report"]  # one seed: no soup
+    with pytest.raises(SystemExit):
+        run.main(["--out", str(tmp_path), "--grpo_config", "nope.yaml"])
+    assert "--grpo_config nope.yaml does not exist" in capsys.readouterr().err
