@@ -88,7 +88,7 @@ def _evaluate(args) -> dict:
         args.model, args.bench, outputs=args.outputs, num_samples=args.num_samples, temperature=args.temperature,
         max_new_tokens=args.max_new_tokens, jsonl_filter=args.jsonl_filter, pages=args.pages,
         exclude_pages=args.exclude_pages, seed=args.seed, scoring=args.scoring, flags=BackendFlags.from_args(args),
-        overwrite=args.overwrite, resamples=args.bootstrap)
+        overwrite=args.overwrite, resamples=args.bootstrap, image_dim=args.target_longest_image_dim)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

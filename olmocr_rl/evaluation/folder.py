@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
+from olmocr_rl.config.values import DEFAULT_TARGET_LONGEST_IMAGE_DIM
 from olmocr_rl.evaluation.common import EvaluateError, output_path
 
 RUN = "run.json"
@@ -46,6 +47,7 @@ IDENTITY_FLAGS = {
     "backend": "--backend", "server_model": "--server_model", "num_samples": "--num_samples",
     "temperature": "--temperature", "max_new_tokens": "--max_new_tokens", "max_attempts": "--max_attempts",
     "seed": "--seed", "batch_size": "--batch_size", "scoring": "--scoring",
+    "image_dim": "--target_longest_image_dim",
 }
 _REPEAT_FILE = re.compile(r".+_pg\d+_repeat\d+\.md")
 
@@ -127,6 +129,8 @@ class EvaluationFolder:
                 stored = json.loads(run.read_text(encoding="utf-8"))["identity"]
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 stored = {"unreadable": str(exc)}
+            if "unreadable" not in stored and "image_dim" in identity:  # written before the flag: olmOCR's size
+                stored.setdefault("image_dim", DEFAULT_TARGET_LONGEST_IMAGE_DIM)
             if stored != identity and not overwrite:
                 differences = _differences(stored, identity)
                 raise EvaluateError(f"{flag} holds another run's evaluation: {differences[0]}"

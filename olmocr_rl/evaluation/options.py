@@ -17,6 +17,7 @@ from olmocr_rl.bench.prepared import PROJECT_RULE, SCORING_RULES
 from olmocr_rl.config.flags import declared_parser
 from olmocr_rl.config.flags import parse_args as parse_declared
 from olmocr_rl.config.options import declared, flag
+from olmocr_rl.config.values import DEFAULT_TARGET_LONGEST_IMAGE_DIM
 from olmocr_rl.evaluation.backends import BACKENDS
 from olmocr_rl.evaluation.protocol import DEFAULT_MAX_ATTEMPTS, MODEL_MAX_CONTEXT, PIPELINE_MAX_TOKENS, PROTOCOLS
 
@@ -59,6 +60,11 @@ class EvaluateOptions:
         metavar="REGEX")
     exclude_pages: str | None = flag(WHAT, None, "leave out pages whose name (<pdf>:<page>) this regex searches into",
         metavar="REGEX")
+
+    target_longest_image_dim: int = flag(WHAT, DEFAULT_TARGET_LONGEST_IMAGE_DIM, "each page is rendered with its "
+        f"longest side this many pixels, as the training command's flag of the same name (default "
+        f"{DEFAULT_TARGET_LONGEST_IMAGE_DIM}, olmOCR's); score a model at the size it was trained on (the CPU "
+        "recipe's: 448)")
 
     # ---- how ----------------------------------------------------------------------------------------------------
     backend: str = flag(HOW, "hf", "hf: Hugging Face generate; vllm: vLLM's offline engine on this machine; server: "

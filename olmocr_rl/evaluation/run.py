@@ -70,7 +70,7 @@ class Plan:
 
 
 def plan(model: str, bench, *, outputs, num_samples: int, temperature, max_new_tokens, jsonl_filter, pages,
-         exclude_pages, seed: int, scoring: str, flags: BackendFlags) -> Plan:
+         exclude_pages, seed: int, scoring: str, flags: BackendFlags, image_dim: int | None = None) -> Plan:
     """Every check that can run before the model loads (one EvaluateError line each), and the run's identity."""
     pipeline = flags.protocol == "olmocr-pipeline"
     check_backend_flags(flags, temperature)
@@ -84,7 +84,9 @@ def plan(model: str, bench, *, outputs, num_samples: int, temperature, max_new_t
     drop = compile_page_regex("--exclude_pages", exclude_pages)
     if flags.backend != "server":
         check_model_path(model)
-    dataset, selected = load_bench_pages(bench, jsonl_filter, keep, drop)
+    if image_dim is not None and (isinstance(image_dim, bool) or not isinstance(image_dim, int) or image_dim < 28):
+        raise EvaluateError(f"--target_longest_image_dim must be an integer of at least 28 pixels, got {image_dim!r}")
+    dataset, selected = load_bench_pages(bench, jsonl_filter, keep, drop, image_dim)
     outputs = Path(outputs) if outputs is not None else default_outputs_dir(model, str(bench))
     keys = [page_key(dataset.samples[i]["pdf"], dataset.samples[i]["page"]) for i in selected]
     local = Path(model).expanduser()
@@ -96,7 +98,7 @@ def plan(model: str, bench, *, outputs, num_samples: int, temperature, max_new_t
         "num_samples": sampling.num_samples, "temperature": sampling.temperature if not pipeline else None,
         "max_new_tokens": max_new_tokens, "max_attempts": (flags.max_attempts or DEFAULT_MAX_ATTEMPTS) if pipeline
         else None, "seed": seed, "batch_size": (flags.batch_size or 1) if flags.backend == "hf" else None,
-        "scoring": scoring,
+        "scoring": scoring, "image_dim": dataset.target_longest_image_dim,
     }
     return Plan(model, str(bench), flags, sampling, max_new_tokens, seed, scoring, dataset, selected,
                 EvaluationFolder(outputs, pipeline), identity)
@@ -222,6 +224,7 @@ def evaluate(
     backend=None,
     overwrite: bool = False,
     resamples: int = DEFAULT_RESAMPLES,
+    image_dim: int | None = None,
 ) -> dict:
     """Transcribe the selected pages of ``bench`` with ``model`` and score them (docs/evaluate.md).
 
@@ -239,7 +242,7 @@ def evaluate(
         raise EvaluateError(f"--bootstrap must be an integer >= 10, got {resamples!r}")
     run = plan(model, bench, outputs=outputs, num_samples=num_samples, temperature=temperature,
                max_new_tokens=max_new_tokens, jsonl_filter=jsonl_filter, pages=pages, exclude_pages=exclude_pages,
-               seed=seed, scoring=scoring, flags=flags)
+               seed=seed, scoring=scoring, flags=flags, image_dim=image_dim)
     owned = backend is None
     if owned and flags.backend == "server":  # checked (reachable, serves the model) before the folder is touched
         backend = build_backend(run.model, flags, run.seed, note=note)

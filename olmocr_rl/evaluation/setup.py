@@ -80,7 +80,7 @@ def default_outputs_dir(model: str, bench: str) -> Path:
 
 
 def load_bench_pages(bench: str | os.PathLike, jsonl_filter: str | None, keep: re.Pattern | None,
-                     drop: re.Pattern | None):
+                     drop: re.Pattern | None, image_dim: int | None = None):
     """``(dataset, selected)``: the bench folder as a dataset and the indices of the pages to transcribe.
 
     EvaluateError (one line) when the folder has problems (the first is named) or the filters keep no page.
@@ -93,7 +93,8 @@ def load_bench_pages(bench: str | os.PathLike, jsonl_filter: str | None, keep: r
     report = validate_bench_folder(bench, jsonl_filter)
     if not report.ok:
         raise EvaluateError(f"{report.summary_line()} (python -m olmocr_rl.validate_bench {bench} lists all)")
-    dataset = OlmOCRBenchDataset(bench, jsonl_filter=jsonl_filter, report=report)  # the folder read once
+    sized = {} if image_dim is None else {"target_longest_image_dim": image_dim}
+    dataset = OlmOCRBenchDataset(bench, jsonl_filter=jsonl_filter, report=report, **sized)  # the folder read once
     keys = [page_key(sample["pdf"], sample["page"]) for sample in dataset.samples]
     selected = select_pages(keys, keep, drop)
     if not selected:

@@ -51,6 +51,7 @@ class Plan:
     eval_temperature: float = 1.0  # sampled, as GRPO samples; a test passes when most samples pass it
     eval_max_new_tokens: int = 384
     eval_batch_size: int = 16
+    image_dim: int = 448  # pages rendered with this longest side everywhere (grid, warm start, GRPO config, evaluation)
     bootstrap: int = 1000  # paired bootstrap resamples over pages for --compare
     extra_grpo_flags: tuple[str, ...] = field(default_factory=tuple)
 
@@ -92,7 +93,7 @@ def stages(plan: Plan) -> list[Stage]:
     for split, n in (("train", plan.train_pages), ("heldout", plan.heldout_pages)):
         result.append(Stage(f"pages-{split}", [pages / split], _python(
             "olmocr_rl.recipe.pages", "--split", split, "--n", str(n), "--seed", str(plan.page_seed),
-            "--out", str(pages / split))))
+            "--dim", str(plan.image_dim), "--out", str(pages / split))))
     for split in ("train", "heldout"):
         result.append(Stage(f"synth-{split}", [bench / split], _python(
             "olmocr_rl.synth", "--html", str(pages / split), "--out", str(bench / split))))
@@ -107,14 +108,14 @@ def stages(plan: Plan) -> list[Stage]:
     result.append(Stage("sft", [models / "sft"], _python(
         "olmocr_rl.recipe.sft", str(models / "base"), "--bench", str(bench / "train"), "--transcripts",
         str(out / "teacher"), "--out", str(models / "sft"), "--line_steps", str(plan.line_steps),
-        "--page_steps", str(plan.page_steps), "--seed", str(plan.page_seed))))
+        "--page_steps", str(plan.page_steps), "--image_dim", str(plan.image_dim), "--seed", str(plan.page_seed))))
     result.append(_evaluate(plan, "sft", models / "sft", bench / "heldout", evals))
     for name, flags in plan.arms:
         steps = ["--max_steps", str(plan.grpo_steps)] if plan.grpo_steps else []
         result.append(Stage(f"grpo-{name}", [runs / name / "model.safetensors"], _python(
             "olmocr_rl.grpo_train", "--config", plan.grpo_config, "--model_name", str(models / "sft"),
             "--train_bench_data_folder", str(bench / "train-rl"), "--output_dir", str(runs / name),
-            *flags, *steps, *plan.extra_grpo_flags), fresh=False))
+            "--target_longest_image_dim", str(plan.image_dim), *flags, *steps, *plan.extra_grpo_flags), fresh=False))
         result.append(_evaluate(plan, name, runs / name, bench / "heldout", evals))
         result.append(_compare(plan, name, evals, compare))
     for algorithm in plan.algorithms:
@@ -137,7 +138,8 @@ def _evaluate(plan: Plan, name: str, model: Path, bench: Path, evals: Path) -> S
         "olmocr_rl.evaluate", "--model", str(model), "--bench", str(bench), "--outputs", str(evals / name),
         "--num_samples", str(plan.eval_samples), "--temperature", str(plan.eval_temperature),
         "--max_new_tokens", str(plan.eval_max_new_tokens), "--batch_size", str(plan.eval_batch_size),
-        "--bootstrap", str(plan.bootstrap), "--json"), stdout=evals / f"{name}.json", fresh=False)
+        "--bootstrap", str(plan.bootstrap), "--target_longest_image_dim", str(plan.image_dim), "--json"),
+        stdout=evals / f"{name}.json", fresh=False)
 
 
 def _compare(plan: Plan, name: str, evals: Path, compare: Path) -> Stage:

@@ -236,3 +236,32 @@ def test_an_hf_batch_stopped_halfway_is_run_whole_again(tmp_path, tiny_model_dir
     assert second.batches == [["paragraphs.pdf:1", "simple_lines.pdf:1"], ["table.pdf:1"]]
     assert resumed["resumed_pages"] == 3 and files(tmp_path / "out") == files(tmp_path / "whole")
     assert resumed["tests"] == whole["tests"]
+
+
+def test_pages_are_rendered_at_the_flags_size_and_a_folder_of_another_size_is_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    with standin_server(page_text) as (url, state):
+        server = ["--model", "standin", "--bench", SAMPLE, "--outputs", out, "--backend", "server", "--server_url", url,
+                  "--pages", "counting"]
+        assert main(list(map(str, [*server, "--target_longest_image_dim", 448, "--json"]))) == 0
+        result = json.loads(capsys.readouterr().out)
+        assert {max(seen.image.size) for seen in state.seen} == {448} and result["sampling"]["image_dim"] == 448
+        line = _error_line(capsys, *server)  # the default, olmOCR's 1288
+        assert "--target_longest_image_dim (the folder's run: 448; this run: 1288)" in line, line
+        assert main(list(map(str, [*server, "--outputs", tmp_path / "default"]))) == 0
+        assert max(state.seen[-1].image.size) == 1288
+        capsys.readouterr()
+        assert "--target_longest_image_dim must be an integer of at least 28 pixels, got 5" in _error_line(
+            capsys, *server, "--outputs", tmp_path / "x", "--target_longest_image_dim", 5)
+
+
+def test_a_folder_written_before_the_image_size_was_recorded_resumes_at_olmocrs_size(tmp_path):
+    with standin_server(page_text) as (url, state):
+        first = run(url, tmp_path / "out")
+        run_json = tmp_path / "out" / "run.json"
+        record = json.loads(run_json.read_text())
+        assert record["identity"].pop("image_dim") == 1288
+        run_json.write_text(json.dumps(record))
+        seen = len(state.seen)
+        again = run(url, tmp_path / "out")
+        assert len(state.seen) == seen and again["resumed_pages"] == 5 and again["tests"] == first["tests"]
