@@ -29,6 +29,13 @@ def _interval(row: dict) -> str:
     return f"{100 * row['diff']:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
 
 
+def _sampling(plan) -> str:
+    if plan.eval_temperature == 0:
+        return "one greedy transcription a page"
+    return (f"{plan.eval_samples} transcriptions a page sampled at temperature {plan.eval_temperature}; a test passes "
+            "when most of them pass it")
+
+
 def arm_rows(out: Path, names: list[str]) -> list[dict]:
     """Per compared run: its model-only overall before/after, the gain and its interval, and per-type gains."""
     rows = []
@@ -99,8 +106,7 @@ def write_report(plan) -> Path:
     lines = ["# The CPU recipe: GRPO on synthetic unit tests, measured on held-out pages", "",
              f"Folder `{out}`; {plan.train_pages} train pages, {plan.heldout_pages} held-out pages (disjoint words "
              f"and numbers); every number below is the **model-only** olmOCR-bench score on the held-out pages "
-             f"({plan.eval_samples} sampled transcriptions a page at temperature {plan.eval_temperature}; a test "
-             "passes when most of its samples pass), in points.", ""]
+             f"({_sampling(plan)}), in points.", ""]
     if warm is not None:
         model_only = warm["model_only"]
         lines += ["## The warm start", "",
