@@ -27,7 +27,7 @@ The bugs (:data:`MUTATIONS`), each applied to the real code path: the reward's s
 loss permuted across the batch's completions.
 
 ``python tests/learning_guard.py --seeds 0 1 2 --work DIR`` runs the guard and every mutation per seed and prints
-each held-out gain (docs/testing.md has a run).
+each held-out gain (docs/learning_signal.md has a run).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ images), the tiny Qwen2.5-VL warm-started until it reads about 40 % of them, the
 and after. The guard asserts a held-out gain above :data:`GAIN`; each mutation (the reward's sign flipped,
 completions scored against the wrong page, advantages permuted across completions), applied to the real code
 path, must fall below it. Fixed seeds; the gains of other seeds (``python tests/learning_guard.py --seeds ...``)
-are in docs/testing.md, with the margin this threshold leaves on both sides.
+are in docs/learning_signal.md, with the margin this threshold leaves on both sides.
 """
 
 from __future__ import annotations
