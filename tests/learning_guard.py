@@ -288,12 +288,13 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], Callable[[], contextlib.AbstractCont
 }
 
 
-def run(task: Task, out: Path, mutation: str | None = None, seed: int = 0) -> dict:
-    """GRPO (with ``mutation`` applied, if any), then the held-out reading: the gain over the warm start."""
+def run(task: Task, out: Path, mutation: str | None = None, seed: int = 0, flags: Sequence[str] = ()) -> dict:
+    """GRPO (with ``mutation`` applied, if any; ``flags`` after the guard's own), then the held-out reading: the gain
+    over the warm start."""
     extra, patch = MUTATIONS[mutation] if mutation else ((), contextlib.nullcontext)
     shutil.rmtree(out, ignore_errors=True)
     with patch():
-        rewards = grpo(task, out / "run", seed, extra)
+        rewards = grpo(task, out / "run", seed, [*flags, *extra])
     after = held_out_reading(out / "run", task.held_out, out / "eval")
     return {"mutation": mutation or "none", "before": task.before, "after": after, "gain": after - task.before,
             "train_reward_first_last": (rewards[0], rewards[-1])}
@@ -308,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--work", type=Path, required=True, help="scratch folder (emptied per seed)")
     parser.add_argument("--mutations", nargs="*", default=list(MUTATIONS), choices=list(MUTATIONS))
+    parser.add_argument("--grpo_flags", default="", help="more training flags, after the guard's own (which they "
+                                                         "override), e.g. '--max_steps 8 --learning_rate 4e-4'")
     args = parser.parse_args(argv)
     for seed in args.seeds:
         work = args.work / f"seed{seed}"
@@ -318,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
               f"({time.perf_counter() - started:.0f} s)", flush=True)
         for mutation in [None, *args.mutations]:
             started = time.perf_counter()
-            result = run(task, work / (mutation or "none"), mutation, seed)
+            result = run(task, work / (mutation or "none"), mutation, seed, args.grpo_flags.split())
             print(f"seed {seed} {result['mutation']:>42}: held-out {result['before']:.3f} -> {result['after']:.3f}"
                   f" gain {result['gain']:+.3f} (train reward {result['train_reward_first_last'][0]:.2f} -> "
                   f"{result['train_reward_first_last'][1]:.2f}, {time.perf_counter() - started:.0f} s)", flush=True)

@@ -4,7 +4,7 @@ learning is broken.
 tests/learning_guard.py builds the task: pages that each print one of eight words (64 train, 32 held out, different
 images), the tiny Qwen2.5-VL warm-started until it reads about 40 % of them, then 10 GRPO steps of the training CLI
 (in-process, the bench reward alone) on the train pages, and ``olmocr_rl.evaluate`` on the held-out pages before
-and after. The guard asserts a held-out gain above :data:`GAIN`; each mutation (the reward's sign flipped,
+and after. The guard asserts a held-out gain above :data:`GAIN` (0.08); each mutation (the reward's sign flipped,
 completions scored against the wrong page, advantages permuted across completions), applied to the real code
 path, must fall below it. Fixed seeds; the gains of other seeds (``python tests/learning_guard.py --seeds ...``)
 are in docs/learning_signal.md, with the margin this threshold leaves on both sides.
@@ -18,9 +18,10 @@ import learning_guard
 
 pytestmark = pytest.mark.slow
 
-#: The held-out gain (share of sampled transcriptions that pass) the guard must exceed and no mutation may reach.
-#: Seeds 0-4 (docs/testing.md): GRPO +0.16 to +0.25, the mutations -0.31 to +0.05.
-GAIN = 0.10
+#: The held-out gain (the share of present tests the sampled transcriptions pass) the guard must exceed and no
+#: mutation may reach. Seeds 0-7 (docs/learning_signal.md): GRPO +0.141 to +0.367, the mutations -0.480 to +0.020;
+#: 0.08 leaves 0.06 on either side. Seed 0, the test's: GRPO +0.203, the mutations +0.020 at most.
+GAIN = 0.08
 
 
 @pytest.fixture(scope="module")
