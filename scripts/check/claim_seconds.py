@@ -24,6 +24,10 @@ CLAIMS: list[tuple[str, list[str]]] = [
      ["tests/integration/test_learning_signal.py::test_grpo_raises_the_bench_pass_rate_and_the_flipped_sign_does_not",
       "tests/integration/test_learning_signal.py::test_lora_raises_the_bench_pass_rate",
       "tests/integration/test_learning_signal.py::test_a_frozen_vision_tower_learns_and_stays_bit_identical"]),
+    ("GRPO makes the model read held-out pages better; a flipped reward sign, completions scored against the wrong "
+     "page and permuted advantages do not",
+     ["tests/integration/test_learning_guard.py::test_grpo_makes_the_model_read_held_out_pages_better",
+      "tests/integration/test_learning_guard.py::test_each_learning_bug_fails_the_guard"]),
     ("bit-exact resume, local: a SIGTERM mid-run saves that step and the resume equals the uninterrupted run",
      ["tests/integration/test_fault_runs.py::test_sigterm_mid_run_saves_that_step_and_the_resumed_run_equals_the_uninterrupted_one",
       "tests/integration/test_preemption.py::test_resume_in_the_second_epoch_sees_that_epochs_page_order"]),
