@@ -61,7 +61,8 @@ class Plan:
         arms = []
         for algorithm in self.algorithms:
             for seed in self.seeds:
-                flags = ["--seed", str(seed)] + (["--olmorl"] if algorithm == "olmorl" else [])
+                # OlmoRL has no KL term: the config's beta is set back to 0 for it
+                flags = ["--seed", str(seed)] + (["--olmorl", "--beta", "0"] if algorithm == "olmorl" else [])
                 arms.append((f"{algorithm}-s{seed}", flags))
         if self.control:
             arms.append((f"flipped-s{self.seeds[0]}", ["--seed", str(self.seeds[0]), "--reward_bench", "-1"]))

@@ -109,3 +109,20 @@ def test_the_command_lists_its_stages_and_refuses_a_missing_config(tmp_path, cap
     with pytest.raises(SystemExit):
         run.main(["--out", str(tmp_path), "--grpo_config", "nope.yaml"])
     assert "--grpo_config nope.yaml does not exist" in capsys.readouterr().err
+
+
+def test_every_grpo_arm_passes_the_trainers_flag_checks_with_the_recipes_config(tmp_path, monkeypatch):
+    """The arms' flags on top of configs/recipe-cpu.yaml, checked as python -m olmocr_rl.grpo_train checks them
+    before anything loads (--olmorl refuses the config's KL term unless the arm sets it back to 0)."""
+    from olmocr_rl.config import parse_args, validate
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    (tmp_path / "bench" / "train-rl").mkdir(parents=True)  # the folders the earlier stages make
+    (tmp_path / "models" / "sft").mkdir(parents=True)
+    for stage in run.stages(run.Plan(out=str(tmp_path))):
+        if stage.name.startswith("grpo-") and stage.name != "grpo-bench":
+            argv = stage.command[stage.command.index("olmocr_rl.grpo_train") + 1:]
+            cfg = validate(parse_args(argv))
+            assert cfg.seed == int(stage.name.rsplit("-s", 1)[1])
+            assert cfg.beta == (0.0 if "olmorl" in stage.name else 0.04)
+            assert cfg.target_longest_image_dim == 448
