@@ -36,6 +36,11 @@ def _sampling(plan) -> str:
             "when most of them pass it")
 
 
+def _side(interval) -> str:
+    low, high = interval
+    return "above 0" if low > 0 else "below 0" if high < 0 else "spans 0"
+
+
 def arm_rows(out: Path, names: list[str]) -> list[dict]:
     """Per compared run: its model-only overall before/after, the gain and its interval, and per-type gains."""
     rows = []
@@ -46,7 +51,7 @@ def arm_rows(out: Path, names: list[str]) -> list[dict]:
         table = compared["model_only"]["rows"]
         overall = table["overall"]
         rows.append({"name": name, "before": overall["a"], "after": overall["b"], "diff": overall["diff"],
-                     "diff_ci": overall["diff_ci"], "excludes_zero": overall["diff_ci"][0] > 0 or overall["diff_ci"][1] < 0,
+                     "diff_ci": overall["diff_ci"], "interval": _side(overall["diff_ci"]),
                      "types": {t: table[f"type:{t}"] for t in TYPES if f"type:{t}" in table}})
     return rows
 
@@ -118,9 +123,9 @@ def write_report(plan) -> Path:
                   + " |", ""]
     if rows:
         lines += ["## GRPO against its warm start", "",
-                  "| run | warm start | after | gain [95 % interval] | interval excludes 0 |", "|---|---|---|---|---|"]
-        lines += [f"| {r['name']} | {_pct(r['before'])} | {_pct(r['after'])} | {_interval(r)} | "
-                  f"{'yes' if r['excludes_zero'] else 'no'} |" for r in rows]
+                  "| run | warm start | after | gain [95 % interval] | the interval |", "|---|---|---|---|---|"]
+        lines += [f"| {r['name']} | {_pct(r['before'])} | {_pct(r['after'])} | {_interval(r)} | {r['interval']} |"
+                  for r in rows]
         types = [t for t in TYPES if any(t in r["types"] for r in rows)]
         lines += ["", "Per test type (gain [95 % interval]):", "",
                   "| run | " + " | ".join(types) + " |", "|---|" + "---|" * len(types)]

@@ -89,9 +89,9 @@ def test_the_report_gives_each_runs_gain_with_its_interval_and_checks_the_soup(t
         (tmp_path / "compare" / f"{name}.json").write_text(json.dumps(_compare(0.40, b, low, high)))
     path = report.write_report(plan)
     text = path.read_text()
-    assert "| plain-s0 | 40.0 | 50.0 | +10.0 [+2.0, +14.0] | yes |" in text
-    assert "| plain-s1 | 40.0 | 44.0 | +4.0 [-1.0, +9.0] | no |" in text
-    assert "| flipped-s0 | 40.0 | 30.0 | -10.0 [-19.0, -3.0] | yes |" in text
+    assert "| plain-s0 | 40.0 | 50.0 | +10.0 [+2.0, +14.0] | above 0 |" in text
+    assert "| plain-s1 | 40.0 | 44.0 | +4.0 [-1.0, +9.0] | spans 0 |" in text
+    assert "| flipped-s0 | 40.0 | 30.0 | -10.0 [-19.0, -3.0] | below 0 |" in text
     assert "| plain | 49.0 | 47.0 | yes |" in text  # the soup against the mean of its seeds
     assert "| plain-s0 | +20.0 [+10.0, +30.0] |" in text
     saved = json.loads((tmp_path / "report.json").read_text())
