@@ -76,7 +76,7 @@ def _plot(rows: list[dict], path: Path) -> bool:
     except ImportError:
         return False
     types = [t for t in TYPES if any(t in row["types"] for row in rows)] + ["overall"]
-    fig, ax = plt.subplots(figsize=(max(6.4, 1.1 * len(types) * max(1, len(rows)) / 3), 4.2))
+    fig, ax = plt.subplots(figsize=(min(13.0, max(6.4, 0.4 * len(types) * max(1, len(rows)) / 3 + 3)), 4.6))
     width = 0.8 / max(1, len(rows))
     for k, row in enumerate(rows):
         values, lows, highs = [], [], []
