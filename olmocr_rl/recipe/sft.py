@@ -370,7 +370,19 @@ def main(argv: list[str] | None = None) -> int:
                             help=f"{help_text} (default {getattr(defaults, field)})")
     args = parser.parse_args(argv)
     schedule = Schedule(**{k: getattr(args, k) for k in asdict(defaults)})
-    summary = warm_start_reader(args.model, args.bench, args.transcripts, args.out, schedule)
+    for flag, path, fix in (("the model folder", Path(args.model) / "config.json",
+                             "build one with python -m olmocr_rl.tiny_model OUT --shape reader --tokenizer chars"),
+                            ("--bench", Path(args.bench), "pass a folder python -m olmocr_rl.synth wrote"),
+                            ("--transcripts", Path(args.transcripts), "run python -m olmocr_rl.recipe.teacher first")):
+        if not path.exists():
+            parser.error(f"{flag}: {path} does not exist; {fix}")
+    from olmocr_rl.model.loading import ModelLoadError
+
+    try:
+        summary = warm_start_reader(args.model, args.bench, args.transcripts, args.out, schedule)
+    except (FileNotFoundError, ValueError, ModelLoadError) as exc:  # BenchDataError is a ValueError
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"[sft] wrote {args.out} in {summary['seconds'] / 60:.1f} min; final {summary['final']}")
     return 0
 

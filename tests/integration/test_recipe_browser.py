@@ -195,3 +195,18 @@ def test_the_warm_start_trains_writes_a_plain_checkpoint_and_its_loss_falls(made
     model, processor = load_model_and_processor(str(tmp_path / "sft"))  # no probe weights, the base's processor
     assert model.config._attn_implementation == "sdpa"
     assert (tmp_path / "sft" / "tokenizer.json").read_bytes() == (reader / "tokenizer.json").read_bytes()
+
+
+def test_the_warm_start_command_says_what_is_missing_in_one_line(made, reader, tmp_path, capsys):
+    from olmocr_rl.recipe import sft
+
+    base = ["--transcripts", str(tmp_path), "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit):
+        sft.main([str(reader), "--bench", str(tmp_path / "nope"), *base])
+    assert f"error: --bench: {tmp_path / 'nope'} does not exist; pass a folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        sft.main([str(tmp_path), "--bench", str(made / "bench"), *base])
+    assert "error: the model folder: " in capsys.readouterr().err
+    assert sft.main([str(reader), "--bench", str(made / "bench"), *base]) == 2  # an empty transcripts folder
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and "no teacher transcription for" in err[-1] and "Traceback" not in err[0]
