@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .sft import Schedule
+
 __all__ = ["Plan", "Stage", "stages", "main"]
 
 STATE = "recipe_state.json"
@@ -43,15 +45,15 @@ class Plan:
     seeds: tuple[int, ...] = (0, 1, 2)  # GRPO seeds per algorithm
     algorithms: tuple[str, ...] = ("plain", "olmorl")
     control: bool = True  # a plain GRPO run with the bench reward's sign flipped (seed of the first seed)
-    line_steps: int = 2000  # warm start, stage 1 (python -m olmocr_rl.recipe.sft)
-    page_steps: int = 1500  # warm start, stage 2
+    line_steps: int = Schedule.line_steps  # warm start, stage 1 (python -m olmocr_rl.recipe.sft)
+    page_steps: int = Schedule.page_steps  # warm start, stage 2
     grpo_config: str = "configs/recipe-cpu.yaml"  # the GRPO runs' flags (python -m olmocr_rl.grpo_train)
     grpo_steps: int | None = None  # override the config's max_steps
     eval_samples: int = 1  # transcriptions per held-out page (K > 1: a test passes when most of the K pass it)
     eval_temperature: float = 0.0  # greedy: the warm start's samples at GRPO's temperature read far worse
     eval_max_new_tokens: int = 384
     eval_batch_size: int = 16
-    image_dim: int = 448  # pages rendered with this longest side everywhere (grid, warm start, GRPO config, evaluation)
+    image_dim: int = Schedule.image_dim  # the pages' longest side everywhere (grid, warm start, GRPO, evaluation)
     bootstrap: int = 1000  # paired bootstrap resamples over pages for --compare
     extra_grpo_flags: tuple[str, ...] = field(default_factory=tuple)
 

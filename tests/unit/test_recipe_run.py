@@ -55,6 +55,11 @@ def test_the_default_plan_has_every_arm_and_the_grpo_runs_train_on_the_tests_onl
         assert [f"grpo-{arm}", f"eval-{arm}", f"compare-{arm}"] == names[names.index(f"grpo-{arm}"):][:3]
     assert names[-1] == "report" and "soup-plain" in names and "soup-olmorl" in names
     grpo = {s.name: s.command for s in run.stages(run.Plan(out=str(tmp_path)))}
+    from olmocr_rl.recipe.sft import Schedule
+
+    warm = grpo["sft"]  # the warm start runs with the sft command's own defaults
+    assert [warm[warm.index(f"--{k}") + 1] for k in ("line_steps", "page_steps", "image_dim")] == [
+        str(Schedule.line_steps), str(Schedule.page_steps), str(Schedule.image_dim)]
     assert "--olmorl" in grpo["grpo-olmorl-s1"] and grpo["grpo-flipped-s0"][-2:] == ["--reward_bench", "-1"]
     assert grpo["grpo-plain-s2"][grpo["grpo-plain-s2"].index("--train_bench_data_folder") + 1] == str(
         tmp_path / "bench" / "train-rl")
