@@ -13,5 +13,5 @@ if ! "$python" -c "import olmocr_rl.synth.render as r; r.check_setup()" 2>/dev/n
   bash scripts/setup_browser.sh
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export WANDB_MODE="${WANDB_MODE:-offline}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"  # tiny matmuls: one thread a process is fastest
+export WANDB_MODE="${WANDB_MODE:-offline}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"  # GRPO and evaluation: one thread; the warm start: every core (--sft_threads)
 exec "$python" -m olmocr_rl.recipe "$@"

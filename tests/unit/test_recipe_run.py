@@ -65,6 +65,22 @@ def test_the_default_plan_has_every_arm_and_the_grpo_runs_train_on_the_tests_onl
         tmp_path / "bench" / "train-rl")
 
 
+def test_the_warm_start_runs_on_every_core_and_the_other_stages_inherit_the_environment(tmp_path, monkeypatch):
+    by_name = {s.name: s for s in run.stages(run.Plan(out=str(tmp_path)))}
+    assert by_name["sft"].env == {"OMP_NUM_THREADS": str(run.cores())}
+    assert all(not s.env for name, s in by_name.items() if name != "sft")
+    assert {s.name: s for s in run.stages(run.Plan(out=str(tmp_path), sft_threads=1))}["sft"].env == {
+        "OMP_NUM_THREADS": "1"}
+    # what a stage's process sees: its own variables over the recipe's environment
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    seen = tmp_path / "seen"
+    show = "import os, sys; open(sys.argv[1], 'w').write(os.environ['OMP_NUM_THREADS'] + os.environ['HOME'])"
+    stage = run.Stage("sft", [seen], [sys.executable, "-c", show, str(seen)], env={"OMP_NUM_THREADS": "7"})
+    assert run._execute(stage) == 0 and seen.read_text() == "7" + str(Path.home())
+    assert run._execute(run.Stage("eval-sft", [seen], [sys.executable, "-c", show, str(seen)])) == 0
+    assert seen.read_text() == "1" + str(Path.home())
+
+
 def test_the_grpo_bench_keeps_tests_and_pdfs_and_cuts_references_to_their_front_matter(tmp_path):
     bench = tmp_path / "bench"
     (bench / "pdfs").mkdir(parents=True)
@@ -114,6 +130,9 @@ def test_the_command_lists_its_stages_and_refuses_a_missing_config(tmp_path, cap
     with pytest.raises(SystemExit):
         run.main(["--out", str(tmp_path), "--grpo_config", "nope.yaml"])
     assert "--grpo_config nope.yaml does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run.main(["--out", str(tmp_path), "--sft_threads", "-1"])
+    assert "--sft_threads -1: give a number of threads, or 0 for one a core" in capsys.readouterr().err
 
 
 def test_every_grpo_arm_passes_the_trainers_flag_checks_with_the_recipes_config(tmp_path, monkeypatch):
