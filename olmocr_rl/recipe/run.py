@@ -45,7 +45,6 @@ class Plan:
     page_seed: int = 0
     seeds: tuple[int, ...] = (0, 1, 2)  # GRPO seeds per algorithm
     algorithms: tuple[str, ...] = ("plain", "olmorl")
-    olmorl_learning_rate: float = 1.5e-5  # OlmoRL has no KL leash: half the config's step size (docs/recipe.md)
     control: bool = True  # a plain GRPO run with the bench reward's sign flipped (seed of the first seed)
     line_steps: int = Schedule.line_steps  # warm start, stage 1 (python -m olmocr_rl.recipe.sft)
     page_steps: int = Schedule.page_steps  # warm start, stage 2
@@ -66,9 +65,8 @@ class Plan:
         arms = []
         for algorithm in self.algorithms:
             for seed in self.seeds:
-                # OlmoRL has no KL term: the config's beta is set back to 0 for it, and its step size is smaller
-                flags = ["--seed", str(seed)] + (["--olmorl", "--beta", "0", "--learning_rate",
-                                                  str(self.olmorl_learning_rate)] if algorithm == "olmorl" else [])
+                # OlmoRL has no KL term: the config's beta is set back to 0 for it
+                flags = ["--seed", str(seed)] + (["--olmorl", "--beta", "0"] if algorithm == "olmorl" else [])
                 arms.append((f"{algorithm}-s{seed}", flags))
         if self.control:
             arms.append((f"flipped-s{self.seeds[0]}", ["--seed", str(self.seeds[0]), "--reward_bench", "-1"]))
