@@ -46,7 +46,7 @@ class Schedule:
     """What the warm start does, step by step."""
 
     line_steps: int = 2000  # stage 1: batches of printed lines
-    page_steps: int = 3000  # stage 2: batches of pages (with line_share of lines); docs/recipe.md: 1,500 read half as well
+    page_steps: int = 3000  # stage 2: pages (with line_share of lines); 1,500 read held out present 0.20, 3,000 0.53
     line_batch: int = 16  # lines a stage-1 batch
     page_batch: int = 8  # examples a stage-2 batch
     line_share: float = 0.25  # share of a stage-2 batch that is lines (keeps the reading sharp)
