@@ -73,12 +73,14 @@ def test_the_warm_start_runs_on_every_core_and_the_other_stages_inherit_the_envi
         "OMP_NUM_THREADS": "1"}
     # what a stage's process sees: its own variables over the recipe's environment
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("OLMOCR_RL_RECIPE_TEST_MARK", "kept")
     seen = tmp_path / "seen"
-    show = "import os, sys; open(sys.argv[1], 'w').write(os.environ['OMP_NUM_THREADS'] + os.environ['HOME'])"
+    show = ("import os, sys; open(sys.argv[1], 'w').write(os.environ['OMP_NUM_THREADS'] + ' ' + "
+            "os.environ['OLMOCR_RL_RECIPE_TEST_MARK'])")
     stage = run.Stage("sft", [seen], [sys.executable, "-c", show, str(seen)], env={"OMP_NUM_THREADS": "7"})
-    assert run._execute(stage) == 0 and seen.read_text() == "7" + str(Path.home())
+    assert run._execute(stage) == 0 and seen.read_text() == "7 kept"
     assert run._execute(run.Stage("eval-sft", [seen], [sys.executable, "-c", show, str(seen)])) == 0
-    assert seen.read_text() == "1" + str(Path.home())
+    assert seen.read_text() == "1 kept"
 
 
 def test_the_grpo_bench_keeps_tests_and_pdfs_and_cuts_references_to_their_front_matter(tmp_path):
