@@ -11,7 +11,9 @@ clean transcription) -> build the reading model -> warm start (SFT) -> evaluate 
 arm (plain GRPO and ``--olmorl``, each over the seeds, and the sign-flipped control) GRPO, evaluate, compare with
 the warm start -> the uniform soup of each algorithm's seeds, evaluated and compared -> ``report.md`` with its
 plots. A stage whose outputs are complete (``recipe_state.json`` records it) is not run again; a stage that was
-stopped runs again (GRPO and evaluation continue from what they kept; the others start over).
+stopped runs again (GRPO and evaluation continue from what they kept; the others start over). A stage whose
+settings changed since it ran (its command's flags or environment, e.g. another ``--page_steps``) starts over, and
+so does every stage after it.
 """
 
 from __future__ import annotations
@@ -195,9 +197,21 @@ def _save_state(out: Path, state: dict) -> None:
     path.write_text(json.dumps(state, indent=2) + "\n")
 
 
+def settings(stage: Stage) -> list | None:
+    """What a stage runs, as recorded in the state: its command's arguments and environment (None: a function)."""
+    return None if stage.command is None else [stage.command[1:], stage.env]
+
+
+def changed(stage: Stage, state: dict) -> bool:
+    """The stage was started before with other settings (a changed flag of this command, a changed default)."""
+    recorded = state["stages"].get(stage.name, {})
+    return "settings" in recorded and recorded["settings"] != settings(stage)
+
+
 def is_done(stage: Stage, state: dict) -> bool:
-    """A stage is done when it finished (recorded) and its outputs are all still there."""
-    return bool(state["stages"].get(stage.name, {}).get("done")) and all(p.exists() for p in stage.outputs)
+    """A stage is done when it finished (recorded), with these settings, and its outputs are all still there."""
+    return (bool(state["stages"].get(stage.name, {}).get("done")) and not changed(stage, state)
+            and all(p.exists() for p in stage.outputs))
 
 
 def run(plan: Plan, until: str | None = None, log=print) -> int:
@@ -210,6 +224,14 @@ def run(plan: Plan, until: str | None = None, log=print) -> int:
     if until is not None and until not in names:
         log(f"error: --until {until}: no such stage; the stages are {', '.join(names)}")
         return 2
+    first_changed = next((i for i, stage in enumerate(all_stages) if changed(stage, state)), None)
+    if first_changed is not None:  # later stages may read its outputs: they start over too, now and after a stop
+        log(f"[recipe] {all_stages[first_changed].name} ran before with other settings: it and every later stage "
+            "start over")
+        for stage in all_stages[first_changed:]:
+            state["stages"].pop(stage.name, None)
+            _remove(stage.outputs)
+        _save_state(out, state)
     started = time.time()
     for index, stage in enumerate(all_stages, 1):
         if is_done(stage, state):
@@ -217,12 +239,10 @@ def run(plan: Plan, until: str | None = None, log=print) -> int:
                 f"({state['stages'][stage.name]['seconds']:.0f} s), kept")
         else:
             log(f"[recipe] {index}/{len(all_stages)} {stage.name} ({time.time() - started:.0f} s into this run)")
+            state["stages"][stage.name] = {"done": False, "settings": settings(stage)}  # a stop keeps what it ran
+            _save_state(out, state)
             if stage.fresh:
-                for path in stage.outputs:
-                    if path.is_dir():
-                        shutil.rmtree(path)
-                    elif path.exists():
-                        path.unlink()
+                _remove(stage.outputs)
             begun = time.time()
             status = _execute(stage)
             if status != 0:
@@ -233,13 +253,22 @@ def run(plan: Plan, until: str | None = None, log=print) -> int:
             if missing:
                 log(f"error: the recipe's stage {stage.name} ended without writing {', '.join(missing)}")
                 return 1
-            state["stages"][stage.name] = {"done": True, "seconds": round(time.time() - begun, 1)}
+            state["stages"][stage.name] = {"done": True, "seconds": round(time.time() - begun, 1),
+                                           "settings": settings(stage)}
             _save_state(out, state)
         if stage.name == until:
             break
     total = sum(s.get("seconds", 0) for s in state["stages"].values())
     log(f"[recipe] finished: {out} ({total / 60:.1f} min of stages in all; report: {out / 'report.md'})")
     return 0
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
 
 
 def _execute(stage: Stage) -> int:

@@ -29,11 +29,14 @@ def test_stages_run_once_a_failure_stops_with_one_line_and_the_next_run_goes_on(
     assert said[-1] == ("error: the recipe's stage sft failed (exit status 3); fix what it printed above and run the "
                         "same command again: finished stages are kept")
     state = json.loads((tmp_path / run.STATE).read_text())
-    assert list(state["stages"]) == ["pages-train"] and state["plan"]["seeds"] == [0, 1, 2]
+    assert [name for name, info in state["stages"].items() if info["done"]] == ["pages-train"]
+    assert state["stages"]["sft"]["settings"] is not None and state["plan"]["seeds"] == [0, 1, 2]
 
     monkeypatch.setattr(run, "stages", lambda p: _stand_ins(tmp_path, None))
     said.clear()
     assert run.run(plan, log=said.append) == 0
+    # the stand-in's failing command was replaced by a working one: its settings changed, which the run says
+    assert said.pop(0) == "[recipe] sft ran before with other settings: it and every later stage start over"
     assert said[0].startswith("[recipe] 1/3 pages-train: done before") and said[0].endswith("kept")
     assert said[1].startswith("[recipe] 2/3 sft (") and said[-1].startswith(f"[recipe] finished: {tmp_path}")
     assert all((tmp_path / name).read_text() == "x" for name in ("pages-train", "sft", "grpo-plain-s0"))
@@ -45,6 +48,42 @@ def test_stages_run_once_a_failure_stops_with_one_line_and_the_next_run_goes_on(
     assert not any("grpo-plain-s0" in line for line in said)
     assert run.run(plan, until="nope", log=said.append) == 2
     assert said[-1] == "error: --until nope: no such stage; the stages are pages-train, sft, grpo-plain-s0"
+
+
+def test_a_stage_run_before_with_other_settings_starts_over_with_every_later_stage(tmp_path, monkeypatch):
+    plan = run.Plan(out=str(tmp_path))
+    monkeypatch.setattr(run, "stages", lambda p: _stand_ins(tmp_path, None))
+    assert run.run(plan, log=lambda line: None) == 0
+    (tmp_path / "pages-train").write_text("kept")  # marks what a second run leaves alone
+    (tmp_path / "sft").write_text("stale")
+    (tmp_path / "grpo-plain-s0").write_text("stale")
+
+    def changed_sft(p):  # e.g. --page_steps given another value: the sft stage's command differs
+        stages = _stand_ins(tmp_path, None)
+        stages[1].env = {"OMP_NUM_THREADS": "2"}
+        for stage in stages[2:]:
+            stage.fresh = False  # a stage that would continue from what it left (GRPO) must not, after such a change
+        return stages
+
+    monkeypatch.setattr(run, "stages", changed_sft)
+    said = []
+    assert run.run(plan, log=said.append) == 0
+    assert said[0] == "[recipe] sft ran before with other settings: it and every later stage start over"
+    assert said[1].endswith("kept") and said[2].startswith("[recipe] 2/3 sft (")
+    assert [(tmp_path / n).read_text() for n in ("pages-train", "sft", "grpo-plain-s0")] == ["kept", "x", "x"]
+    said.clear()
+    assert run.run(plan, log=said.append) == 0  # the same settings again: everything kept
+    assert all(line.endswith("kept") for line in said[:3])
+
+    # a run stopped inside a stage whose settings then change: what it left is removed, not continued
+    state = json.loads((tmp_path / run.STATE).read_text())
+    state["stages"]["grpo-plain-s0"] = {"done": False, "settings": [["other"], {}]}
+    (tmp_path / run.STATE).write_text(json.dumps(state))
+    (tmp_path / "grpo-plain-s0").write_text("half of another run")
+    said.clear()
+    assert run.run(plan, log=said.append) == 0
+    assert said[0] == "[recipe] grpo-plain-s0 ran before with other settings: it and every later stage start over"
+    assert (tmp_path / "grpo-plain-s0").read_text() == "x"
 
 
 def test_the_default_plan_has_every_arm_and_the_grpo_runs_train_on_the_tests_only_bench(tmp_path):
